@@ -1,0 +1,50 @@
+# initmem: every target creates .venv on first use and installs the project into it.
+PYTHON  ?= $(shell command -v python3.11 2>/dev/null || command -v python3)
+VENV    ?= .venv
+PY      := $(VENV)/bin/python
+INITMEM := $(VENV)/bin/initmem
+PROFILE ?= smoke
+RESULTS ?= results/cpu
+OUT     ?= figures
+PYTEST_ARGS ?=
+
+.PHONY: help venv test lint figures smoke reproduce report bench clean
+
+help:  ## list the targets
+	@grep -E '^[a-z]+:.*##' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
+
+$(VENV)/.installed: pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e '.[dev]'
+	touch $@
+
+venv: $(VENV)/.installed  ## create .venv and install initmem with its dev tools
+
+test: venv  ## run the test suite (what CI runs)
+	$(VENV)/bin/ruff check initmem tests benchmarks notebooks
+	$(PY) -m pytest -q $(PYTEST_ARGS)
+
+lint: venv  ## ruff
+	$(VENV)/bin/ruff check initmem tests benchmarks notebooks
+
+figures: venv  ## regenerate every table and figure from the committed results (RESULTS=..., OUT=...)
+	$(INITMEM) figures --results $(RESULTS) --out $(OUT)
+
+smoke: venv  ## the whole study at smoke scale (synthetic data, seconds per section), then its figures
+	$(MAKE) reproduce PROFILE=smoke
+
+# smoke figures stay beside their results so they never overwrite the committed figures/.
+FIGDIR = $(if $(filter smoke,$(PROFILE)),results/smoke/figures,$(OUT))
+reproduce: venv  ## every section's sweep for PROFILE=smoke|cpu|paper, then the figures
+	$(INITMEM) sweep params/*.yaml --profile $(PROFILE) --results results/$(PROFILE)
+	$(INITMEM) figures --results results/$(PROFILE) --out $(FIGDIR)
+
+report: venv  ## export executed notebooks of a results tree to HTML under reports/
+	$(INITMEM) report --results $(RESULTS) --out reports
+
+bench: venv  ## training-speed benchmark (engine vs DataLoader, ensemble vs separate)
+	$(PY) benchmarks/bench_train.py
+
+clean:  ## remove caches (keeps .venv and results)
+	rm -rf .pytest_cache .ruff_cache reports

@@ -1,0 +1,35 @@
+"""The exception hierarchy of initmem: one base class, one subclass per room of the house.
+
+User errors (bad parameters, missing data, a corrupt file) are `InitmemError`s; the CLI prints them as one line
+and exits non-zero. Anything else is a bug and keeps its traceback.
+"""
+
+from __future__ import annotations
+
+
+class InitmemError(Exception):
+    """Base class of every error initmem raises on purpose."""
+
+
+class ConfigError(InitmemError, ValueError):
+    """A parameter has a bad name, type or value. The message names it, its value and what is accepted."""
+
+
+class DataError(InitmemError):
+    """A data source is missing, unreadable or malformed."""
+
+
+class ResultsError(InitmemError):
+    """A results folder or file is missing, unwritable or corrupt."""
+
+
+class CheckpointError(InitmemError):
+    """A checkpoint is truncated, corrupt or does not belong to the run."""
+
+
+class NotebookError(InitmemError):
+    """A notebook failed to execute; the message names the notebook, the cell and the error."""
+
+
+class SweepError(InitmemError):
+    """A sweep could not be planned or run (bad params file, unknown profile, missing executor)."""
