@@ -1,0 +1,190 @@
+"""The study's metrics, each computable from a run's history (one row per epoch; epoch 0 = at initialisation).
+
+Epochs are 1-based: in a per-epoch sequence, element i is epoch i + 1. Accuracies are fractions in [0, 1].
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import numpy as np
+import pandas as pd
+
+from .errors import ConfigError
+
+SUMMARY_KEYS = ("best_epoch", "test_acc_at_best", "val_loss_at_best", "val_acc_at_best", "tau_interp", "interpolated",
+                "repair_gap", "init_weight_norm", "final_weight_norm", "norm_ratio", "final_train_acc",
+                "final_test_acc", "T_SGD", "T_L2", "T_adapt", "diverged_epoch", "epochs_run", "steps", "wall_time_s")
+
+
+def _floats(name: str, values) -> np.ndarray:
+    a = np.asarray(values, dtype=float).ravel()
+    if a.size == 0:
+        raise ConfigError(f"{name} is empty: a non-empty sequence of numbers is accepted")
+    return a
+
+
+def interpolation_epoch(train_acc: Sequence[float], threshold: float = 0.995) -> int | None:
+    """tau_interp = min{i + 1 : train_acc[i] >= threshold} (1-based epoch), None if never reached (NaN never)."""
+    hit = np.flatnonzero(np.asarray(train_acc, dtype=float) >= threshold)
+    return int(hit[0]) + 1 if hit.size else None
+
+
+def best_epoch(val_loss: Sequence[float]) -> int:
+    """argmin_i val_loss[i] + 1, the first on ties, NaN ignored; all-NaN (or empty) raises ConfigError."""
+    a = _floats("val_loss", val_loss)
+    if np.isnan(a).all():
+        raise ConfigError("val_loss has no non-NaN value: at least one is needed to select an epoch")
+    return int(np.nanargmin(a)) + 1
+
+
+def _trained(history: pd.DataFrame, upto: int | None = None) -> pd.DataFrame:
+    h = history[history["epoch"] >= 1]
+    return (h if upto is None else h[h["epoch"] <= upto]).sort_values("epoch")
+
+
+def test_at_best(history: pd.DataFrame, upto: int | None = None) -> float:
+    """test_acc at the row (epoch >= 1, and <= upto if given) with the lowest val_loss, the earliest on ties."""
+    h = _trained(history, upto)
+    return float(h["test_acc"].iloc[best_epoch(h["val_loss"].to_numpy()) - 1])
+
+
+test_at_best.__test__ = False  # a metric, not a test: stops pytest collecting it where a test module imports it
+
+
+def spread(values: Sequence[float]) -> float:
+    """max - min over the non-NaN values; x 100 (percentage points) when every value is in [0, 1] (accuracies).
+
+    Empty or all-NaN raises ConfigError.
+    """
+    a = _floats("spread values", values)
+    a = a[~np.isnan(a)]
+    if a.size == 0:
+        raise ConfigError("spread values are all NaN: at least one number is needed")
+    d = float(a.max() - a.min())
+    return 100.0 * d if ((a >= 0) & (a <= 1)).all() else d
+
+
+def repair_gap(history: pd.DataFrame, threshold: float = 0.995) -> float | None:
+    """val_acc(final epoch) - val_acc(tau_interp), as a fraction; None if the run never interpolated."""
+    h = _trained(history)
+    tau = interpolation_epoch(h["train_acc"].to_numpy(), threshold)
+    return None if tau is None else float(h["val_acc"].iloc[-1] - h["val_acc"].iloc[tau - 1])
+
+
+def radial_memory(initial_norms: Sequence[float], final_norms: Sequence[float]) -> float:
+    """Least-squares slope of log(final) on log(initial): ~1 final norm coupled to the initial (memory), ~0 forgotten.
+
+    Needs >= 2 distinct positive initial norms and as many positive final norms.
+    """
+    x, y = _floats("initial_norms", initial_norms), _floats("final_norms", final_norms)
+    if x.shape != y.shape or x.size < 2 or not (x > 0).all() or not (y > 0).all() or np.ptp(x) == 0:
+        raise ConfigError(f"radial_memory got initial_norms={x.tolist()}, final_norms={y.tolist()}: two equal-length "
+                          "sequences of finite positive norms with >= 2 distinct initial values are accepted")
+    lx, ly = np.log(x), np.log(y)
+    lx = lx - lx.mean()
+    return float((lx * (ly - ly.mean())).sum() / (lx * lx).sum())
+
+
+# ---------------------------------------------------------------------------------------------------- clocks
+def forgetting_clocks(lrs: Sequence[float], batch_size: int, l2: float = 0.0) -> dict[str, float]:
+    """Cumulative clocks over steps k with learning rate eta_k (math.fsum, exact to rounding):
+    T_SGD = sum eta_k^2 / batch_size, T_L2 = l2 * sum eta_k, T_adapt = sum eta_k."""
+    acc = ClockAccumulator(batch_size, l2)  # validates batch_size and l2
+    lrs = [float(lr) for lr in lrs]
+    s1 = math.fsum(lrs)
+    return {"T_SGD": math.fsum(lr * lr for lr in lrs) / acc.batch_size, "T_L2": acc.l2 * s1, "T_adapt": s1}
+
+
+class ClockAccumulator:
+    """The forgetting clocks, accumulated one step at a time (`update(lr)` per optimiser step; plain Python floats).
+
+    Neumaier-compensated sums, so 10^6+ steps of tiny lr^2 keep full double precision.
+    """
+
+    def __init__(self, batch_size: int, l2: float = 0.0):
+        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+            raise ConfigError(f"batch_size={batch_size!r} is invalid: a positive integer is accepted")
+        if isinstance(l2, bool) or not isinstance(l2, (int, float)) or not math.isfinite(l2) or l2 < 0:
+            raise ConfigError(f"l2={l2!r} is invalid: a finite real >= 0 is accepted")
+        self.batch_size, self.l2 = batch_size, float(l2)
+        self.steps, self._s1, self._c1, self._s2, self._c2 = 0, 0.0, 0.0, 0.0, 0.0
+
+    def update(self, lr: float) -> None:
+        lr = float(lr)
+        self.steps += 1
+        self._s1, self._c1 = _neumaier(self._s1, self._c1, lr)
+        self._s2, self._c2 = _neumaier(self._s2, self._c2, lr * lr)
+
+    def totals(self) -> dict[str, float]:
+        s1, s2 = self._s1 + self._c1, self._s2 + self._c2
+        return {"T_SGD": s2 / self.batch_size, "T_L2": self.l2 * s1, "T_adapt": s1}
+
+    def state_dict(self) -> dict:
+        return {"batch_size": self.batch_size, "l2": self.l2, "steps": self.steps,
+                "sums": [self._s1, self._c1, self._s2, self._c2]}
+
+    def load_state_dict(self, state: dict) -> None:
+        if state.get("batch_size") != self.batch_size or state.get("l2") != self.l2:
+            raise ConfigError(f"clock state (batch_size={state.get('batch_size')!r}, l2={state.get('l2')!r}) is "
+                              f"invalid here: batch_size={self.batch_size}, l2={self.l2} is accepted")
+        self.steps = int(state["steps"])
+        self._s1, self._c1, self._s2, self._c2 = map(float, state["sums"])
+
+
+def _neumaier(s: float, c: float, x: float) -> tuple[float, float]:
+    t = s + x
+    c += (s - t) + x if abs(s) >= abs(x) else (x - t) + s
+    return t, c
+
+
+# ---------------------------------------------------------------------------------------------------- summary
+def _num(x) -> float | None:
+    """A finite Python float, or None (NaN/inf/missing are not valid JSON numbers)."""
+    if x is None:
+        return None
+    x = float(x)
+    return x if math.isfinite(x) else None
+
+
+def summarize_history(history: pd.DataFrame, threshold: float = 0.995) -> dict:
+    """The run's summary (SUMMARY_KEYS) from its history; best/tau/repair are over epochs >= 1.
+
+    best_epoch = the first epoch with the lowest val_loss (NaN ignored; None if no epoch has one) and the
+    *_at_best values are read there; tau_interp = first epoch with train_acc >= threshold; repair_gap =
+    val_acc(last) - val_acc(tau_interp); init_weight_norm from epoch 0; norm_ratio = final / init weight norm;
+    final_* and clocks, steps, wall_time_s from the last row; diverged_epoch = first epoch >= 1 whose train_loss is
+    non-finite. Values are Python int/float/bool/None; non-finite floats become None.
+    """
+    h = history.sort_values("epoch")
+    trained, last = _trained(h), h.iloc[-1]
+    init = h[h["epoch"] == 0]
+    vl = trained["val_loss"].to_numpy(dtype=float)
+    best = None if np.isnan(vl).all() else best_epoch(vl) - 1  # NaN loss: a diverged run still gets a summary
+    at_best = (lambda col: None) if best is None else (lambda col: _num(trained[col].iloc[best]))
+    tau = interpolation_epoch(trained["train_acc"].to_numpy(dtype=float), threshold)
+    bad = trained[~np.isfinite(trained["train_loss"].to_numpy(dtype=float))]
+    w0 = _num(init["weight_norm"].iloc[0]) if len(init) else None
+    w1 = _num(last["weight_norm"])
+    return {
+        "best_epoch": None if best is None else int(trained["epoch"].iloc[best]),
+        "test_acc_at_best": at_best("test_acc"),
+        "val_loss_at_best": at_best("val_loss"),
+        "val_acc_at_best": at_best("val_acc"),
+        "tau_interp": None if tau is None else int(trained["epoch"].iloc[tau - 1]),
+        "interpolated": tau is not None,
+        "repair_gap": None if tau is None else _num(trained["val_acc"].iloc[-1] - trained["val_acc"].iloc[tau - 1]),
+        "init_weight_norm": w0,
+        "final_weight_norm": w1,
+        "norm_ratio": _num(w1 / w0) if w0 and w1 is not None else None,
+        "final_train_acc": _num(last["train_acc"]),
+        "final_test_acc": _num(last["test_acc"]),
+        "T_SGD": _num(last["T_SGD"]),
+        "T_L2": _num(last["T_L2"]),
+        "T_adapt": _num(last["T_adapt"]),
+        "diverged_epoch": int(bad["epoch"].iloc[0]) if len(bad) else None,
+        "epochs_run": int(h["epoch"].max()),
+        "steps": int(last["step"]),
+        "wall_time_s": _num(last["wall_time"]),
+    }

@@ -1,0 +1,169 @@
+"""Metrics on hand-made histories with hand-computed answers; the clocks against closed forms."""
+
+import json
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from initmem.errors import ConfigError
+from initmem.metrics import (
+    SUMMARY_KEYS,
+    ClockAccumulator,
+    best_epoch,
+    forgetting_clocks,
+    interpolation_epoch,
+    radial_memory,
+    repair_gap,
+    spread,
+    summarize_history,
+    test_at_best,
+)
+
+nan = float("nan")
+
+
+def _history(**cols) -> pd.DataFrame:
+    """Epochs 0..4; epoch 0 at initialisation (NaN train loss)."""
+    base = dict(
+        epoch=[0, 1, 2, 3, 4],
+        step=[0, 10, 20, 30, 40],
+        lr=[0.1] * 5,
+        train_loss=[nan, 2.0, 1.0, 0.5, 0.1],
+        train_acc_running=[nan, 0.3, 0.6, 0.9, 0.99],
+        train_acc=[0.10, 0.40, 0.90, 0.996, 1.0],
+        val_loss=[2.3, 1.5, 1.2, 1.3, 1.4],
+        val_acc=[0.10, 0.50, 0.60, 0.62, 0.65],
+        test_loss=[2.3, 1.5, 1.2, 1.3, 1.4],
+        test_acc=[0.10, 0.48, 0.61, 0.60, 0.64],
+        weight_norm=[10.0, 11.0, 12.0, 14.0, 15.0],
+        T_SGD=[0.0, 0.1, 0.2, 0.3, 0.4],
+        T_L2=[0.0] * 5,
+        T_adapt=[0.0, 1.0, 2.0, 3.0, 4.0],
+        wall_time=[0.0, 1.5, 3.0, 4.5, 6.25],
+    )
+    base.update(cols)
+    return pd.DataFrame(base)
+
+
+def test_interpolation_epoch():
+    assert interpolation_epoch([0.5, 0.99, 0.995, 1.0]) == 3  # 1-based, >= threshold
+    assert interpolation_epoch([0.5, nan, 0.9]) is None
+    assert interpolation_epoch([0.5, 0.9], threshold=0.9) == 2
+    assert interpolation_epoch([]) is None
+
+
+def test_best_epoch():
+    assert best_epoch([3.0, 1.0, 2.0, 1.0]) == 2  # first of the ties
+    assert best_epoch([nan, 5.0, nan, 4.0]) == 4
+    with pytest.raises(ConfigError):
+        best_epoch([nan, nan])
+    with pytest.raises(ConfigError):
+        best_epoch([])
+
+
+def test_test_at_best():
+    h = _history()
+    assert test_at_best(h) == 0.61  # val_loss lowest at epoch 2 (epoch 0 excluded even if lower)
+    assert test_at_best(_history(val_loss=[0.1, 1.5, 1.2, 1.3, 1.4])) == 0.61
+    assert test_at_best(h, upto=1) == 0.48
+
+
+def test_spread():
+    assert spread([0.90, 0.635, 0.8]) == pytest.approx(26.5)  # accuracies -> percentage points
+    assert spread([90.0, 63.5, nan]) == pytest.approx(26.5)
+    assert spread([0.5]) == 0.0
+    with pytest.raises(ConfigError):
+        spread([])
+    with pytest.raises(ConfigError):
+        spread([nan, nan])
+
+
+def test_repair_gap():
+    assert repair_gap(_history()) == pytest.approx(0.65 - 0.62)  # tau = epoch 3
+    assert repair_gap(_history(train_acc=[0.1, 0.2, 0.3, 0.4, 0.5])) is None
+
+
+def test_radial_memory():
+    init = np.array([1.0, 2.0, 4.0, 8.0])
+    assert radial_memory(init, 3 * init) == pytest.approx(1.0)  # coupled: memory
+    assert radial_memory(init, [5.0, 5.0, 5.0, 5.0]) == pytest.approx(0.0, abs=1e-12)  # common scale: forgotten
+    assert radial_memory(init, init**0.5) == pytest.approx(0.5)
+    # y = [1, 2, 2] against x = [1, 2, 4] in logs: slope = cov / var, by hand
+    lx, ly = np.log([1, 2, 4]), np.log([1, 2, 2])
+    assert radial_memory([1, 2, 4], [1, 2, 2]) == pytest.approx(np.polyfit(lx, ly, 1)[0])
+    with pytest.raises(ConfigError):
+        radial_memory([1.0, 1.0], [2.0, 3.0])
+    with pytest.raises(ConfigError):
+        radial_memory([1.0, 2.0], [0.0, 3.0])
+
+
+def test_clocks_constant_schedule():
+    c = forgetting_clocks([0.01] * 1000, batch_size=128, l2=5e-4)
+    assert c["T_SGD"] == pytest.approx(1000 * 0.01**2 / 128, rel=1e-12)
+    assert c["T_adapt"] == pytest.approx(10.0, rel=1e-12)
+    assert c["T_L2"] == pytest.approx(5e-4 * 10.0, rel=1e-12)
+
+
+def test_clocks_cosine_schedule():
+    # eta_k = eta (1 + cos(pi k / K)) / 2, k = 0..K-1: sum = eta K / 2 + eta / 2 (the cos terms sum to 1);
+    # sum of squares = eta^2 (3K/8 + 1/2) (cos sums to 1, cos^2 sums to K/2 for K > 2)
+    eta, K, b = 0.1, 1000, 64
+    lrs = [eta * 0.5 * (1 + math.cos(math.pi * k / K)) for k in range(K)]
+    c = forgetting_clocks(lrs, batch_size=b, l2=1e-2)
+    assert c["T_adapt"] == pytest.approx(eta * (K / 2 + 0.5), rel=1e-12)
+    assert c["T_SGD"] == pytest.approx(eta**2 * (3 * K / 8 + 0.5) / b, rel=1e-12)
+    assert c["T_L2"] == pytest.approx(1e-2 * eta * (K / 2 + 0.5), rel=1e-12)
+
+
+def test_clock_accumulator_matches_and_resumes():
+    lrs = [1e-3 * (1 + 0.5 * math.sin(k)) for k in range(20_000)]
+    acc = ClockAccumulator(32, l2=1e-4)
+    for lr in lrs[:7000]:
+        acc.update(lr)
+    resumed = ClockAccumulator(32, l2=1e-4)
+    resumed.load_state_dict(json.loads(json.dumps(acc.state_dict())))  # survives a JSON checkpoint
+    for lr in lrs[7000:]:
+        resumed.update(lr)
+    exact = forgetting_clocks(lrs, 32, 1e-4)
+    assert resumed.steps == 20_000
+    for k, v in resumed.totals().items():
+        assert v == pytest.approx(exact[k], rel=1e-15)
+    with pytest.raises(ConfigError, match="batch_size=64"):
+        ClockAccumulator(64, 1e-4).load_state_dict(acc.state_dict())
+
+
+def test_clock_accumulator_stays_accurate_over_a_million_steps():
+    acc = ClockAccumulator(1)
+    for _ in range(1_000_000):
+        acc.update(0.1)  # 0.1 is not exact in binary: naive summation drifts by ~1e-9 relative
+    assert acc.totals()["T_adapt"] == math.fsum([0.1] * 1_000_000)
+    with pytest.raises(ConfigError, match="batch_size=0"):
+        ClockAccumulator(0)
+    with pytest.raises(ConfigError, match="l2=-1"):
+        ClockAccumulator(8, -1)
+
+
+def test_summarize_history():
+    s = summarize_history(_history())
+    assert tuple(s) == SUMMARY_KEYS
+    assert s == {
+        "best_epoch": 2, "test_acc_at_best": 0.61, "val_loss_at_best": 1.2, "val_acc_at_best": 0.60,
+        "tau_interp": 3, "interpolated": True, "repair_gap": pytest.approx(0.03),
+        "init_weight_norm": 10.0, "final_weight_norm": 15.0, "norm_ratio": 1.5,
+        "final_train_acc": 1.0, "final_test_acc": 0.64, "T_SGD": 0.4, "T_L2": 0.0, "T_adapt": 4.0,
+        "diverged_epoch": None, "epochs_run": 4, "steps": 40, "wall_time_s": 6.25,
+    }
+    json.dumps(s, allow_nan=False)
+    assert all(type(v) in (int, float, bool, type(None)) for v in s.values())
+
+
+def test_summarize_diverged_history():
+    h = _history(train_loss=[nan, 2.0, nan, nan, nan], val_loss=[2.3, nan, nan, nan, nan],
+                 train_acc=[0.1, 0.2, 0.1, 0.1, 0.1], weight_norm=[10.0, 11.0, nan, nan, math.inf])
+    s = summarize_history(h)
+    assert s["diverged_epoch"] == 2 and s["best_epoch"] is None and s["test_acc_at_best"] is None
+    assert s["interpolated"] is False and s["tau_interp"] is None and s["repair_gap"] is None
+    assert s["final_weight_norm"] is None and s["norm_ratio"] is None
+    json.dumps(s, allow_nan=False)

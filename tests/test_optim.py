@@ -1,0 +1,235 @@
+"""Optimisers (Muon against torch.optim.Muon, the AdamW part against torch.optim.AdamW) and schedules."""
+
+import copy
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from initmem.errors import ConfigError
+from initmem.models import build_model
+from initmem.optim import (
+    OPTIMIZER_DEFAULTS,
+    OPTIMIZERS,
+    Muon,
+    MuonWithAuxAdam,
+    build_optimizer,
+    lr_at,
+    lr_factor,
+    muon_update,
+    newton_schulz,
+    set_lr_factor,
+)
+
+
+def _run_pair(ours, theirs, p, q, shape, steps=5, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    for _ in range(steps):
+        grad = torch.randn(shape, generator=g)
+        p.grad, q.grad = grad.clone(), grad.clone()
+        ours.step()
+        theirs.step()
+
+
+@pytest.mark.parametrize("shape,nesterov,wd", [((32, 48), True, 0.1), ((64, 16), False, 0.0), ((40, 40), True, 0.0)])
+def test_muon_matches_torch_muon_on_2d(shape, nesterov, wd):
+    torch.manual_seed(0)
+    w = torch.randn(shape)
+    p, q = torch.nn.Parameter(w.clone()), torch.nn.Parameter(w.clone())
+    ours = Muon([p], lr=0.02, momentum=0.95, nesterov=nesterov, ns_steps=5, weight_decay=wd)
+    theirs = torch.optim.Muon([q], lr=0.02, momentum=0.95, nesterov=nesterov, ns_steps=5, weight_decay=wd,
+                              adjust_lr_fn="original")
+    _run_pair(ours, theirs, p, q, shape)
+    assert not torch.equal(p, w)
+    torch.testing.assert_close(p, q, rtol=0, atol=1e-6)
+
+
+def test_aux_adamw_matches_torch_adamw():
+    torch.manual_seed(0)
+    w = torch.randn(100)
+    p, q = torch.nn.Parameter(w.clone()), torch.nn.Parameter(w.clone())
+    ours = MuonWithAuxAdam([dict(params=[p], use_muon=False, lr=1e-2, betas=(0.8, 0.99), weight_decay=0.1)])
+    theirs = torch.optim.AdamW([q], lr=1e-2, betas=(0.8, 0.99), weight_decay=0.1)
+    _run_pair(ours, theirs, p, q, (100,), steps=6)
+    assert not torch.equal(p, w)
+    torch.testing.assert_close(p, q, rtol=0, atol=1e-6)
+
+
+def _spread_matrix(rows, cols, seed=0):
+    """A matrix whose singular values span two decades, like a real gradient."""
+    g = torch.Generator().manual_seed(seed)
+    u, _ = torch.linalg.qr(torch.randn(rows, rows, generator=g))
+    v, _ = torch.linalg.qr(torch.randn(cols, cols, generator=g))
+    k = min(rows, cols)
+    return u[:, :k] @ torch.diag(torch.logspace(0, -2, k)) @ v[:, :k].T
+
+
+def test_muon_update_on_conv_is_near_orthogonal():
+    grad = _spread_matrix(16, 72).reshape(16, 8, 3, 3) * 5
+    u = muon_update(grad, torch.zeros_like(grad), beta=0.95, nesterov=True, ns_steps=5)
+    assert u.shape == grad.shape and u.dtype == grad.dtype
+    s = torch.linalg.svdvals(u.reshape(16, -1).float())
+    s_grad = torch.linalg.svdvals(grad.reshape(16, -1))
+    assert s.min() > 0.5 and s.max() < 1.5
+    assert s_grad.max() > 1.5 and s_grad.min() < 0.5  # the un-orthogonalised gradient is far outside the band
+    assert s_grad.min() / s_grad.max() < 0.02 and s.min() / s.max() > 0.3  # and its spectrum is far from flat
+
+
+def test_muon_update_on_tall_conv():
+    # the stem conv of a ResNet is tall once flattened (64 x 27): NS runs on the transpose
+    grad = _spread_matrix(64, 27, seed=2).reshape(64, 3, 3, 3)
+    u = muon_update(grad, torch.zeros_like(grad), beta=0.95, nesterov=False, ns_steps=5)
+    s = torch.linalg.svdvals(u.reshape(64, 27))
+    assert u.shape == grad.shape and s.min() > 0.5 and s.max() < 1.5
+
+
+def test_muon_update_is_nesterov_ns_of_flattened_buffer():
+    g = torch.Generator().manual_seed(1)
+    buf0, grad = torch.randn(8, 4, 3, 3, generator=g), torch.randn(8, 4, 3, 3, generator=g)
+    buf = buf0.clone()
+    u = muon_update(grad, buf, beta=0.9, nesterov=True, ns_steps=5)
+    want_buf = 0.9 * buf0 + 0.1 * grad
+    torch.testing.assert_close(buf, want_buf)
+    want = newton_schulz((0.1 * grad + 0.9 * want_buf).reshape(8, 36)).float().reshape(8, 4, 3, 3)
+    torch.testing.assert_close(u, want, rtol=0, atol=2e-2)  # bf16 rounding of the nesterov mix may differ
+
+
+def test_newton_schulz_transposes_tall_and_checks_rank():
+    G = torch.randn(48, 12)
+    torch.testing.assert_close(newton_schulz(G), newton_schulz(G.T).T)
+    assert newton_schulz(G).dtype == torch.bfloat16
+    with pytest.raises(ConfigError, match="2-D"):
+        newton_schulz(torch.randn(2, 3, 4))
+
+
+def test_muon_decoupled_weight_decay_and_rejects_vectors():
+    w = torch.randn(6, 5)
+    p = torch.nn.Parameter(w.clone())
+    p.grad = torch.zeros_like(w)  # NS of zero is zero: only the decay acts
+    Muon([p], lr=0.1, weight_decay=0.5).step()
+    torch.testing.assert_close(p.detach(), w * (1 - 0.1 * 0.5))
+    with pytest.raises(ConfigError, match=r"shape \(5,\)"):
+        Muon([torch.nn.Parameter(torch.randn(5))])
+    with pytest.raises(ConfigError, match="use_muon"):
+        MuonWithAuxAdam([{"params": [p]}])
+    with pytest.raises(ConfigError, match="betas_typo"):
+        MuonWithAuxAdam([{"params": [p], "use_muon": False, "betas_typo": 1}])
+
+
+def _batch():
+    g = torch.Generator().manual_seed(0)
+    return torch.randn(32, 3, 32, 32, generator=g), torch.randint(0, 10, (32,), generator=g)
+
+
+def _train(name, steps=8, seed=0, **kw):
+    torch.manual_seed(seed)
+    model = build_model("resnet9", width=1 / 16)
+    opt = build_optimizer(name, model, **kw)
+    x, y = _batch()
+    losses = []
+    for _ in range(steps):
+        opt.zero_grad()
+        loss = F.cross_entropy(model(x), y)
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    return model, opt, losses
+
+
+@pytest.mark.parametrize("name", OPTIMIZERS)
+def test_every_optimizer_lowers_the_loss(name):
+    _, _, losses = _train(name)
+    assert losses[-1] < 0.7 * losses[0], losses
+
+
+def test_muon_groups_and_determinism():
+    model, opt, _ = _train("muon", steps=2)
+    hidden, aux = opt.param_groups
+    assert hidden["use_muon"] and not aux["use_muon"]
+    assert {id(p) for p in hidden["params"]} == {id(m.weight) for m in model.modules()
+                                                 if isinstance(m, torch.nn.Conv2d)}
+    assert id(model.head.weight) in {id(p) for p in aux["params"]} and len(aux["params"]) == 2 * 8 + 2
+    assert (hidden["lr"], aux["lr"], hidden["momentum"], hidden["ns_steps"]) == (0.02, 1e-3, 0.95, 5)
+    again, _, _ = _train("muon", steps=2)
+    assert all(torch.equal(a, b) for a, b in zip(model.parameters(), again.parameters(), strict=True))
+
+
+def test_state_dict_round_trip():
+    model, opt, _ = _train("muon", steps=3)
+    clone = copy.deepcopy(model)
+    opt2 = build_optimizer("muon", clone)
+    opt2.load_state_dict(copy.deepcopy(opt.state_dict()))
+    x, y = _batch()
+    for m, o in ((model, opt), (clone, opt2)):
+        o.zero_grad()
+        F.cross_entropy(m(x), y).backward()
+        o.step()
+    assert all(torch.equal(a, b) for a, b in zip(model.parameters(), clone.parameters(), strict=True))
+
+
+def test_defaults_and_coupling():
+    model = build_model("resnet20", width=0.25)
+    sgd = build_optimizer("sgd_momentum", model)
+    assert isinstance(sgd, torch.optim.SGD)
+    assert (sgd.param_groups[0]["lr"], sgd.param_groups[0]["momentum"]) == (0.01, 0.9)
+    adam = build_optimizer("adam", model, weight_decay=1e-4)
+    assert type(adam) is torch.optim.Adam and adam.param_groups[0]["weight_decay"] == 1e-4  # coupled L2
+    adamw = build_optimizer("adamw", model)
+    assert type(adamw) is torch.optim.AdamW and adamw.param_groups[0]["weight_decay"] == 1e-2
+    assert build_optimizer("sgd", model, lr=0.5).param_groups[0]["lr"] == 0.5
+    assert OPTIMIZER_DEFAULTS["muon"]["lr"] == 0.02 and OPTIMIZER_DEFAULTS["muon"]["muon_aux_lr"] == 1e-3
+    # neutral values of inapplicable hyper-parameters are accepted (TrainConfig passes every field)
+    build_optimizer("adam", model, momentum=0.0, ns_steps=5, nesterov=False, muon_aux_lr=1e-3, betas=[0.9, 0.999])
+
+
+@pytest.mark.parametrize("name,kw,match", [
+    ("rmsprop", {}, "optimizer='rmsprop'.*sgd, sgd_momentum, adam, adamw, muon"),
+    ("sgd", {"mom": 0.9}, r"\['mom'\]"),
+    ("sgd", {"momentum": 0.9}, "momentum=0.9.*optimizer='sgd'"),
+    ("adam", {"ns_steps": 3}, "ns_steps=3.*optimizer='adam'"),
+    ("adamw", {"nesterov": True}, "nesterov=True"),
+    ("sgd_momentum", {"muon_aux_lr": 0.1}, "muon_aux_lr=0.1"),
+    ("sgd", {"lr": -1.0}, "lr=-1.0"),
+    ("sgd", {"lr": float("nan")}, "lr=nan"),
+    ("sgd", {"lr": True}, "lr=True"),
+    ("muon", {"momentum": 1.0}, "momentum=1.0"),
+    ("adam", {"betas": (0.9,)}, "betas"),
+    ("adam", {"eps": 0.0}, "eps=0.0"),
+    ("muon", {"ns_steps": 0}, "ns_steps=0"),
+    ("sgd_momentum", {"momentum": 0.0, "nesterov": True}, "nesterov"),
+])
+def test_bad_optimizer_config(name, kw, match):
+    with pytest.raises(ConfigError, match=match):
+        build_optimizer(name, build_model("resnet20", width=0.25), **kw)
+
+
+def test_set_lr_factor_keeps_group_ratio():
+    opt = build_optimizer("muon", build_model("resnet20", width=0.25))
+    set_lr_factor(opt, 0.5)
+    assert [g["lr"] for g in opt.param_groups] == [0.01, 5e-4]
+    set_lr_factor(opt, 1.0)
+    assert [g["lr"] for g in opt.param_groups] == [0.02, 1e-3]
+
+
+def test_schedules_closed_forms():
+    T = 100
+    assert [lr_factor("constant", s, T) for s in (0, 50, 99)] == [1.0, 1.0, 1.0]
+    for s in (0, 10, 37, 99):
+        assert lr_factor("cosine", s, T) == pytest.approx(0.5 * (1 + math.cos(math.pi * s / T)))
+    assert lr_factor("cosine", 50, T) == pytest.approx(0.5)
+    # warm-up 1/W ... 1, then cosine over the remaining T - W steps
+    assert [lr_factor("cosine", s, T, warmup_steps=4) for s in range(4)] == [0.25, 0.5, 0.75, 1.0]
+    assert lr_factor("cosine", 4, T, warmup_steps=4) == 1.0
+    assert lr_factor("cosine", 52, T, warmup_steps=4) == pytest.approx(0.5)
+    assert lr_factor("constant", 1, T, warmup_steps=4) == 0.5
+    assert [lr_factor("step", s, T) for s in (0, 49, 50, 74, 75, 99)] == pytest.approx(
+        [1, 1, 0.1, 0.1, 0.01, 0.01])
+    assert lr_factor("step", 30, T, milestones=(0.3,), gamma=0.5) == 0.5
+    assert lr_at("cosine", 0.02, 50, T) == pytest.approx(0.01)
+    with pytest.raises(ConfigError, match="schedule='linear'"):
+        lr_factor("linear", 0, T)
+    with pytest.raises(ConfigError, match="warmup_steps=200"):
+        lr_factor("constant", 0, T, warmup_steps=200)
+    with pytest.raises(ConfigError, match="step=-1"):
+        lr_factor("constant", -1, T)
