@@ -1,0 +1,42 @@
+"""Shared fixtures. Keep small: fixtures used by one test file live in that file."""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def cifar10_archive_path() -> Path | None:
+    """The real CIFAR-10 JPEG archive: `$INITMEM_TEST_ARCHIVE`, else `../shared/data/cifar10-jpeg.tar.gz`."""
+    for p in (os.environ.get("INITMEM_TEST_ARCHIVE"), REPO.parent / "shared" / "data" / "cifar10-jpeg.tar.gz"):
+        if p and Path(p).is_file():
+            return Path(p)
+    return None
+
+
+@dataclass
+class RealCifar10:
+    data: object  # initmem.data.Cifar10
+    archive: Path
+    cache_dir: Path
+    decode_s: float  # first load: read the archive, decode 60,000 JPEGs, write the cache
+
+
+@pytest.fixture(scope="session")
+def cifar10_real(tmp_path_factory: pytest.TempPathFactory) -> RealCifar10:
+    """The real archive decoded once per test session into a session-private cache (skips when absent)."""
+    archive = cifar10_archive_path()
+    if archive is None:
+        pytest.skip("CIFAR-10 archive not found (set INITMEM_TEST_ARCHIVE or put it at ../shared/data/)")
+    from initmem.data import load_cifar10
+
+    cache = tmp_path_factory.mktemp("initmem-cache")
+    t0 = time.perf_counter()
+    data = load_cifar10(archive, source="imagefolder", cache_dir=cache)
+    return RealCifar10(data, archive, cache, time.perf_counter() - t0)
