@@ -1,0 +1,260 @@
+"""The results tree (write, read, completeness, loaders) and the sweep point built on it (run_sigma_sweep).
+
+Most tests write hand-made runs (no training); the sweep tests train tiny runs (ResNet-9 width 1/16, 1 epoch).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import re
+import warnings
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from initmem import experiment, metrics
+from initmem.errors import ConfigError, ResultsError
+from initmem.experiment import point_summary, run_sigma_sweep
+from initmem.provenance import provenance
+from initmem.results import (
+    HISTORY_COLUMNS,
+    HISTORY_CONFIG_COLUMNS,
+    RUN_COLUMNS,
+    SUMMARY_KEYS,
+    check_writable,
+    is_complete,
+    load_histories,
+    load_runs,
+    read_run,
+    run_dir,
+    run_id,
+    write_run,
+)
+from initmem.train import RunResult, TrainConfig
+
+TINY = dict(arch="resnet9", width=0.0625, optimizer="sgd", lr=0.05, batch_size=64, epochs=1, data="synthetic",
+            n_train=256, n_val=100, n_test=100, device="cpu")
+CONFIG_FIELDS = [f.name for f in dataclasses.fields(TrainConfig)]
+
+
+def fake_result(sigma_w: float = 1.0, seed: int = 0, status: str = "complete", epochs: int = 3) -> RunResult:
+    """A run as train() would return it, without training: a made-up history that interpolates at epoch 2."""
+    cfg = TrainConfig(sigma_w=sigma_w, seed=seed, epochs=epochs, data="synthetic")
+    e = np.arange(epochs + 1)
+    h = pd.DataFrame({
+        "epoch": e, "step": e * 10, "lr": [math.nan] + [cfg.lr] * epochs,
+        "train_loss": [math.nan] + [1.0 / (k + 1) for k in range(epochs)],
+        "train_acc_running": [math.nan] + [0.5] * epochs, "train_acc": np.minimum(1.0, 0.5 * e),
+        "val_loss": [2.3, 1.0, 0.9, 1.1][: epochs + 1], "val_acc": [0.1, 0.5, 0.6, 0.62][: epochs + 1],
+        "test_loss": 2.0 - 0.1 * e, "test_acc": 0.1 + 0.1 * e + sigma_w / 100, "weight_norm": 10.0 + e / 3,
+        "T_SGD": cfg.lr**2 * e * 10 / cfg.batch_size, "T_L2": 0.0 * e, "T_adapt": cfg.lr * e * 10,
+        "wall_time": 0.1 + e, "norm:prep.conv": 1.0 + e / 7,
+    })  # fmt: skip
+    return RunResult(cfg, run_id(cfg), status, h, metrics.summarize_history(h), None,
+                     {"git_commit": "abc123", "data_source": "synthetic:test"}, "2026-01-01T00:00:00+00:00",
+                     "2026-01-01T00:01:00+00:00")
+
+
+# ------------------------------------------------------------------------------------------------ writing, reading
+def test_write_run_writes_history_and_a_strict_json_record(tmp_path):
+    result = fake_result()
+    folder = write_run(result, tmp_path, "sec")
+    assert folder == tmp_path / "sec" / result.run_id == run_dir(tmp_path, "sec", result.config)
+    assert sorted(p.name for p in folder.iterdir()) == ["history.csv", "run.json"]  # no temp files left behind
+    text = (folder / "run.json").read_text()
+    rec = json.loads(text, parse_constant=lambda c: pytest.fail(f"non-standard JSON constant {c}"))
+    assert list(rec) == ["schema", "run_id", "section", "status", "config", "summary", "provenance", "started_at",
+                         "finished_at"]
+    assert rec["schema"] == 1 and rec["section"] == "sec" and rec["status"] == "complete"
+    assert TrainConfig.from_dict(rec["config"]) == result.config
+    assert rec["summary"]["tau_interp"] == 2 and rec["summary"]["best_epoch"] == 2
+    assert read_run(folder) == read_run(folder / "run.json") == rec
+
+
+def test_non_finite_numbers_are_written_as_null(tmp_path):
+    result = fake_result()
+    result.summary["repair_gap"] = float("nan")
+    result.summary["norm_ratio"] = np.float64("inf")
+    rec = read_run(write_run(result, tmp_path, "sec"))
+    assert rec["summary"]["repair_gap"] is None and rec["summary"]["norm_ratio"] is None
+
+
+def test_is_complete_needs_a_valid_finished_record_and_the_history(tmp_path):
+    result = fake_result()
+    assert not is_complete(tmp_path, "sec", result.config)
+    folder = write_run(result, tmp_path, "sec")
+    assert is_complete(tmp_path, "sec", result.config)
+    assert not is_complete(tmp_path, "other", result.config)
+    (folder / "history.csv").unlink()
+    assert not is_complete(tmp_path, "sec", result.config)
+    write_run(dataclasses.replace(result, status="running"), tmp_path, "sec")
+    assert not is_complete(tmp_path, "sec", result.config)
+    write_run(dataclasses.replace(result, status="diverged"), tmp_path, "sec")
+    assert is_complete(tmp_path, "sec", result.config)
+
+
+@pytest.mark.parametrize("content", ['{"schema": 1, "run_id": "x", "sect', "", "[1, 2]", '{"schema": 1}',
+                                     "\x00\xff garbage"])
+def test_a_corrupt_run_json_is_named_by_read_run_and_skipped_by_the_loaders(tmp_path, content):
+    good = write_run(fake_result(sigma_w=0.5), tmp_path, "sec")
+    bad = write_run(fake_result(sigma_w=2.0), tmp_path, "sec")
+    (bad / "run.json").write_text(content, encoding="latin-1")
+    with pytest.raises(ResultsError, match=re.escape(str(bad / "run.json"))):
+        read_run(bad)
+    assert not is_complete(tmp_path, "sec", fake_result(sigma_w=2.0).config)
+    with pytest.warns(UserWarning, match=re.escape(str(bad / "run.json"))):
+        runs = load_runs(tmp_path)
+    assert runs["path"].tolist() == [str(good)]
+    with pytest.warns(UserWarning, match=re.escape(str(bad / "run.json"))):
+        assert set(load_histories(tmp_path)["run_id"]) == {good.name}
+
+
+def test_read_run_names_a_missing_file_and_a_wrong_schema(tmp_path):
+    with pytest.raises(ResultsError, match="does not exist"):
+        read_run(tmp_path / "nope")
+    folder = write_run(fake_result(), tmp_path, "sec")
+    rec = json.loads((folder / "run.json").read_text())
+    (folder / "run.json").write_text(json.dumps({**rec, "schema": 99}))
+    with pytest.raises(ResultsError, match="schema 99"):
+        read_run(folder)
+
+
+def test_check_writable_refuses_a_path_under_a_file(tmp_path):
+    (tmp_path / "f").write_text("x")
+    with pytest.raises(ResultsError, match=re.escape(str(tmp_path / "f" / "sec"))):
+        check_writable(tmp_path / "f" / "sec")
+    assert check_writable(tmp_path / "a" / "b").is_dir()
+
+
+# ------------------------------------------------------------------------------------------------ loaders
+def test_load_runs_reads_a_tree_of_any_depth_with_the_contract_columns(tmp_path):
+    a, b = fake_result(sigma_w=0.5), fake_result(sigma_w=2.0, status="diverged")
+    write_run(a, tmp_path / "cpu", "s1")
+    write_run(b, tmp_path / "paper" / "deeper", "s2")
+    runs = load_runs(tmp_path)
+    assert list(runs.columns[:4]) == list(RUN_COLUMNS)
+    assert set(CONFIG_FIELDS) | set(SUMMARY_KEYS) | {"git_commit", "data_source"} <= set(runs.columns)
+    runs = runs.set_index("run_id")
+    assert runs.loc[a.run_id, "section"] == "s1" and runs.loc[b.run_id, "status"] == "diverged"
+    assert runs.loc[b.run_id, "sigma_w"] == 2.0 and runs.loc[a.run_id, "betas"] == (0.9, 0.999)
+    assert runs.loc[a.run_id, "tau_interp"] == 2 and runs.loc[a.run_id, "git_commit"] == "abc123"
+    assert runs.loc[a.run_id, "data_source"] == "synthetic:test"
+    assert Path(runs.loc[b.run_id, "path"]) == tmp_path / "paper" / "deeper" / "s2" / b.run_id
+    assert load_runs(tmp_path / "cpu")["run_id"].tolist() == [a.run_id]  # a subtree
+    assert load_runs(tmp_path / "cpu" / "s1" / a.run_id)["run_id"].tolist() == [a.run_id]  # one run folder
+
+
+def test_load_histories_adds_run_and_config_columns_and_keeps_values(tmp_path):
+    a, b = fake_result(sigma_w=0.5, epochs=2), fake_result(sigma_w=2.0, seed=3)
+    write_run(a, tmp_path, "s")
+    write_run(b, tmp_path, "s")
+    h = load_histories(tmp_path)
+    assert list(h.columns[:2 + len(HISTORY_CONFIG_COLUMNS)]) == ["run_id", "section", *HISTORY_CONFIG_COLUMNS]
+    assert len(h) == 3 + 4 and set(h["run_id"]) == {a.run_id, b.run_id}
+    hb = h[h["run_id"] == b.run_id]
+    assert (hb["seed"] == 3).all() and (hb["sigma_w"] == 2.0).all() and (hb["lr"] == 0.01).all()
+    back = hb.drop(columns=["run_id", "section", *HISTORY_CONFIG_COLUMNS]).rename(columns={"lr_epoch": "lr"})
+    pd.testing.assert_frame_equal(back.reset_index(drop=True), b.history, check_dtype=False, check_exact=True)
+
+
+def test_an_empty_tree_gives_empty_frames_with_the_columns(tmp_path):
+    runs, hist = load_runs(tmp_path), load_histories(tmp_path / "does-not-exist")
+    assert runs.empty and hist.empty
+    assert set(RUN_COLUMNS) | set(CONFIG_FIELDS) | set(SUMMARY_KEYS) <= set(runs.columns)
+    assert {"run_id", "section", *HISTORY_CONFIG_COLUMNS, "epoch", "lr_epoch", "val_loss"} <= set(hist.columns)
+    assert "lr" in HISTORY_COLUMNS
+
+
+def test_run_id_is_stable_across_sessions():
+    # Pinned: a changed id orphans every stored result. Change it only with a deliberate migration.
+    assert run_id(TrainConfig()) == run_id(TrainConfig().to_dict()) == "cec40c3ebfe8"
+
+
+# ------------------------------------------------------------------------------------------------ sweep point
+def test_run_sigma_sweep_trains_each_point_once_and_then_skips(tmp_path, capsys, monkeypatch):
+    df = run_sigma_sweep(TINY, sigma_ws=[2.0, 0.5], seeds=[0], results=tmp_path, section="s", progress=False)
+    assert df["sigma_w"].tolist() == [2.0, 0.5] and (df["status"] == "complete").all()
+    assert {"test_acc_at_best", "tau_interp", "init_weight_norm", "final_weight_norm"} <= set(df.columns)
+    assert df["init_weight_norm"].iloc[0] == pytest.approx(4 * df["init_weight_norm"].iloc[1], rel=1e-6)
+    stamps = {p: read_run(p)["finished_at"] for p in df["path"]}
+    capsys.readouterr()
+
+    def no_training(*a, **k):
+        raise AssertionError("a complete run was trained again")
+
+    monkeypatch.setattr(experiment, "train", no_training)
+    again = run_sigma_sweep(TrainConfig(**TINY), sigma_ws=[2.0, 0.5], results=tmp_path, section="s",
+                            progress=False)
+    assert "skipping 2 complete run(s)" in capsys.readouterr().out
+    pd.testing.assert_frame_equal(again, df)
+    assert {p: read_run(p)["finished_at"] for p in again["path"]} == stamps
+
+
+def test_a_diverging_point_is_recorded_and_the_sweep_goes_on(tmp_path, capsys):
+    df = run_sigma_sweep({**TINY, "lr": 1e20}, sigma_ws=[0.5, 1.0], results=tmp_path, section="s",
+                         ensemble=True, progress=False)
+    assert df["status"].tolist() == ["diverged", "diverged"] and df["diverged_epoch"].tolist() == [1, 1]
+    assert "ensemble training is not available yet" in capsys.readouterr().out
+    assert point_summary(df)["n_diverged"] == 2
+
+
+def test_run_sigma_sweep_refuses_bad_arguments(tmp_path):
+    with pytest.raises(ConfigError, match=r"TrainConfig\.sigma_w=-1\.0"):
+        run_sigma_sweep(TINY, sigma_ws=[-1.0], results=tmp_path, section="s")
+    with pytest.raises(ConfigError, match="sigma_ws=\\[0.5, 0.5\\]"):
+        run_sigma_sweep(TINY, sigma_ws=[0.5, 0.5], results=tmp_path, section="s")
+    with pytest.raises(ConfigError, match="seeds=\\[\\]"):
+        run_sigma_sweep(TINY, sigma_ws=[0.5], seeds=[], results=tmp_path, section="s")
+    with pytest.raises(ConfigError, match="did you mean 'lr'"):
+        run_sigma_sweep({**TINY, "lrr": 1}, sigma_ws=[0.5], results=tmp_path, section="s")
+    assert not any(tmp_path.iterdir())
+
+
+def test_point_summary_averages_seeds_before_the_spread():
+    df = pd.DataFrame({
+        "sigma_w": [0.5, 0.5, 1.0, 1.0, 2.0, 2.0], "seed": [0, 1, 0, 1, 0, 1],
+        "status": ["complete"] * 5 + ["diverged"], "interpolated": [True, True, True, False, None, False],
+        "test_acc_at_best": [0.80, 0.70, 0.60, 0.60, 0.50, None],
+    })  # fmt: skip
+    s = point_summary(df)
+    # per-sigma means 0.75, 0.60, 0.50 -> 25 pp; per seed: seed 0 0.80-0.50 = 30 pp, seed 1 0.70-0.60 = 10 pp
+    assert s["spread_pp"] == pytest.approx(25.0)
+    assert s["spread_seed_std_pp"] == pytest.approx(np.std([30.0, 10.0], ddof=1))
+    assert (s["best_sigma_w"], s["worst_sigma_w"]) == (0.5, 2.0)
+    assert (s["n_runs"], s["n_interpolated"], s["n_diverged"], s["n_complete"]) == (6, 3, 1, 5)
+    assert s["test_acc_by_sigma_w"] == pytest.approx({0.5: 0.75, 1.0: 0.60, 2.0: 0.50})
+    one_seed = point_summary(df[df["seed"] == 0])
+    assert one_seed["spread_pp"] == pytest.approx(30.0) and one_seed["spread_seed_std_pp"] is None
+    with pytest.raises(ConfigError, match="test_acc_at_best"):
+        point_summary(df.drop(columns="test_acc_at_best"))
+
+
+def test_loading_warns_only_for_corrupt_files(tmp_path):
+    write_run(fake_result(), tmp_path, "s")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert len(load_runs(tmp_path)) == 1 and len(load_histories(tmp_path)) == 4
+
+
+# ------------------------------------------------------------------------------------------------ provenance
+PROVENANCE_KEYS = {"git_commit", "git_dirty", "python", "torch", "torchvision", "numpy", "pandas", "initmem", "cuda",
+                   "torch_threads", "platform", "hostname", "device", "device_name", "cpu_count", "timestamp_utc"}
+
+
+def test_provenance_names_the_code_the_software_and_the_machine():
+    p = provenance("cpu")
+    assert set(p) == PROVENANCE_KEYS and json.loads(json.dumps(p)) == p
+    assert p["torch"] and p["numpy"] and p["device"] == "cpu" and p["cpu_count"] >= 1
+    assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\+00:00", p["timestamp_utc"])
+    if (Path(__file__).resolve().parents[1] / ".git").exists() and p["git_commit"] is not None:
+        assert re.fullmatch(r"[0-9a-f]{40}", p["git_commit"]) and isinstance(p["git_dirty"], bool)
+
+
+def test_provenance_without_git_gives_none_and_does_not_raise(monkeypatch):
+    monkeypatch.setenv("PATH", "")  # no git executable to be found
+    p = provenance(None)
+    assert p["git_commit"] is None and p["git_dirty"] is None and p["python"]

@@ -1,0 +1,274 @@
+"""The training engine: TrainConfig validation, the history contract, clocks, divergence, determinism, progress.
+
+Runs are tiny (ResNet-9 at width 1/16, 256 synthetic training images, 2 epochs: about a second each on one CPU).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+
+from initmem import metrics, models, optim
+from initmem.errors import ConfigError, ResultsError
+from initmem.results import HISTORY_COLUMNS, is_complete, load_histories, load_runs, read_run, run_id
+from initmem.train import RUN_ID_EXCLUDE, TrainConfig, _progress_mode, train
+
+TINY = dict(arch="resnet9", width=0.0625, sigma_w=1.0, optimizer="sgd", lr=0.05, weight_decay=5e-4, batch_size=64,
+            epochs=2, data="synthetic", n_train=256, n_val=100, n_test=100, device="cpu")
+STEPS_PER_EPOCH = 4  # 256 / 64
+CIFAR_TAR = "/work/shared/data/cifar10-jpeg.tar.gz"
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory):
+    out = tmp_path_factory.mktemp("results")
+    return train(TrainConfig(**TINY), out_dir=out, section="sec", progress=False), out
+
+
+# ------------------------------------------------------------------------------------------------ the history
+def test_history_has_the_contract_columns_and_an_epoch_zero_row(run):
+    result, _ = run
+    h = result.history
+    layers = models.layer_names(models.build_model("resnet9", 1.0, 0.0625))
+    assert list(h.columns) == [*HISTORY_COLUMNS, *(f"norm:{n}" for n in layers)]
+    assert h["epoch"].tolist() == [0, 1, 2]
+    first = h.iloc[0]
+    assert first["step"] == 0 and math.isnan(first["train_loss"]) and math.isnan(first["train_acc_running"])
+    assert math.isnan(first["lr"])  # no step taken yet
+    assert (first[["T_SGD", "T_L2", "T_adapt"]] == 0).all()
+    for col in ("val_loss", "test_loss", "train_acc", "weight_norm"):
+        assert math.isfinite(first[col]), col  # measured at initialisation
+    assert h["wall_time"].is_monotonic_increasing and (h["wall_time"] >= 0).all()
+
+
+def test_clocks_and_steps_follow_the_closed_form_for_a_constant_lr(run):
+    h, cfg = run[0].history, run[0].config
+    steps = np.array([0, 1, 2]) * STEPS_PER_EPOCH
+    assert h["step"].tolist() == steps.tolist()
+    assert h["lr"].iloc[1:].tolist() == [cfg.lr, cfg.lr]
+    np.testing.assert_allclose(h["T_adapt"], cfg.lr * steps, rtol=1e-12)
+    np.testing.assert_allclose(h["T_SGD"], cfg.lr**2 * steps / cfg.batch_size, rtol=1e-12)
+    np.testing.assert_allclose(h["T_L2"], cfg.weight_decay * cfg.lr * steps, rtol=1e-12)
+
+
+def test_accuracies_are_fractions_and_weight_norm_is_the_norm_of_the_layer_norms(run):
+    h = run[0].history
+    for col in ("train_acc_running", "train_acc", "val_acc", "test_acc"):
+        vals = h[col].dropna()
+        assert ((vals >= 0) & (vals <= 1)).all(), col
+    # 256 train, 100 val/test images: every accuracy is a whole number of images
+    np.testing.assert_allclose(h["val_acc"] * 100, np.round(h["val_acc"] * 100), atol=1e-9)
+    layer_cols = [c for c in h.columns if c.startswith("norm:")]
+    np.testing.assert_allclose(h["weight_norm"], np.sqrt((h[layer_cols] ** 2).sum(axis=1)), rtol=1e-6)
+    assert h["weight_norm"].iloc[2] != h["weight_norm"].iloc[0]  # training moved the weights
+
+
+def test_epoch_zero_norms_are_those_of_the_seeded_initialisation(run):
+    torch.manual_seed(0)  # TrainConfig's default seed
+    model = models.build_model("resnet9", TINY["sigma_w"], TINY["width"])
+    h = run[0].history
+    assert h["weight_norm"].iloc[0] == pytest.approx(models.weight_norm(model), rel=1e-6)
+    for name, norm in models.layer_norms(model).items():
+        assert h[f"norm:{name}"].iloc[0] == pytest.approx(norm, rel=1e-6)
+
+
+def test_summary_is_summarize_history_of_the_history(run):
+    result = run[0]
+    assert result.status == "complete" and set(result.summary) == set(metrics.SUMMARY_KEYS)
+    assert result.summary == metrics.summarize_history(result.history)
+    assert result.summary["epochs_run"] == 2 and result.summary["steps"] == 2 * STEPS_PER_EPOCH
+    assert result.summary["diverged_epoch"] is None
+
+
+def test_the_written_run_reads_back_through_load_runs_and_load_histories(run):
+    result, out = run
+    assert result.path == out / "sec" / result.run_id and is_complete(out, "sec", result.config)
+    runs = load_runs(out)
+    assert len(runs) == 1
+    row = runs.iloc[0]
+    assert (row["run_id"], row["section"], row["status"]) == (result.run_id, "sec", "complete")
+    assert row["sigma_w"] == 1.0 and row["lr"] == 0.05 and row["betas"] == (0.9, 0.999)
+    assert row["data_source"].startswith("synthetic:") and row["T_adapt"] == pytest.approx(0.05 * 8)
+    assert row["test_acc_at_best"] == result.summary["test_acc_at_best"]
+    hist = load_histories(out)
+    assert hist["epoch"].tolist() == [0, 1, 2] and (hist["run_id"] == result.run_id).all()
+    assert (hist["lr"] == 0.05).all() and (hist["sigma_w"] == 1.0).all()  # the config's lr, constant per run
+    back = hist.drop(columns=["run_id", "section", "arch", "width", "sigma_w", "optimizer", "lr", "weight_decay",
+                              "batch_size", "seed", "epochs"]).rename(columns={"lr_epoch": "lr"})
+    pd.testing.assert_frame_equal(back, result.history, check_dtype=False, check_exact=True)  # CSV keeps every bit
+    rec = read_run(result.path)
+    assert rec["provenance"]["data_source"] == row["data_source"] and rec["started_at"] <= rec["finished_at"]
+
+
+def test_a_scheduled_muon_run_logs_the_lr_of_each_epochs_last_step_and_sums_the_clocks_step_by_step():
+    cfg = TrainConfig(**{**TINY, "optimizer": "muon", "lr": 0.02, "weight_decay": 0.01, "schedule": "cosine",
+                         "warmup_epochs": 0.5, "epochs": 2})
+    h = train(cfg, progress=False).history
+    total = 2 * STEPS_PER_EPOCH
+    lrs = [optim.lr_at("cosine", 0.02, k, total, warmup_steps=2) for k in range(total)]
+    assert h["lr"].iloc[1:].tolist() == pytest.approx([lrs[STEPS_PER_EPOCH - 1], lrs[-1]], rel=1e-12)
+    expected = metrics.forgetting_clocks(lrs, cfg.batch_size, cfg.weight_decay)
+    assert {k: h[k].iloc[-1] for k in expected} == pytest.approx(expected, rel=1e-12)
+    assert h["train_loss"].iloc[1:].map(math.isfinite).all()
+
+
+# ------------------------------------------------------------------------------------------------ determinism
+def test_the_same_seed_gives_the_same_history_and_another_seed_another(run):
+    again = train(TrainConfig(**TINY), progress=False)
+    pd.testing.assert_frame_equal(again.history.drop(columns="wall_time"), run[0].history.drop(columns="wall_time"))
+    other = train(TrainConfig(**{**TINY, "seed": 1, "epochs": 1}), progress=False)
+    assert other.history["weight_norm"].iloc[0] != run[0].history["weight_norm"].iloc[0]  # another init
+    assert not other.history["train_loss"].iloc[1:].equals(run[0].history["train_loss"].iloc[1:2])
+
+
+def test_augmentation_is_seeded_and_changes_training(run):
+    cfg = TrainConfig(**{**TINY, "epochs": 1, "augment": True, "channels_last": False})
+    a, b = train(cfg, progress=False), train(cfg, progress=False)
+    pd.testing.assert_frame_equal(a.history.drop(columns="wall_time"), b.history.drop(columns="wall_time"))
+    plain = run[0].history  # the same recipe without augmentation (its epoch 1 does not depend on `epochs`)
+    assert a.history["val_loss"].iloc[0] == pytest.approx(plain["val_loss"].iloc[0], rel=1e-5)  # same init
+    assert a.history["train_loss"].iloc[1] != pytest.approx(plain["train_loss"].iloc[1], rel=1e-3)
+
+
+# ------------------------------------------------------------------------------------------------ divergence
+def test_a_huge_learning_rate_is_recorded_as_diverged_and_returns(tmp_path):
+    cfg = TrainConfig(**{**TINY, "lr": 1e20, "epochs": 3})
+    result = train(cfg, out_dir=tmp_path, progress=False)
+    assert result.status == "diverged" and result.summary["diverged_epoch"] == 1
+    assert result.history["epoch"].tolist() == [0, 1]  # kept up to and including the diverged epoch
+    assert not math.isfinite(result.history["train_loss"].iloc[1])
+    assert read_run(result.path)["status"] == "diverged" and is_complete(tmp_path, "adhoc", cfg)
+
+
+# ------------------------------------------------------------------------------------------------ progress
+def test_progress_lines_print_one_line_per_epoch_and_progress_false_prints_nothing(capsys, monkeypatch):
+    monkeypatch.setenv("INITMEM_PROGRESS", "lines")
+    cfg = TrainConfig(**{**TINY, "epochs": 2})
+    train(cfg, progress=True)
+    lines = capsys.readouterr().out.splitlines()
+    assert len(lines) == 3 and lines[0].startswith("run ")  # a header, then one line per epoch
+    assert "epoch 1/2 " in lines[1] and "epoch 2/2 " in lines[2] and " val " in lines[2] and " norm " in lines[2]
+    train(cfg.replace(epochs=1), progress=False)
+    captured = capsys.readouterr()
+    assert captured.out == "" and captured.err == ""
+
+
+@pytest.mark.parametrize("env,tty,expected", [("", True, "bar"), ("", False, "lines"), ("lines", True, "lines"),
+                                              ("bar", False, "bar"), ("off", True, None)])
+def test_progress_mode_follows_the_terminal_unless_initmem_progress_says_otherwise(monkeypatch, env, tty, expected):
+    monkeypatch.setenv("INITMEM_PROGRESS", env)
+    monkeypatch.setattr("sys.stderr.isatty", lambda: tty)
+    assert _progress_mode(True) == expected and _progress_mode(False) is None
+
+
+# ------------------------------------------------------------------------------------------------ refusals
+def test_an_unwritable_results_folder_fails_before_any_data_is_loaded(tmp_path, monkeypatch):
+    blocker = tmp_path / "file"
+    blocker.write_text("not a folder")
+
+    def no_loading(*a, **k):
+        raise AssertionError("data were loaded before the results folder was checked")
+
+    monkeypatch.setattr("initmem.train._data.load_cifar10", no_loading)
+    with pytest.raises(ResultsError, match=str(blocker)):
+        train(TrainConfig(**TINY), out_dir=blocker, progress=False)
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the CPU refusal of bf16")
+def test_bf16_is_refused_when_the_device_resolves_to_cpu():
+    with pytest.raises(ConfigError, match=r"TrainConfig\.amp='bf16' is invalid: .*CUDA only"):
+        train(TrainConfig(**{**TINY, "device": "auto", "amp": "bf16"}), progress=False)
+    with pytest.raises(ConfigError, match=r"TrainConfig\.amp='bf16'"):
+        TrainConfig(**{**TINY, "amp": "bf16"})  # device="cpu" explicitly: refused at construction
+
+
+# ------------------------------------------------------------------------------------------------ TrainConfig
+@pytest.mark.parametrize("name,value", [
+    ("arch", "resnet18"), ("width", 0), ("width", True), ("sigma_w", -1.0), ("sigma_w", float("nan")),
+    ("sigma_w", "1.0"), ("optimizer", "adagrad"), ("lr", 0.0), ("lr", float("inf")), ("momentum", 1.0),
+    ("weight_decay", -1e-4), ("betas", (0.9,)), ("betas", (0.9, 1.0)), ("eps", 0), ("ns_steps", 0),
+    ("ns_steps", 5.0), ("schedule", "linear"), ("warmup_epochs", -1), ("step_milestones", (0.75, 0.5)),
+    ("step_milestones", (1.5,)), ("step_gamma", 0.0), ("data", "mnist"), ("data_root", ""), ("n_train", 0),
+    ("n_val", None), ("n_test", 2.5), ("split_seed", -1), ("augment", 1), ("train_eval_size", 0),
+    ("batch_size", 0), ("batch_size", 32.0), ("epochs", True), ("seed", -3), ("device", "gpu"),
+    ("device", "cuda:x"), ("eval_batch_size", 0), ("checkpoint_every", -1), ("channels_last", "yes"),
+    ("amp", "fp16"), ("compile", None),
+])  # fmt: skip
+def test_a_bad_field_is_a_one_line_config_error_naming_field_and_value(name, value):
+    with pytest.raises(ConfigError) as err:
+        TrainConfig(**{**TINY, name: value})
+    msg = str(err.value)
+    assert msg.startswith(f"TrainConfig.{name}={value!r} is invalid: ") and "\n" not in msg
+    assert isinstance(err.value, ValueError)
+
+
+def test_none_defaults_resolve_per_optimizer_and_ints_become_floats():
+    assert (TrainConfig().lr, TrainConfig().momentum, TrainConfig().weight_decay) == (0.01, 0.0, 0.0)
+    assert TrainConfig(optimizer="sgd_momentum").momentum == 0.9
+    assert (TrainConfig(optimizer="adamw").lr, TrainConfig(optimizer="adamw").weight_decay) == (1e-3, 1e-2)
+    assert (TrainConfig(optimizer="muon").lr, TrainConfig(optimizer="muon").momentum) == (0.02, 0.95)
+    c = TrainConfig(optimizer="adam", width=1, sigma_w=2, betas=[0, 0.5])
+    assert type(c.width) is float and type(c.sigma_w) is float and c.betas == (0.0, 0.5)
+    assert run_id(c) == run_id(TrainConfig(optimizer="adam", width=1.0, sigma_w=2.0, betas=(0.0, 0.5)))
+
+
+def test_an_unused_hyper_parameter_must_keep_its_neutral_value():
+    with pytest.raises(ConfigError, match=r"TrainConfig\.momentum=0\.9 is invalid: optimizer='sgd' does not use"):
+        TrainConfig(optimizer="sgd", momentum=0.9)
+    assert TrainConfig(optimizer="muon", ns_steps=3).ns_steps == 3
+
+
+def test_to_dict_from_dict_round_trip_and_unknown_keys():
+    c = TrainConfig(optimizer="adam", step_milestones=(0.3,), n_train=1000)
+    d = c.to_dict()
+    assert d["step_milestones"] == [0.3] and d["betas"] == [0.9, 0.999]
+    assert TrainConfig.from_dict(d) == c
+    with pytest.raises(ConfigError) as err:
+        TrainConfig.from_dict({**d, "lrr": 0.1, "sigma": 1.0})
+    msg = str(err.value)
+    assert "'lrr' (did you mean 'lr'?)" in msg and "'sigma' (did you mean 'sigma_w'?)" in msg
+    assert "accepted fields are arch, width, sigma_w" in msg and "\n" not in msg
+
+
+def test_replace_revalidates_and_moves_optimizer_defaults_with_the_optimizer():
+    sgd = TrainConfig()
+    assert sgd.replace(optimizer="adam").lr == 1e-3  # followed the optimiser: it was sgd's default
+    assert sgd.replace(lr=0.1).replace(optimizer="adam").lr == 0.1  # an explicit choice is kept
+    assert TrainConfig(optimizer="muon").replace(optimizer="sgd").momentum == 0.0
+    with pytest.raises(ConfigError, match="TrainConfig.sigma_w=0.0"):
+        sgd.replace(sigma_w=0.0)
+    with pytest.raises(ConfigError, match="did you mean 'sigma_w'"):
+        sgd.replace(sigma=1.0)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        sgd.lr = 1.0
+
+
+def test_run_id_excludes_only_fields_that_cannot_change_the_result():
+    base = TrainConfig(**TINY)
+    assert run_id(base) == run_id(TrainConfig(**TINY)) and len(run_id(base)) == 12
+    int(run_id(base), 16)
+    same = base.replace(device="auto", eval_batch_size=7, checkpoint_every=3, data_root="x", channels_last=False,
+                        compile=True)
+    assert run_id(same) == run_id(base)
+    assert RUN_ID_EXCLUDE == {"device", "eval_batch_size", "checkpoint_every", "data_root", "channels_last",
+                              "compile"}
+    for change in (dict(sigma_w=2.0), dict(seed=1), dict(lr=0.1), dict(augment=True), dict(amp="bf16", device="auto")):
+        assert run_id(base.replace(**change)) != run_id(base), change
+
+
+# ------------------------------------------------------------------------------------------------ real data
+@pytest.mark.cifar10
+@pytest.mark.skipif(not os.path.exists(CIFAR_TAR), reason=f"the CIFAR-10 archive {CIFAR_TAR} is absent")
+def test_one_epoch_on_real_cifar10_images():
+    cfg = TrainConfig(**{**TINY, "data": "imagefolder", "data_root": CIFAR_TAR, "epochs": 1, "n_train": 500,
+                         "batch_size": 100, "train_eval_size": 200})
+    result = train(cfg, progress=False)
+    assert result.status == "complete" and result.provenance["data_source"].startswith("imagefolder-tar:")
+    assert result.provenance["data_hash"] and result.summary["steps"] == 5
+    assert 0 <= result.history["val_acc"].iloc[1] <= 1
