@@ -1,0 +1,158 @@
+"""`make report`: the executed notebooks of a results tree as static HTML, with an index.
+
+Every sweep point leaves its executed notebook at `<results>/<section>/notebooks/<point_id>.ipynb` (outputs, plots,
+papermill's record of parameters, duration and failure). Exporting them to HTML lets anyone read what ran, and how
+it failed, in a browser without Jupyter or Python. Pages go to `<out>/<section>/<point_id>.html`, where <section>
+is the notebook's section folder relative to `results` (so a tree holding several profiles keeps them apart), and
+`<out>/index.html` links them with their status.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import warnings
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+
+from initmem.errors import ResultsError
+
+PATTERN = "**/notebooks/*.ipynb"
+
+
+@dataclass
+class Page:
+    """One executed notebook as the index lists it."""
+
+    notebook: Path
+    section: str  # section folder relative to the results root, e.g. "01_optimizers" or "cpu/01_optimizers"
+    point: str  # the notebook's stem: the sweep point id
+    status: str  # ok | failed | incomplete (started, never finished: killed or still running) | unreadable
+    duration: float | None = None  # seconds, from papermill's metadata
+    parameters: dict | None = None
+    error: str = ""  # "<ename>: <evalue>" of the first error output, or why the file is unreadable
+    html: Path | None = None  # the exported page; None when unreadable
+
+
+def find_notebooks(results: str | Path) -> list[Path]:
+    """Every executed notebook under `results` (`**/notebooks/*.ipynb`), sorted; ResultsError naming the folder and
+    the pattern when there is none."""
+    results = Path(results)
+    if not results.is_dir():
+        raise ResultsError(f"results folder {str(results)!r} does not exist; pass --results <folder of a sweep>")
+    found = sorted(p for p in results.glob(PATTERN) if ".ipynb_checkpoints" not in p.parts)
+    if not found:
+        raise ResultsError(
+            f"no executed notebooks under {str(results)!r} (looked for {PATTERN}); run a sweep first "
+            f"(initmem sweep params/<section>.yaml --results {results})"
+        )
+    return found
+
+
+def _status(nb) -> tuple[str, float | None, dict | None, str]:
+    """(status, duration, parameters, first error) from papermill's metadata and the outputs."""
+    pm = nb.metadata.get("papermill", {})
+    error = next(
+        (f"{o.get('ename', '')}: {o.get('evalue', '')}" for c in nb.cells if c.cell_type == "code"
+         for o in c.get("outputs", []) if o.get("output_type") == "error"),
+        "",
+    )  # fmt: skip
+    if pm.get("exception") or error:
+        status = "failed"
+    elif pm and not pm.get("end_time"):
+        status = "incomplete"
+    else:
+        status = "ok"
+    return status, pm.get("duration"), pm.get("parameters"), error
+
+
+def export_reports(results: str | Path = "results/cpu", out: str | Path = "reports") -> list[Path]:
+    """Export every executed notebook under `results` to `<out>/<section>/<point>.html` and write `<out>/index.html`.
+
+    Returns the pages written, index.html last. A notebook that cannot be read is listed in the index as unreadable
+    (with a warning) rather than stopping the report. ResultsError when `results` holds no executed notebook or
+    `out` cannot be written."""
+    import nbformat
+    from nbconvert import HTMLExporter
+
+    results, out = Path(results), Path(out)
+    exporter = HTMLExporter(template_name="lab")  # images are embedded as data URIs: each page stands alone
+    pages: list[Page] = []
+    for path in find_notebooks(results):
+        section, point = path.parent.parent.relative_to(results).as_posix(), path.stem
+        try:
+            nb = nbformat.read(path, as_version=4)
+        except Exception as exc:  # nbformat raises JSON, validation and OS errors alike
+            warnings.warn(f"skipping notebook {str(path)!r}: {exc}", stacklevel=2)
+            pages.append(Page(path, section, point, "unreadable", error=str(exc).splitlines()[0][:200]))
+            continue
+        page = Page(path, section, point, *_status(nb))
+        page.html = out / section / f"{point}.html"
+        body, _ = exporter.from_notebook_node(nb, resources={"metadata": {"name": f"{section}/{point}"}})
+        _write(page.html, body)
+        pages.append(page)
+    index = out / "index.html"
+    _write(index, _index_html(pages, results, out))
+    return [p.html for p in pages if p.html] + [index]
+
+
+def _write(path: Path, text: str) -> None:
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text, encoding="utf-8")
+    except OSError as exc:
+        raise ResultsError(f"cannot write report {str(path)!r}: {exc.strerror or exc}") from None
+
+
+_STYLE = """body{font-family:system-ui,sans-serif;margin:2em}table{border-collapse:collapse}
+td,th{border:1px solid #ccc;padding:.3em .6em;text-align:left;vertical-align:top}
+.ok{color:#1a7f37}.failed,.unreadable{color:#cf222e;font-weight:bold}.incomplete{color:#9a6700}
+code{font-size:.85em}"""
+
+
+def _varying(pages: list[Page]) -> dict[str, set[str]]:
+    """Per section, the parameter names whose values differ between its points: what tells the points apart."""
+    values: dict[tuple[str, str], set[str]] = {}
+    for p in pages:
+        for k, v in (p.parameters or {}).items():
+            values.setdefault((p.section, k), set()).add(json.dumps(v, sort_keys=True))
+    out: dict[str, set[str]] = {}
+    for (section, k), vs in values.items():
+        if len(vs) > 1:
+            out.setdefault(section, set()).add(k)
+    return out
+
+
+def _index_html(pages: list[Page], results: Path, out: Path) -> str:
+    counts = {s: sum(p.status == s for p in pages) for s in ("ok", "failed", "incomplete", "unreadable")}
+    varying = _varying(pages)
+    rows = []
+    for p in pages:
+        link = html.escape(p.html.relative_to(out).as_posix()) if p.html else ""
+        point = f'<a href="{link}">{html.escape(p.point)}</a>' if link else html.escape(p.point)
+        duration = f"{p.duration:.1f}" if isinstance(p.duration, (int, float)) else ""
+        params = ""
+        if p.parameters:  # the distinguishing values in sight, every injected parameter one click away
+            keys = sorted(varying.get(p.section, set()) & set(p.parameters))
+            short = " ".join(f"{k}={json.dumps(p.parameters[k])}" for k in keys) or "all"
+            full = json.dumps(p.parameters, sort_keys=True)
+            params = f"<details><summary>{html.escape(short)}</summary><code>{html.escape(full)}</code></details>"
+        rows.append(
+            f"<tr><td>{html.escape(p.section)}</td><td>{point}</td>"
+            f'<td class="{p.status}">{p.status}</td><td>{duration}</td>'
+            f"<td>{params}</td><td>{html.escape(p.error)}</td></tr>"
+        )
+    summary = ", ".join(f"{n} {s}" for s, n in counts.items() if n)
+    stamp = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
+    return f"""<!DOCTYPE html>
+<html lang="en"><head><meta charset="utf-8"><title>initmem report: {html.escape(str(results))}</title>
+<style>{_STYLE}</style></head><body>
+<h1>Executed notebooks of <code>{html.escape(str(results))}</code></h1>
+<p>{len(pages)} notebooks: {summary}. Written {stamp} by <code>initmem report</code>.</p>
+<table><thead><tr><th>section</th><th>point</th><th>status</th><th>duration (s)</th><th>parameters</th>
+<th>error</th></tr></thead>
+<tbody>
+{chr(10).join(rows)}
+</tbody></table></body></html>
+"""
