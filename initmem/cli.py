@@ -189,8 +189,15 @@ def _cmd_report(args: argparse.Namespace) -> int:
 
 
 # -----------------------------------------------------------------------------------------------------------
+class _Parser(argparse.ArgumentParser):
+    """argparse whose usage errors are ONE line, like every other initmem error (no usage block)."""
+
+    def error(self, message: str):
+        self.exit(2, f"{self.prog}: error: {message} (see '{self.prog} --help')\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="initmem", description="Do deep networks forget initialization?")
+    parser = _Parser(prog="initmem", description="Do deep networks forget initialization?")
     sub = parser.add_subparsers(dest="command", required=True)
     for add in (_add_train, _add_run, _add_sweep, _add_figures, _add_report):
         add(sub)
@@ -198,7 +205,15 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args, extra = parser.parse_known_args(argv)
+    if extra:  # reported by the subcommand's parser, with the closest of its flags
+        import difflib
+
+        sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices[args.command]
+        flags = [s for a in sub._actions for s in a.option_strings if s.startswith("--")]
+        close = difflib.get_close_matches(extra[0].split("=")[0], flags, 1, cutoff=0.7)
+        sub.error(f"unrecognized arguments: {' '.join(extra)}" + (f" (did you mean {close[0]}?)" if close else ""))
     try:
         return int(args.func(args) or 0)
     except InitmemError as exc:

@@ -1,0 +1,404 @@
+"""The study's figures, and `Section`: what a figure notebook calls to load a results tree and write stamped,
+reproducible artefacts (`<out>/<name>.{png,pdf,json}`, tables through `tables.save_table`).
+
+Figures are plain `matplotlib.figure.Figure`s (no pyplot: no global state, nothing to close, the Agg/PDF
+canvases are picked per file) saved without timestamps, so the same results give byte-identical files. Every
+builder takes load_runs/load_histories frames and raises `tables.NoResults` when it has nothing to draw; `Section`
+turns that, or a missing section, into a placeholder artefact saying so instead of a crash.
+"""
+
+from __future__ import annotations
+
+import math
+import textwrap
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+import matplotlib
+import numpy as np
+import pandas as pd
+from matplotlib import ticker
+from matplotlib.colors import LogNorm, Normalize
+from matplotlib.figure import Figure
+
+from initmem import tables
+from initmem.tables import NoResults, Stamp
+
+ROOT = Path(__file__).resolve().parent.parent  # the repository (params/ lives there)
+DPI = 150
+STYLE = {"font.size": 8, "axes.titlesize": 9, "axes.labelsize": 8, "legend.fontsize": 7, "xtick.labelsize": 7,
+         "ytick.labelsize": 7, "axes.spines.top": False, "axes.spines.right": False, "axes.grid": True,
+         "grid.alpha": 0.3, "grid.linewidth": 0.5, "lines.linewidth": 1.2, "lines.markersize": 4,
+         "savefig.dpi": DPI, "pdf.compression": 6, "svg.hashsalt": "initmem"}
+# no software/date entries: regenerating from the same results gives the same bytes
+PNG_METADATA = {"Software": None}
+PDF_METADATA = {"Creator": None, "Producer": None, "CreationDate": None, "ModDate": None}
+SECTION_COLORS = {"01": "C0", "02": "C1", "03": "C2", "04": "C3", "05": "C4"}
+
+
+def _figure(ncols: int = 1, nrows: int = 1, width: float = 6.4, height: float = 3.2, **kw) -> tuple[Figure, np.ndarray]:
+    fig = Figure(figsize=(width, height), layout="constrained")
+    fig.get_layout_engine().set(rect=(0, 0.045, 1, 0.955))  # room for the stamp under the axes
+    axes = fig.subplots(nrows, ncols, squeeze=False, **kw)
+    return fig, axes.ravel()
+
+
+def _log_axis(ax, which: str) -> None:
+    """Log scale with plain-number ticks at 1-2-5 (a norm axis spans less than a few decades)."""
+    getattr(ax, f"set_{which}scale")("log")
+    axis = getattr(ax, f"{which}axis")
+    axis.set_major_locator(ticker.LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
+    axis.set_major_formatter(ticker.FormatStrFormatter("%g"))
+    axis.set_minor_formatter(ticker.NullFormatter())
+
+
+def _sigma_axis(ax, sigmas: Sequence[float]) -> None:
+    ax.set_xscale("log")
+    ax.set_xticks(list(sigmas), [f"{s:g}" for s in sigmas])
+    ax.minorticks_off()
+    ax.set_xlabel("σ_w (initialisation scale)")
+
+
+def _sigma_colors(sigmas: Sequence[float]):
+    norm = LogNorm(min(sigmas), max(sigmas)) if len(sigmas) > 1 and min(sigmas) > 0 else Normalize(0, 1)
+    cmap = matplotlib.colormaps["viridis"]
+    return {s: cmap(0.9 * norm(s)) if len(sigmas) > 1 else cmap(0.4) for s in sigmas}
+
+
+def _legend(ax, **kw) -> None:
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(frameon=False, **kw)
+
+
+# --- F1 ----------------------------------------------------------------------------------------------------
+def accuracy_vs_sigma(runs: pd.DataFrame) -> Figure:
+    """F1: test accuracy at the best-validation epoch against σ_w, one line per configuration (optimiser); error
+    bars = std over seeds."""
+    confs = tables.configurations(runs)
+    sigmas = sorted(confs["sigma_w"].unique())
+    fig, (ax,) = _figure(width=4.8, height=3.4)
+    for _, g in confs.groupby("config", sort=True):
+        acc = 100 * g.groupby("sigma_w")["test_acc_at_best"].agg(["mean", "std"])
+        ax.errorbar(acc.index, acc["mean"], yerr=acc["std"].fillna(0), marker="o", capsize=2, label=g["label"].iloc[0])
+    _sigma_axis(ax, sigmas)
+    ax.set_ylabel("test accuracy at best val. loss (%)")
+    _legend(ax)
+    return fig
+
+
+# --- F2 ----------------------------------------------------------------------------------------------------
+def weight_norm_curves(runs: pd.DataFrame, histories: pd.DataFrame, optimizers: Sequence[str] = ("sgd", "adam")
+                       ) -> Figure:
+    """F2: total weight norm ‖W‖_F over training, one line per σ_w (mean over seeds), one panel per configuration
+    of the given optimisers, on a common log scale: SGD's lines stay apart (norm coupled to the initial one),
+    Adam's meet (a common scale)."""
+    confs = tables.configurations(runs)
+    confs = confs[confs["optimizer"].isin(optimizers)]
+    if confs.empty:
+        raise NoResults(f"no runs of optimizer {' or '.join(optimizers)}")
+    ids = sorted(confs["config"].unique(), key=lambda c: (list(optimizers).index(
+        confs.loc[confs["config"] == c, "optimizer"].iloc[0]), c))
+    sigmas = sorted(confs["sigma_w"].unique())
+    colors = _sigma_colors(sigmas)
+    fig, axes = _figure(ncols=len(ids), width=3.2 * len(ids) + 0.6, height=3.2, sharey=True)
+    for ax, cid in zip(axes, ids, strict=True):
+        g = confs[confs["config"] == cid]
+        h = histories[histories["run_id"].isin(g["run_id"])]
+        h = h.assign(sigma_w=h["run_id"].map(g.set_index("run_id")["sigma_w"]))  # the run's, not the history's
+        for s in sigmas:
+            curve = h[h["sigma_w"] == s].groupby("epoch")["weight_norm"].mean()
+            if len(curve):
+                ax.plot(curve.index, curve.to_numpy(), color=colors[s], label=f"σ_w={s:g}")
+        _log_axis(ax, "y")
+        ax.set_title(g["label"].iloc[0])
+        ax.set_xlabel("epoch")
+    axes[0].set_ylabel("total weight norm ‖W‖_F")
+    _legend(axes[-1], loc="best")
+    return fig
+
+
+# --- F3 ----------------------------------------------------------------------------------------------------
+def radial_memory_plot(runs: pd.DataFrame) -> Figure:
+    """F3: final against initial weight norm across σ_w for every configuration, log-log, each with its fitted
+    slope (`metrics.radial_memory`: ~1 the final norm remembers the initial, ~0 it forgot) in the legend."""
+    confs = tables.configurations(runs)
+    fig, (ax,) = _figure(width=4.6, height=3.8)
+    for _, g in confs.groupby("config", sort=True):
+        ok = g[["init_weight_norm", "final_weight_norm"]].dropna().astype(float)
+        ok = ok[(ok > 0).all(axis=1)].sort_values("init_weight_norm")
+        if ok.empty:
+            continue
+        slope = tables._radial_slope(g)
+        label = g["label"].iloc[0] + ("" if math.isnan(slope) else f" (slope {slope:.2f})")
+        ax.plot(ok["init_weight_norm"], ok["final_weight_norm"], marker="o", label=label)
+    lo, hi = ax.get_xlim()
+    ax.plot([lo, hi], [lo, hi], color="0.6", linestyle="--", linewidth=0.8, label="final = initial")
+    _log_axis(ax, "x")
+    _log_axis(ax, "y")
+    ax.set_xlabel("initial weight norm ‖W₀‖_F")
+    ax.set_ylabel("final weight norm ‖W‖_F")
+    _legend(ax)
+    return fig
+
+
+# --- F4 ----------------------------------------------------------------------------------------------------
+def spread_vs_batch_size(runs: pd.DataFrame) -> Figure:
+    """F4: spread (pp) against batch size, one line per optimiser; error bars = std over seeds."""
+    cs = tables.config_spreads(runs)
+    fig, (ax,) = _figure(width=4.6, height=3.4)
+    others = [c for c in dict.fromkeys(["optimizer", *tables._label_columns(cs)])
+              if c != "batch_size" and c in cs.columns]
+    for key, g in cs.groupby(others, sort=False):
+        g = g.sort_values("batch_size")
+        name = " ".join(tables.fmt_value(k) for k in (key if isinstance(key, tuple) else (key,)))
+        ax.errorbar(g["batch_size"], g["spread_pp"], yerr=g["spread_pp_std"].fillna(0), marker="o", capsize=2,
+                    label=name)
+    sizes = sorted(cs["batch_size"].unique())
+    ax.set_xscale("log", base=2)
+    ax.set_xticks(sizes, [str(int(b)) for b in sizes])
+    ax.minorticks_off()
+    ax.set_xlabel("batch size b")
+    ax.set_ylabel("test-accuracy spread across σ_w (pp)")
+    ax.set_ylim(bottom=-0.5)  # spreads are >= 0; a zero stays visible
+    _legend(ax)
+    return fig
+
+
+# --- F5 ----------------------------------------------------------------------------------------------------
+def spread_heatmap(runs: pd.DataFrame) -> Figure:
+    """F5: heatmap of the SGD spread (pp) over learning rate (rows) × L2 weight decay (columns), the numbers
+    written in the cells (the same grid as T3)."""
+    t = tables.lr_l2_table(runs)
+    cells = [c for c in t.columns if c.startswith("wd=") and not c.endswith("_std")]
+    lead = [c for c in t.columns if c not in cells and not c.endswith("_std")]
+    z = t[cells].to_numpy(dtype=float)
+    fig, (ax,) = _figure(width=1.2 * len(cells) + 2.4, height=0.45 * len(t) + 1.8)
+    im = ax.imshow(z, cmap="magma_r", aspect="auto", vmin=0, vmax=max(1.0, float(np.nanmax(z)) if z.size else 1))
+    for (i, j), v in np.ndenumerate(z):
+        if not math.isnan(v):
+            ax.text(j, i, f"{v:.1f}", ha="center", va="center", fontsize=7,
+                    color="white" if v > 0.6 * im.norm.vmax else "black")
+    ax.set_xticks(range(len(cells)), [c.split("=", 1)[1] for c in cells])
+    ax.set_yticks(range(len(t)), [" ".join(tables.fmt_value(v) for v in r) for r in t[lead].itertuples(index=False)])
+    ax.set_xlabel("L2 weight decay λ")
+    ax.set_ylabel(" ".join("learning rate η" if c == "lr" else c for c in lead))
+    ax.grid(False)
+    fig.colorbar(im, ax=ax, label="spread across σ_w (pp)")
+    return fig
+
+
+# --- F6 ----------------------------------------------------------------------------------------------------
+def depth_interpolation_map(runs: pd.DataFrame) -> Figure:
+    """F6: per optimiser, a map architecture × σ_w coloured by test accuracy (%) and marked with the
+    interpolation epoch, or ✗ where no seed interpolated (deep nets that fail to train at large σ_w)."""
+    confs = tables.configurations(runs)
+    archs = sorted(confs["arch"].unique(), key=lambda a: tables._rank("arch", a))
+    opts = sorted(confs["optimizer"].unique(), key=lambda o: tables._rank("optimizer", o))
+    sigmas = sorted(confs["sigma_w"].unique())
+    fig, axes = _figure(ncols=len(opts), width=0.55 * len(sigmas) * len(opts) + 1.8, height=0.5 * len(archs) + 1.7)
+    norm = Normalize(100 * confs["test_acc_at_best"].min(), 100 * confs["test_acc_at_best"].max())
+    for ax, opt in zip(axes, opts, strict=True):
+        z = np.full((len(archs), len(sigmas)), np.nan)
+        for (i, a), (j, s) in ((ia, js) for ia in enumerate(archs) for js in enumerate(sigmas)):
+            r = confs[(confs["arch"] == a) & (confs["optimizer"] == opt) & (confs["sigma_w"] == s)]
+            if r.empty:
+                continue
+            z[i, j] = 100 * r["test_acc_at_best"].astype(float).mean()
+            tau = r["tau_interp"].dropna()
+            ax.text(j, i, "✗" if tau.empty else f"{tau.median():.0f}", ha="center", va="center", fontsize=6,
+                    color="white" if norm(z[i, j]) < 0.5 else "black")
+        im = ax.imshow(z, cmap="viridis", norm=norm, aspect="auto")
+        ax.set_xticks(range(len(sigmas)), [f"{s:g}" for s in sigmas])
+        ax.set_yticks(range(len(archs)), archs)
+        ax.set_xlabel("σ_w   (cell: interpolation epoch; ✗ never)")
+        ax.set_title(opt)
+        ax.grid(False)
+    fig.colorbar(im, ax=list(axes), label="test accuracy (%)")
+    return fig
+
+
+# --- F7 ----------------------------------------------------------------------------------------------------
+def spread_vs_clocks(runs: pd.DataFrame) -> Figure:
+    """F7: spread (pp) of every configuration of every section against its forgetting clocks T_SGD, T_L2, T_adapt
+    (three log-x panels). A configuration's clock is its value at the end of training (median over its runs):
+    clocks do not depend on σ_w, while the best epoch does. Zero clocks (no L2) cannot sit on a log axis and are
+    counted in a note instead."""
+    cs = tables.config_spreads(runs)
+    fig, axes = _figure(ncols=3, width=9.0, height=3.2, sharey=True)
+    names = {"T_SGD": "T_SGD = Σ η² / b", "T_L2": "T_L2 = λ Σ η", "T_adapt": "T_adapt = Σ η"}
+    for ax, clock in zip(axes, tables.CLOCKS, strict=True):
+        ok = cs[cs[clock] > 0]
+        for section, g in ok.groupby("section", sort=True):
+            ax.errorbar(g[clock], g["spread_pp"], yerr=g["spread_pp_std"].fillna(0), fmt="o", capsize=2,
+                        color=SECTION_COLORS.get(section[:2]), label=section)
+        skipped = int((~(cs[clock] > 0)).sum())
+        if skipped:
+            ax.text(0.02, 0.98, f"{skipped} configuration(s) with {clock} = 0 not shown", transform=ax.transAxes,
+                    va="top", fontsize=6, color="0.4")
+        if len(ok):
+            ax.set_xscale("log")
+            ax.xaxis.set_minor_formatter(ticker.NullFormatter())
+        ax.set_xlabel(names[clock] + " (end of training)")
+    axes[0].set_ylabel("test-accuracy spread across σ_w (pp)")
+    axes[0].set_ylim(bottom=-0.5)  # spreads are >= 0; a zero stays visible
+    handles = {lab: h for ax in axes for h, lab in zip(*ax.get_legend_handles_labels(), strict=True)}
+    if handles:
+        fig.legend(list(handles.values()), list(handles), loc="outside right upper", frameon=False)
+    return fig
+
+
+# --- F8 ----------------------------------------------------------------------------------------------------
+def repair_gap_bars(runs: pd.DataFrame) -> Figure:
+    """F8: repair gap (validation accuracy at the end minus at the interpolation epoch, pp) per configuration: the
+    mean over its runs that interpolated, whiskers min–max across σ_w and seeds."""
+    cs = tables.config_spreads(runs)
+    labels = [f"{r.section[:2]} {r.label}" for r in cs.itertuples()]
+    fig, (ax,) = _figure(width=5.8, height=0.22 * len(cs) + 1.4)
+    y = np.arange(len(cs))
+    mean = cs["repair_gap_pp"].to_numpy(dtype=float)
+    err = np.abs(np.vstack([mean - cs["repair_gap_pp_min"].to_numpy(dtype=float),
+                            cs["repair_gap_pp_max"].to_numpy(dtype=float) - mean]))
+    ax.barh(y, np.nan_to_num(mean), xerr=np.nan_to_num(err), capsize=2, height=0.7,
+            color=[SECTION_COLORS.get(s[:2], "C7") for s in cs["section"]], error_kw={"linewidth": 0.8})
+    for yi, m in zip(y, mean, strict=True):
+        if math.isnan(m):
+            ax.text(0, yi, " never interpolated", va="center", fontsize=6, color="0.4")
+    ax.axvline(0, color="0.3", linewidth=0.6)
+    ax.set_yticks(y, labels)
+    ax.invert_yaxis()
+    ax.set_xlabel("repair gap: val. acc. final − at τ_interp (pp)")
+    ax.grid(axis="y", visible=False)
+    return fig
+
+
+# --- F9 ----------------------------------------------------------------------------------------------------
+def training_curves(runs: pd.DataFrame, histories: pd.DataFrame, sigma_w: float = 1.0,
+                    optimizers: Sequence[str] = ("sgd", "adam")) -> Figure:
+    """F9: training and validation accuracy and loss over epochs for one run of each optimiser at the same σ_w
+    (the one nearest `sigma_w` that every optimiser has; lowest seed)."""
+    sel = runs[runs["optimizer"].isin(optimizers)]
+    common = set.intersection(*(set(sel.loc[sel["optimizer"] == o, "sigma_w"]) for o in optimizers)) \
+        if len(sel) else set()
+    if not common:  # fall back to whichever optimisers are there
+        common = set(sel["sigma_w"])
+    if not common:
+        raise NoResults(f"no runs of optimizer {' or '.join(optimizers)}")
+    s = min(common, key=lambda v: (abs(math.log(v / sigma_w)), v))
+    fig, axes = _figure(ncols=2, width=7.0, height=3.0)
+    for k, opt in enumerate(o for o in optimizers if o in set(sel["optimizer"])):
+        r = sel[(sel["optimizer"] == opt) & (sel["sigma_w"] == s)].sort_values(["seed", "run_id"])
+        if r.empty:
+            continue
+        h = histories[histories["run_id"] == r["run_id"].iloc[0]].sort_values("epoch")
+        color = f"C{k}"
+        for ax, col, what in ((axes[0], "train_acc", "train"), (axes[0], "val_acc", "val"),
+                              (axes[1], "train_loss", "train"), (axes[1], "val_loss", "val")):
+            scale = 100 if col.endswith("acc") else 1
+            ax.plot(h["epoch"], scale * h[col], color=color, linestyle="-" if what == "train" else "--",
+                    label=f"{opt} {what}")
+    axes[0].set_ylabel("accuracy (%)")
+    axes[1].set_ylabel("loss")
+    axes[1].set_yscale("log")
+    for ax in axes:
+        ax.set_xlabel("epoch")
+    axes[0].set_title(f"accuracy, σ_w = {s:g}")
+    axes[1].set_title(f"loss, σ_w = {s:g}")
+    _legend(axes[0])
+    return fig
+
+
+# --- saving ------------------------------------------------------------------------------------------------
+def message_figure(message: str) -> Figure:
+    """A figure that says only `message` (a section without results)."""
+    fig, (ax,) = _figure(width=6.4, height=2.0)
+    ax.set_axis_off()
+    ax.text(0.5, 0.5, message, ha="center", va="center", fontsize=9, wrap=True, transform=ax.transAxes)
+    return fig
+
+
+def save_figure(fig: Figure, name: str, out_dir: str | Path, stamp: Stamp, title: str, missing: bool = False
+                ) -> list[Path]:
+    """Stamp `fig` with `title` and the provenance caption, write `<out_dir>/<name>.{png,pdf,json}`."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    fig.text(0.005, 0.004, f"{name}: {stamp.caption()}", fontsize=5, color="0.45", ha="left", va="bottom")
+    if title and not fig._suptitle:
+        fig.suptitle(textwrap.fill(title, int(fig.get_figwidth() * 16)), fontsize=8)
+    png, pdf, meta = out / f"{name}.png", out / f"{name}.pdf", out / f"{name}.json"
+    fig.savefig(png, dpi=DPI, metadata=PNG_METADATA)
+    fig.savefig(pdf, metadata=PDF_METADATA)
+    tables.write_sidecar(meta, stamp.sidecar(name, "figure", title, [png.name, pdf.name], missing=missing))
+    return [png, pdf, meta]
+
+
+class Section:
+    """One figure notebook's view of a results tree: the runs of `sections` (all sections when None), their
+    histories (loaded on first use), the provenance stamp, and `table`/`figure` that build and save artefacts.
+
+    A builder is a zero-argument callable (a lambda over `self.runs`/`self.histories`), called only when the
+    section has runs, so a missing section or a `NoResults` from the builder gives a placeholder artefact and a
+    printed message, never an exception.
+    """
+
+    def __init__(self, results_dir: str | Path, out_dir: str | Path, sections: str | Sequence[str] | None = None):
+        from initmem.results import load_runs
+
+        self.results_dir, self.out_dir = Path(results_dir), Path(out_dir)
+        self.sections = (sections,) if isinstance(sections, str) else tuple(sections or ())
+        runs = load_runs(self.results_dir) if self.results_dir.is_dir() else pd.DataFrame(columns=["section"])
+        self.runs = runs[runs["section"].isin(self.sections)] if self.sections else runs
+        self.runs = self.runs.reset_index(drop=True)
+        self.stamp = Stamp.of(self.runs, self.results_dir, self.sections)
+        where = f"section {', '.join(self.sections)}" if self.sections else "any section"
+        self.message = None if len(self.runs) else f"no results for {where} in {self.stamp.results_dir}"
+        if self.message:
+            print(self.message)
+        self._histories: pd.DataFrame | None = None
+        self.written: list[Path] = []
+
+    def param(self, name: str, default=None):
+        """A `fixed` value of this section's params file (`params/<section>.yaml`) in the profile the results
+        came from (02's `epoch_marks`), else `default`: what a section notebook was run with is not in run.json."""
+        import yaml
+
+        try:
+            doc = yaml.safe_load((ROOT / "params" / f"{self.sections[0]}.yaml").read_text(encoding="utf-8"))
+            return doc["profiles"][self.stamp.profile]["fixed"].get(name, default)
+        except (OSError, IndexError, KeyError, TypeError, AttributeError, yaml.YAMLError):
+            return default
+
+    @property
+    def histories(self) -> pd.DataFrame:
+        if self._histories is None:
+            from initmem.results import load_histories
+
+            folders = [self.results_dir / s for s in self.sections] or [self.results_dir]
+            frames = [load_histories(f) for f in folders if f.is_dir()]
+            h = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=["run_id", "epoch"])
+            self._histories = h[h["run_id"].isin(self.runs["run_id"])]
+        return self._histories
+
+    def _build(self, name: str, build: Callable):
+        if self.message:
+            return None, self.message
+        try:
+            return build(), None
+        except NoResults as exc:
+            msg = f"{name}: {exc} in {self.stamp.results_dir} ({', '.join(self.sections) or 'all sections'})"
+            print(msg)
+            return None, msg
+
+    def table(self, name: str, build: Callable[[], pd.DataFrame], title: str) -> pd.DataFrame | str:
+        """Build and save table `name`; returns the DataFrame (or the placeholder message)."""
+        df, msg = self._build(name, build)
+        self.written += tables.save_table(df, name, self.out_dir, self.stamp, title, message=msg)
+        return df if msg is None else msg
+
+    def figure(self, name: str, build: Callable[[], Figure], title: str) -> Figure:
+        """Build and save figure `name` (PNG + PDF + sidecar); returns the Figure (or the placeholder)."""
+        with matplotlib.rc_context(STYLE):
+            fig, msg = self._build(name, build)
+            if msg is not None:
+                fig = message_figure(msg)
+            self.written += save_figure(fig, name, self.out_dir, self.stamp, title, missing=msg is not None)
+        return fig

@@ -1,0 +1,35 @@
+# ---
+# jupyter:
+#   jupytext:
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#   kernelspec:
+#     display_name: Python 3
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # Section 02 — long training: does time alone make low-learning-rate SGD forget?
+#
+# Low-lr SGD trained for a long time (`params/02_long_training.yaml`). **T2** gives the test-accuracy spread
+# across σ_w as if training had stopped at each epoch mark m: every run's accuracy is read at its
+# best-validation-loss epoch among epochs 1..m (`metrics.test_at_best(history, upto=m)`). The marks are the
+# section's `epoch_marks` in the params profile the results came from (a 1-2-5 series when unknown).
+
+# %% tags=["parameters"]
+results_dir = "results/cpu"
+out_dir = "figures"
+
+# %%
+from initmem import plots, tables
+
+s = plots.Section(results_dir, out_dir, "02_long_training")
+s.stamp.caption()
+
+# %%
+s.table("T2_long_training",
+        lambda: tables.long_training_table(s.runs, s.histories, marks=s.param("epoch_marks")),
+        "Low-lr SGD: test accuracy (%) per σ_w and spread across σ_w (pp) at the best-validation epoch up to each "
+        "epoch mark, with the clock T_SGD reached there")

@@ -1,0 +1,35 @@
+# ---
+# jupyter:
+#   jupytext:
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#   kernelspec:
+#     display_name: Python 3
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # Section 03 — learning rate and L2: what makes SGD forget
+#
+# SGD over a learning-rate × weight-decay grid (`params/03_lr_l2.yaml`): **T3** the spread across σ_w per cell,
+# **F5** the same as a heatmap.
+
+# %% tags=["parameters"]
+results_dir = "results/cpu"
+out_dir = "figures"
+
+# %%
+from initmem import plots, tables
+
+s = plots.Section(results_dir, out_dir, "03_lr_l2")
+s.stamp.caption()
+
+# %%
+s.table("T3_lr_l2", lambda: tables.lr_l2_table(s.runs),
+        "SGD: test-accuracy spread across σ_w (pp) by learning rate (rows) and L2 weight decay (columns)")
+
+# %%
+s.figure("F5_spread_lr_l2", lambda: plots.spread_heatmap(s.runs),
+         "SGD spread across σ_w (pp) over learning rate × L2")

@@ -1,0 +1,36 @@
+# ---
+# jupyter:
+#   jupytext:
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#   kernelspec:
+#     display_name: Python 3
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # Section 05 — depth: deep networks fail to train instead of remembering
+#
+# ResNet-9/20/56/110 × {SGD, Adam} (`params/05_depth.yaml`): **T5** per architecture and σ_w whether and when
+# the run interpolated and its test accuracy, **F6** the same as a map.
+
+# %% tags=["parameters"]
+results_dir = "results/cpu"
+out_dir = "figures"
+
+# %%
+from initmem import plots, tables
+
+s = plots.Section(results_dir, out_dir, "05_depth")
+s.stamp.caption()
+
+# %%
+s.table("T5_depth", lambda: tables.depth_table(s.runs),
+        "Depth: test accuracy (%) / interpolation epoch ('never': no interpolation) per architecture, optimiser "
+        "and σ_w, with the runs that interpolated and the spread across σ_w (pp)")
+
+# %%
+s.figure("F6_depth_interpolation", lambda: plots.depth_interpolation_map(s.runs),
+         "test accuracy and interpolation epoch by architecture and σ_w (✗: never interpolated)")

@@ -1,0 +1,379 @@
+"""The figure pipeline: tables.py on hand-made frames with hand-computed spreads, then every figure notebook through
+papermill (`make_figures`) over a results tree, and the 'no results' placeholders of a missing section.
+
+The pipeline runs over real smoke results of every section (the params files' `smoke` profiles, trained in-process);
+the 'no results' test over a small synthetic tree written here by hand in the contract's format.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from initmem import plots, tables
+from initmem.errors import ConfigError
+
+REPO = Path(__file__).resolve().parents[1]
+SECTIONS = ("01_optimizers", "02_long_training", "03_lr_l2", "04_batch_size", "05_depth")
+TABLES = ("T1_optimizers", "T2_long_training", "T3_lr_l2", "T4_batch_size", "T5_depth")
+FIGURES = ("F1_accuracy_vs_sigma", "F2_weight_norm", "F3_radial_memory", "F4_spread_vs_batch_size",
+           "F5_spread_lr_l2", "F6_depth_interpolation", "F7_spread_vs_clocks", "F8_repair_gap",
+           "F9_training_curves")
+
+
+# --- hand-made frames ----------------------------------------------------------------------------------------
+def _runs(rows: list[dict], section: str = "01_optimizers") -> pd.DataFrame:
+    """A load_runs-like frame with only the columns the tables read; unspecified ones get neutral values."""
+    base = {"section": section, "optimizer": "sgd", "arch": "resnet9", "lr": 0.01, "weight_decay": 0.0,
+            "batch_size": 128, "epochs": 10, "seed": 0, "tau_interp": 5.0, "repair_gap": 0.01,
+            "init_weight_norm": 10.0, "final_weight_norm": 10.0, "T_SGD": 1e-4, "T_L2": 0.0, "T_adapt": 1.0}
+    out = pd.DataFrame([{**base, **r} for r in rows])
+    return out.assign(run_id=[f"r{i:03d}" for i in range(len(out))], status="complete",
+                      interpolated=out["tau_interp"].notna())
+
+
+# σ_w → test accuracy for two seeds. SGD: per-seed spreads 80-55 = 25 and 79-50 = 29 pp (std √8); per-σ_w means
+# 55, 79.5, 58.5 → spread 24.5 pp (the spread of the means, not the mean of the spreads, 27). Adam: per-seed
+# spreads 2 and 0 (std √2), means 80, 80.5, 79.5 → 1 pp.
+SGD_ACC = {0: {0.5: 0.60, 1.0: 0.80, 2.0: 0.55}, 1: {0.5: 0.50, 1.0: 0.79, 2.0: 0.62}}
+ADAM_ACC = {0: {0.5: 0.80, 1.0: 0.81, 2.0: 0.79}, 1: {0.5: 0.80, 1.0: 0.80, 2.0: 0.80}}
+
+
+@pytest.fixture
+def two_optimizers() -> pd.DataFrame:
+    rows = []
+    for opt, acc, lr in (("adam", ADAM_ACC, 1e-3), ("sgd", SGD_ACC, 0.01)):  # adam first: order must not matter
+        for seed, by_sigma in acc.items():
+            for s, a in by_sigma.items():
+                final = 10 * s if opt == "sgd" else 30.0  # SGD keeps its norm (slope 1), Adam forgets (slope 0)
+                rows.append({"optimizer": opt, "lr": lr, "sigma_w": s, "seed": seed, "test_acc_at_best": a,
+                             "init_weight_norm": 10 * s, "final_weight_norm": final,
+                             "tau_interp": None if (opt, s) == ("sgd", 2.0) else 4.0 + seed})
+    return _runs(rows)
+
+
+def test_configurations_order_labels_and_ids(two_optimizers):
+    c = tables.configurations(two_optimizers)
+    assert list(dict.fromkeys(c["label"])) == ["sgd", "adam"]  # study order, lr not needed to tell them apart
+    assert c.groupby("config")["optimizer"].nunique().eq(1).all() and c["config"].nunique() == 2
+    grid = _runs([{"lr": lr, "weight_decay": wd, "sigma_w": s, "test_acc_at_best": 0.5}
+                  for lr in (0.05, 0.01) for wd in (1e-3, 0.0) for s in (0.5, 1.0)], section="03_lr_l2")
+    labels = list(dict.fromkeys(tables.configurations(grid)["label"]))
+    assert labels == ["lr=0.01 wd=0", "lr=0.01 wd=0.001", "lr=0.05 wd=0", "lr=0.05 wd=0.001"]
+    with pytest.raises(tables.NoResults):
+        tables.configurations(two_optimizers.iloc[:0])
+
+
+def test_optimizer_table_spread_of_seed_means_with_seed_std(two_optimizers):
+    t = tables.optimizer_table(two_optimizers).set_index("optimizer")
+    assert list(t.index) == ["sgd", "adam"]
+    assert t.loc["sgd", "spread_pp"] == pytest.approx(24.5)
+    assert t.loc["sgd", "spread_pp_std"] == pytest.approx(math.sqrt(8.0))  # sample std of (25, 29)
+    assert t.loc["adam", "spread_pp"] == pytest.approx(1.0) and t.loc["adam", "spread_pp_std"] == pytest.approx(
+        math.sqrt(2.0))
+    assert t.loc["sgd", "sigma_w=0.5"] == pytest.approx(55.0) and t.loc["sgd", "sigma_w=0.5_std"] == pytest.approx(
+        math.sqrt(50.0))
+    assert t.loc["sgd", "interpolated"] == "4/6" and t.loc["adam", "interpolated"] == "6/6"
+    assert t.loc["sgd", "tau_interp"] == pytest.approx(4.5)
+    assert t.loc["sgd", "radial_slope"] == pytest.approx(1.0) and t.loc["adam", "radial_slope"] == pytest.approx(0.0)
+    assert t.loc["adam", "norm_ratio_min"] == pytest.approx(1.5) and t.loc["adam", "norm_ratio_max"] == pytest.approx(
+        6.0)
+    headers, rows = tables.display_rows(t.reset_index())
+    assert headers[:4] == ["optimizer", "σ_w=0.5", "σ_w=1", "σ_w=2"] and "spread (pp)" in headers
+    assert rows[0][headers.index("spread (pp)")] == "24.5 ± 2.8"
+
+
+def test_single_seed_tables_have_no_std_columns(two_optimizers):
+    t = tables.optimizer_table(two_optimizers[two_optimizers["seed"] == 0])
+    assert not [c for c in t.columns if c.endswith("_std")]
+    assert t.set_index("optimizer").loc["sgd", "spread_pp"] == pytest.approx(25.0)
+
+
+def _history(run_id: str, val_loss: list[float], test_acc: list[float]) -> pd.DataFrame:
+    e = np.arange(len(val_loss))
+    return pd.DataFrame({"run_id": run_id, "epoch": e, "val_loss": val_loss, "test_acc": test_acc,
+                         "T_SGD": 1e-3 * e})
+
+
+def test_long_training_table_reads_each_mark_at_its_own_best_epoch():
+    runs = _runs([{"sigma_w": 0.5, "test_acc_at_best": 0.0}, {"sigma_w": 2.0, "test_acc_at_best": 0.0}],
+                 section="02_long_training")
+    # epoch 0 is at initialisation and never selected; run 0 improves until epoch 4, run 1 is best at epoch 1
+    h = pd.concat([_history("r000", [0.1, 2.0, 1.5, 1.2, 1.0], [0.1, 0.50, 0.60, 0.70, 0.90]),
+                   _history("r001", [0.1, 1.0, 1.1, 1.2, 1.3], [0.1, 0.55, 0.40, 0.30, 0.20])])
+    t = tables.long_training_table(runs, h, marks=[1, 2, 4, 9]).set_index("epoch")
+    assert list(t.index) == [1, 2, 4]  # marks past the last epoch are dropped
+    assert t.loc[1, "spread_pp"] == pytest.approx(5.0)  # 0.50 vs 0.55
+    assert t.loc[2, "spread_pp"] == pytest.approx(5.0)  # 0.60 vs 0.55
+    assert t.loc[4, "spread_pp"] == pytest.approx(35.0)  # 0.90 vs 0.55
+    assert t.loc[4, "sigma_w=0.5"] == pytest.approx(90.0) and t.loc[2, "T_SGD"] == pytest.approx(2e-3)
+    assert tables.default_marks(200) == [5, 10, 20, 50, 100, 200] and tables.default_marks(3) == [1, 2, 3]
+    with pytest.raises(tables.NoResults):
+        tables.long_training_table(runs, h.iloc[:0])
+
+
+def test_spread_pivots_lr_l2_and_batch_size():
+    acc = {(0.01, 0.0): (0.5, 0.9), (0.01, 1e-2): (0.85, 0.9), (0.1, 0.0): (0.7, 0.9), (0.1, 1e-2): (0.9, 0.9)}
+    grid = _runs([{"lr": lr, "weight_decay": wd, "sigma_w": s, "test_acc_at_best": a}
+                  for (lr, wd), accs in acc.items() for s, a in zip((0.5, 2.0), accs, strict=True)]
+                 + [{"optimizer": "adam", "lr": 1e-3, "sigma_w": 1.0, "test_acc_at_best": 0.5}], section="03_lr_l2")
+    t = tables.lr_l2_table(grid)  # adam is not part of the SGD grid
+    assert list(t.columns) == ["lr", "wd=0", "wd=0.01"] and list(t["lr"]) == [0.01, 0.1]
+    assert t.to_numpy(dtype=float)[:, 1:].ravel().tolist() == pytest.approx([40.0, 5.0, 20.0, 0.0])
+    b = _runs([{"optimizer": o, "lr": 0.01 if o == "sgd" else 1e-3, "batch_size": bs, "sigma_w": s,
+                "test_acc_at_best": 0.9 - (d if o == "sgd" and s == 2.0 else 0)}
+               for o in ("sgd", "adam") for bs, d in ((256, 0.3), (32, 0.1)) for s in (0.5, 2.0)],
+              section="04_batch_size")
+    t = tables.batch_size_table(b)
+    assert list(t.columns) == ["batch_size", "sgd", "adam"] and list(t["batch_size"]) == [32, 256]
+    assert t[["sgd", "adam"]].to_numpy(dtype=float).ravel().tolist() == pytest.approx([10.0, 0.0, 30.0, 0.0])
+
+
+def test_depth_table_cells_and_config_spreads():
+    rows = [{"arch": a, "optimizer": "sgd", "sigma_w": s, "test_acc_at_best": acc, "tau_interp": tau,
+             "repair_gap": None if tau is None else 0.02}
+            for a, s, acc, tau in (("resnet56", 0.5, 0.7, 8.0), ("resnet56", 2.0, 0.1, None),
+                                   ("resnet9", 0.5, 0.8, 5.0), ("resnet9", 2.0, 0.6, 6.0))]
+    t = tables.depth_table(_runs(rows, section="05_depth"))
+    assert list(t["arch"]) == ["resnet9", "resnet56"] and list(t.columns[:2]) == ["arch", "optimizer"]
+    assert t.iloc[1]["sigma_w=2"] == "10.0 / never" and t.iloc[0]["sigma_w=0.5"] == "80.0 / 5"
+    assert list(t["interpolated"]) == ["2/2", "1/2"] and t["spread_pp"].tolist() == pytest.approx([20.0, 60.0])
+    cs = tables.config_spreads(_runs(rows, section="05_depth"))
+    assert cs["repair_gap_pp"].tolist() == pytest.approx([2.0, 2.0]) and cs["n_interp"].tolist() == [2, 1]
+    assert cs["T_adapt"].tolist() == [1.0, 1.0] and list(cs["label"]) == ["resnet9", "resnet56"]
+
+
+def test_text_formats_escape_and_stamp(tmp_path, two_optimizers):
+    assert tables.tex_escape("σ_w=0.5 & 10% ± 1_x") == r"$\sigma_w$=0.5 \& 10\% $\pm$ 1\_x"
+    assert tables.markdown_table(["a", "b"], [["1", "x|y"]]).splitlines() == ["| a | b |", "|---|---|", r"| 1 | x\|y |"]
+    runs = two_optimizers.assign(git_commit="abcdef0123456789", data_source="imagefolder")
+    stamp = tables.Stamp.of(runs, tmp_path / "cpu", ["01_optimizers"])
+    assert stamp.profile == "cpu" and stamp.n_runs == 12
+    assert "abcdef0123" in stamp.caption() and "imagefolder" in stamp.caption() and "12 runs" in stamp.caption()
+    paths = tables.save_table(tables.optimizer_table(runs), "T1_optimizers", tmp_path / "out", stamp, "Title")
+    assert [p.name for p in paths] == [f"T1_optimizers.{x}" for x in ("md", "tex", "csv", "json")]
+    tex = paths[1].read_text()
+    assert r"\toprule" in tex and r"\bottomrule" in tex and "24.5 $\\pm$ 2.8" in tex and stamp.caption()[:20] in tex
+    side = json.loads(paths[3].read_text())
+    assert {"caption", "profile", "n_runs", "data_sources", "git_commits", "results_dir", "generated_at"} <= set(side)
+    assert side["git_commits"] == ["abcdef0123456789"] and side["n_runs"] == 12 and not side["missing"]
+    csv = pd.read_csv(paths[2])
+    assert csv.shape[0] == 2 and csv.set_index("optimizer").loc["sgd", "spread_pp"] == pytest.approx(24.5)
+
+
+def test_figures_are_deterministic_and_stamped(tmp_path, two_optimizers):
+    stamp = tables.Stamp.of(two_optimizers, tmp_path / "cpu", ["01_optimizers"])
+    blobs = []
+    for k in range(2):
+        paths = plots.save_figure(plots.accuracy_vs_sigma(two_optimizers), "F1", tmp_path / f"o{k}", stamp, "T")
+        blobs.append([p.read_bytes() for p in paths[:2]])
+    assert blobs[0] == blobs[1]  # same data, same bytes: no timestamps in PNG or PDF
+    assert b"CreationDate" not in blobs[0][1] and b"Software" not in blobs[0][0]
+
+
+def test_figure_builders_pick_what_they_show(two_optimizers):
+    runs = two_optimizers
+    h = pd.concat([pd.DataFrame({"run_id": r, "epoch": np.arange(4), "train_acc": [0.1, 0.5, 0.9, 1.0],
+                                 "val_acc": [0.1, 0.4, 0.6, 0.7], "train_loss": [np.nan, 1.0, 0.3, 0.1],
+                                 "val_loss": [2.3, 1.5, 1.0, 0.9], "weight_norm": [10.0, 11.0, 12.0, 12.5]})
+                   for r in runs["run_id"]])
+    fig = plots.training_curves(runs, h, sigma_w=0.9)  # nearest σ_w both optimisers have: 1.0
+    assert fig.axes[0].get_title() == "accuracy, σ_w = 1" and len(fig.axes[0].lines) == 4  # 2 optimisers × 2
+    labels = plots.radial_memory_plot(runs).axes[0].get_legend_handles_labels()[1]
+    assert "sgd (slope 1.00)" in labels and "adam (slope 0.00)" in labels
+    fig = plots.spread_vs_clocks(runs)  # T_L2 = 0 everywhere: left off the log axis, with a note
+    assert [t.get_text() for t in fig.axes[1].texts] == ["2 configuration(s) with T_L2 = 0 not shown"]
+    assert len(plots.weight_norm_curves(runs, h).axes) == 2  # SGD beside Adam
+    with pytest.raises(tables.NoResults, match="muon"):
+        plots.weight_norm_curves(runs, h, optimizers=("muon",))
+
+
+# --- the whole pipeline --------------------------------------------------------------------------------------
+FAKE = {  # section → (config overrides, epochs, seeds)
+    "01_optimizers": [({"optimizer": o}, 6, (0, 1)) for o in ("sgd", "adam", "muon")],
+    "02_long_training": [({"optimizer": "sgd"}, 20, (0,))],
+    "03_lr_l2": [({"optimizer": "sgd", "lr": lr, "weight_decay": wd}, 6, (0,)) for lr in (0.01, 0.05)
+                 for wd in (0.0, 1e-3)],
+    "04_batch_size": [({"optimizer": o, "batch_size": b}, 6, (0,)) for o in ("sgd", "adam") for b in (32, 128)],
+    "05_depth": [({"optimizer": o, "arch": a}, 6, (0,)) for a in ("resnet9", "resnet56") for o in ("sgd", "adam")],
+}
+
+
+def _fake_history(cfg) -> pd.DataFrame:
+    """Curves shaped like the findings: SGD's accuracy and norm depend on σ_w, Adam's do not; ResNet-56 at large
+    σ_w never interpolates."""
+    e = np.arange(cfg.epochs + 1, dtype=float)
+    adaptive = cfg.optimizer != "sgd"
+    memory = 0.1 if adaptive else 1 / (1 + 20 * cfg.weight_decay + 10 * (cfg.lr - 0.01) + cfg.batch_size / 1000)
+    off = abs(math.log(cfg.sigma_w))
+    fails = cfg.arch == "resnet56" and cfg.sigma_w >= 2.0
+    speed = 0.2 if fails else 1.2 / (1 + memory * off)
+    train_acc = (1 - 0.9 * np.exp(-speed * e)) * (0.6 if fails else 1.0)
+    test_acc = 0.1 + (0.75 - 0.12 * memory * off - 0.001 * cfg.seed) * (1 - np.exp(-speed * e))
+    val_loss = 2.3 * np.exp(-speed * e) + 0.02 * np.maximum(e - 3, 0) + 0.5
+    steps = np.ceil(512 / cfg.batch_size) * e
+    w0 = 40.0 * cfg.sigma_w
+    norm = w0 + (30.0 - w0) * (1 - np.exp(-0.8 * e)) if adaptive else w0 * (1 + 0.01 * e)
+    return pd.DataFrame({
+        "epoch": e.astype(int), "step": steps.astype(int), "lr": cfg.lr,
+        "train_loss": np.where(e > 0, -np.log(train_acc), np.nan), "train_acc_running": np.where(e > 0, train_acc,
+                                                                                                 np.nan),
+        "train_acc": train_acc, "val_loss": val_loss, "val_acc": test_acc + 0.01, "test_loss": val_loss + 0.05,
+        "test_acc": test_acc, "weight_norm": norm, "T_SGD": steps * cfg.lr**2 / cfg.batch_size,
+        "T_L2": cfg.weight_decay * steps * cfg.lr, "T_adapt": steps * cfg.lr, "wall_time": 2.0 * e,
+        "norm:head": norm / 10})
+
+
+def write_fake_results(root: Path, sections=SECTIONS) -> Path:
+    """A results tree in the contract's format (run.json + history.csv per run), without training anything."""
+    from initmem.metrics import summarize_history
+    from initmem.results import run_id
+    from initmem.train import TrainConfig
+
+    for section in sections:
+        for over, epochs, seeds in FAKE[section]:
+            for seed in seeds:
+                for s in (0.25, 1.0, 2.0):
+                    cfg = TrainConfig(**over, sigma_w=s, seed=seed, epochs=epochs, width=0.125, data="synthetic",
+                                      n_train=512, n_val=128, n_test=128, device="cpu")
+                    folder = root / section / run_id(cfg)
+                    folder.mkdir(parents=True)
+                    h = _fake_history(cfg)
+                    h.to_csv(folder / "history.csv", index=False)
+                    (folder / "run.json").write_text(json.dumps({
+                        "schema": 1, "run_id": run_id(cfg), "section": section, "status": "complete",
+                        "config": cfg.to_dict(), "summary": summarize_history(h),
+                        "provenance": {"git_commit": "0123456789abcdef", "dirty": False, "data_source": "synthetic"},
+                        "started_at": "2026-01-01T00:00:00Z", "finished_at": "2026-01-01T00:01:00Z"}))
+    return root
+
+
+@pytest.fixture(scope="module")
+def results(tmp_path_factory) -> Path:
+    """Real smoke results of every section: each point of each params file's `smoke` profile trained in this
+    process — the TrainConfigs and run ids `sweep.run_sweep` makes, without its papermill kernel per point (18
+    kernels cost minutes; the training itself takes seconds)."""
+    from initmem.sweep import load_section, point_configs
+    from initmem.train import train
+
+    root = tmp_path_factory.mktemp("results") / "smoke"
+    for name in SECTIONS:
+        section = load_section(REPO / "params" / f"{name}.yaml")
+        for point in section.points("smoke", root):
+            for config in point_configs(section.effective(point)):
+                train(config, out_dir=root, section=name, progress=False)
+    return root
+
+
+@pytest.fixture(scope="module")
+def made(results, tmp_path_factory) -> tuple[Path, list[Path]]:
+    from initmem.figures import make_figures
+
+    out = tmp_path_factory.mktemp("figures")
+    return out, make_figures(results, out, progress=False)
+
+
+def test_every_artefact_is_written_with_sidecar_and_index(made, results):
+    out, written = made
+    expected = [out / "tables" / f"{t}.{x}" for t in TABLES for x in ("md", "tex", "csv", "json")]
+    expected += [out / f"{f}.{x}" for f in FIGURES for x in ("png", "pdf", "json")]
+    assert sorted(set(written) - {out / "README.md"}) == sorted(expected)
+    assert (out / ".executed" / "01_optimizers.ipynb").is_file()
+    index = (out / "README.md").read_text()
+    for p in expected:
+        side = json.loads(p.with_suffix(".json").read_text())
+        assert not side["missing"] and side["n_runs"] > 0 and side["profile"] == "smoke"
+        assert side["results_dir"] == str(results) and side["data_sources"] and side["git_commits"] is not None
+        assert f"**{side['name']}**" in index and side["caption"] in index
+    for t in TABLES:
+        assert "profile smoke" in (out / "tables" / f"{t}.md").read_text()
+
+
+def test_every_png_decodes_to_a_non_blank_image(made):
+    import matplotlib.image
+
+    out, _ = made
+    for f in FIGURES:
+        img = matplotlib.image.imread(out / f"{f}.png")
+        assert img.ndim == 3 and min(img.shape[:2]) > 200, f
+        assert img[..., :3].std() > 0.02 and (img[..., :3] < 0.5).mean() > 0.002, f  # ink, not a blank page
+        assert (out / f"{f}.pdf").read_bytes().startswith(b"%PDF")
+
+
+def test_tables_have_one_row_per_configuration_and_a_column_per_sigma(made, results):
+    from initmem.results import load_runs
+
+    out, _ = made
+    runs = load_runs(results)
+
+    def sec(s: str) -> pd.DataFrame:
+        return runs[runs["section"] == s]
+
+    def csv(t: str) -> pd.DataFrame:
+        return pd.read_csv(out / "tables" / f"{t}.csv")
+
+    r1, t1 = sec("01_optimizers"), csv("T1_optimizers")
+    assert sorted(t1["optimizer"]) == sorted(r1["optimizer"].unique())
+    sig = [tables.sigma_column(s) for s in sorted(r1["sigma_w"].unique())]
+    assert [c for c in t1.columns if c.startswith("sigma_w=") and not c.endswith("_std")] == sig
+    assert {"spread_pp", "interpolated", "tau_interp", "norm_ratio_min", "radial_slope"} <= set(t1.columns)
+    assert (t1["spread_pp"] >= 0).all()
+    t2 = csv("T2_long_training")
+    assert t2["epoch"].max() == sec("02_long_training")["epochs"].max() and t2["spread_pp"].notna().all()
+    r3, t3 = sec("03_lr_l2"), csv("T3_lr_l2")
+    assert len(t3) == r3["lr"].nunique() and len([c for c in t3.columns if c.startswith("wd=")]) >= 1
+    r4, t4 = sec("04_batch_size"), csv("T4_batch_size")
+    assert sorted(t4["batch_size"]) == sorted(r4["batch_size"].unique())
+    assert set(r4["optimizer"]) <= set(t4.columns)
+    r5, t5 = sec("05_depth"), csv("T5_depth")
+    assert len(t5) == len(r5.groupby(["arch", "optimizer"])) and set(t5["arch"]) == set(r5["arch"])
+    assert all(" / " in str(v) for v in t5.filter(like="sigma_w=").to_numpy().ravel())
+
+
+def test_missing_section_gives_no_results_artefacts_through_the_cli(tmp_path, capsys):
+    from initmem.cli import main
+
+    root = write_fake_results(tmp_path / "cpu", sections=("01_optimizers",))
+    out = tmp_path / "figs"
+    assert main(["figures", "--results", str(root), "--out", str(out), "--notebooks", "05_depth",
+                 "--no-progress"]) == 0
+    md = (out / "tables" / "T5_depth.md").read_text()
+    assert "no results for section 05_depth in" in md and str(root) in md
+    side = json.loads((out / "F6_depth_interpolation.json").read_text())
+    assert side["missing"] and side["n_runs"] == 0
+    assert matplotlib_ink(out / "F6_depth_interpolation.png") > 0.001  # the message is drawn
+    assert "F6_depth_interpolation** **(no results)**" in (out / "README.md").read_text()
+    assert "initmem figures:" in capsys.readouterr().out
+
+
+def matplotlib_ink(png: Path) -> float:
+    import matplotlib.image
+
+    return float((matplotlib.image.imread(png)[..., :3] < 0.5).mean())
+
+
+def test_section_without_results_or_with_partial_results_never_raises(tmp_path, two_optimizers, capsys):
+    s = plots.Section(tmp_path / "nowhere", tmp_path / "out", "05_depth")
+    assert s.message == f"no results for section 05_depth in {s.stamp.results_dir}"
+    assert s.table("T5_depth", lambda: tables.depth_table(s.runs), "t") == s.message
+    s.figure("F6_depth_interpolation", lambda: plots.depth_interpolation_map(s.runs), "t")
+    assert "no results for section 05_depth" in capsys.readouterr().out
+    assert (tmp_path / "out" / "F6_depth_interpolation.pdf").is_file()
+    # runs present, but not the optimisers a figure needs: a placeholder naming what is missing
+    s = plots.Section(tmp_path / "nowhere", tmp_path / "out", "01_optimizers")
+    s.runs, s.message = two_optimizers[two_optimizers["optimizer"] == "adam"].assign(sigma_w=1.0), None
+    s.figure("F2_weight_norm", lambda: plots.weight_norm_curves(s.runs, s.histories, optimizers=("sgd",)), "t")
+    assert json.loads((tmp_path / "out" / "F2_weight_norm.json").read_text())["missing"]
+    assert "no runs of optimizer sgd" in capsys.readouterr().out
+
+
+def test_unknown_notebook_is_a_config_error(tmp_path):
+    from initmem.figures import make_figures
+
+    with pytest.raises(ConfigError, match="01_optimizers"):
+        make_figures(tmp_path, tmp_path / "out", notebooks=["99_nope"])
