@@ -1,0 +1,252 @@
+"""Executing experiment notebooks: jupytext percent `.py` → papermill, with the kernel `python3`.
+
+The `.py` notebooks are the source of truth; papermill cannot read them, so they are converted in memory
+(`jupytext.read`) and handed to papermill as a NotebookNode. The cell tagged `parameters` holds literal defaults,
+optionally annotated (`n_train: int | None = None`); `notebook_parameters` reads it with `ast` (no kernel), and
+`check_parameters` type-checks values against it before anything runs, because papermill only *warns* on unknown
+names and happily injects a YAML `1e-3` string where a float was meant.
+"""
+
+from __future__ import annotations
+
+import ast
+import contextlib
+import difflib
+import logging
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any, NamedTuple
+
+from initmem.errors import ConfigError, NotebookError
+
+# Kernel start-up failures worth a retry: parallel kernels can race for the same ports.
+_RETRYABLE = ("address already in use", "zmqerror", "kernel didn't respond", "kernel died before replying",
+              "timeout waiting for kernel", "kernel_info")
+
+
+class Parameter(NamedTuple):
+    """One name of a notebook's parameters cell: its declared (or inferred) type and literal default."""
+
+    type: str
+    default: Any
+
+
+# --- the parameters cell -----------------------------------------------------------------------------------
+def _read(path: str | Path):
+    import jupytext
+
+    path = Path(path)
+    if not path.is_file():
+        raise NotebookError(f"notebook {str(path)!r} does not exist")
+    return jupytext.read(path)
+
+
+def _infer_type(value: Any) -> str:
+    if value is None:
+        return "Any"
+    if isinstance(value, (bool, int, float, str)):
+        return type(value).__name__
+    if isinstance(value, (list, tuple)):
+        kinds = {_infer_type(v) for v in value}
+        elem = kinds.pop() if len(kinds) == 1 else "float" if kinds <= {"int", "float"} else "Any"
+        return f"list[{elem}]" if isinstance(value, list) else f"tuple[{elem}, ...]"
+    if isinstance(value, dict):
+        return "dict"
+    return "Any"
+
+
+def notebook_parameters(path: str | Path) -> dict[str, Parameter]:
+    """Names, types and literal defaults of the cell tagged `parameters`, in cell order.
+
+    A name's type is its annotation when it has one, else inferred from the default (an untyped `None` is `Any`).
+    """
+    nb = _read(path)
+    cells = [c for c in nb.cells if "parameters" in c.get("metadata", {}).get("tags", [])]
+    if len(cells) != 1:
+        raise NotebookError(f"{path}: expected exactly one cell tagged 'parameters', found {len(cells)}")
+    out: dict[str, Parameter] = {}
+    for node in ast.parse(cells[0].source).body:
+        if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
+            name, annotation, value = node.targets[0].id, None, node.value
+        elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name) and node.value is not None:
+            name, annotation, value = node.target.id, ast.unparse(node.annotation), node.value
+        else:
+            raise NotebookError(f"{path}: the parameters cell may hold only `name = literal` lines; "
+                                f"line {node.lineno} is {ast.unparse(node)!r}")
+        try:
+            default = ast.literal_eval(value)
+        except ValueError:
+            raise NotebookError(f"{path}: parameter {name!r} needs a literal default, "
+                                f"not {ast.unparse(value)!r}") from None
+        out[name] = Parameter(annotation or _infer_type(default), default)
+    return out
+
+
+# --- type checking against the declared types --------------------------------------------------------------
+def _coerce(value: Any, node: ast.expr) -> tuple[bool, Any]:
+    """(ok, value converted) for a value against an annotation's AST. int is accepted (and converted) for float,
+    lists for tuples; bool is not an int here."""
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.BitOr):
+        for side in (node.left, node.right):
+            ok, v = _coerce(value, side)
+            if ok:
+                return True, v
+        return False, value
+    if isinstance(node, ast.Constant) and node.value is None:
+        return value is None, value
+    if isinstance(node, ast.Name):
+        name = node.id
+        if name == "Any":
+            return True, value
+        if name == "None":
+            return value is None, value
+        if name == "bool":
+            return isinstance(value, bool), value
+        if name == "int":
+            return isinstance(value, int) and not isinstance(value, bool), value
+        if name == "float":
+            ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+            return ok, float(value) if ok else value
+        if name == "str":
+            return isinstance(value, str), value
+        if name in ("list", "tuple"):
+            return isinstance(value, (list, tuple)), (list if name == "list" else tuple)(value) \
+                if isinstance(value, (list, tuple)) else value
+        if name == "dict":
+            return isinstance(value, dict), value
+        raise NotebookError(f"unsupported type {name!r} in a parameters-cell annotation")
+    if isinstance(node, ast.Subscript) and isinstance(node.value, ast.Name):
+        outer, args = node.value.id, node.slice.elts if isinstance(node.slice, ast.Tuple) else [node.slice]
+        if outer in ("list", "tuple"):
+            if not isinstance(value, (list, tuple)):
+                return False, value
+            if outer == "tuple" and not (len(args) == 2 and isinstance(args[1], ast.Constant)
+                                         and args[1].value is Ellipsis):
+                if len(args) != len(value):
+                    return False, value
+                pairs = [_coerce(v, a) for v, a in zip(value, args, strict=True)]
+            else:
+                pairs = [_coerce(v, args[0]) for v in value]
+            ok = all(p[0] for p in pairs)
+            items = [p[1] for p in pairs]
+            return ok, (tuple(items) if outer == "tuple" else items) if ok else value
+        if outer == "dict":
+            if not isinstance(value, dict):
+                return False, value
+            pairs = {k: _coerce(v, args[-1]) for k, v in value.items()}
+            ok = all(p[0] for p in pairs.values()) and all(_coerce(k, args[0])[0] for k in value)
+            return ok, {k: p[1] for k, p in pairs.items()} if ok else value
+    raise NotebookError(f"unsupported parameters-cell annotation {ast.unparse(node)!r}")
+
+
+def check_value(name: str, value: Any, type_: str, where: str = "") -> Any:
+    """`value` converted to `type_` (int → float, list → tuple), or ConfigError naming key, value and type."""
+    ok, converted = _coerce(value, ast.parse(type_, mode="eval").body)
+    if not ok:
+        hint = " (YAML reads 1e-3 as a string: write 1.0e-3)" if isinstance(value, str) and "float" in type_ else ""
+        raise ConfigError(f"{where}parameter {name}={value!r} has type {type(value).__name__}; "
+                          f"expected {type_}{hint}")
+    return converted
+
+
+def check_parameters(params: dict[str, Any], declared: dict[str, Parameter], where: str = "") -> dict[str, Any]:
+    """`params` type-checked and converted against a notebook's declared parameters; unknown names raise
+    ConfigError naming the name, the accepted names and the closest match."""
+    for name in params:
+        if name not in declared:
+            close = difflib.get_close_matches(name, declared, n=1)
+            raise ConfigError(f"{where}unknown parameter {name!r}" + (f" (did you mean {close[0]!r}?)" if close else "")
+                              + f"; accepted: {', '.join(declared)}")
+    return {k: check_value(k, v, declared[k].type, where) for k, v in params.items()}
+
+
+# --- execution ---------------------------------------------------------------------------------------------
+@contextlib.contextmanager
+def _environ(**values: str):
+    """Temporarily set environment variables: papermill's kernel inherits os.environ at start-up."""
+    old = {k: os.environ.get(k) for k in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for k, v in old.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+class _KnownParameters(logging.Filter):
+    """papermill warns "Passed unknown parameter" for every annotated name it cannot parse (`x: int | None = 1`);
+    `check_parameters` has already checked every name against the cell, so the warning is only noise."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not record.getMessage().startswith("Passed unknown parameter")
+
+
+def _quiet_papermill() -> None:
+    log = logging.getLogger("papermill")
+    if not any(isinstance(f, _KnownParameters) for f in log.filters):
+        log.addFilter(_KnownParameters())
+
+
+def _is_retryable(exc: BaseException) -> bool:
+    from nbclient.exceptions import DeadKernelError
+
+    if isinstance(exc, DeadKernelError):  # died mid-cell (e.g. out of memory): retrying would repeat it
+        return False
+    text = f"{type(exc).__name__}: {exc}".lower()
+    return any(s in text for s in _RETRYABLE)
+
+
+def execute_notebook(path: str | Path, output_path: str | Path, parameters: dict[str, Any] | None = None,
+                     cwd: str | Path | None = None, log_output: bool = True, kernel_name: str = "python3",
+                     start_timeout: int = 60, retries: int = 2):
+    """Execute a jupytext notebook with papermill; return the executed `nbformat.NotebookNode`.
+
+    `parameters` are type-checked against the parameters cell first (ConfigError on an unknown name or a wrong
+    type). The executed notebook is written to `output_path` (its folder is created), also when a cell fails; a failing
+    cell raises NotebookError naming the notebook, the cell and the exception. Kernel start-up is retried
+    `retries` times on port clashes. `log_output` streams the cells' output to this process's stdout/stderr;
+    the kernel gets `INITMEM_PROGRESS=lines` so training prints one line per epoch instead of a progress bar.
+    """
+    import papermill
+    from papermill.exceptions import PapermillExecutionError
+
+    _quiet_papermill()
+    path, output_path = Path(path), Path(output_path)
+    parameters = check_parameters(dict(parameters or {}), notebook_parameters(path), f"{path.name}: ")
+    output_path.parent.mkdir(parents=True, exist_ok=True)
+    streams = {"stdout_file": sys.stdout, "stderr_file": sys.stderr} if log_output else {}
+    for attempt in range(retries + 1):
+        try:
+            with _environ(INITMEM_PROGRESS=os.environ.get("INITMEM_PROGRESS", "lines")):
+                return papermill.execute_notebook(
+                    _read(path), str(output_path), parameters=parameters, kernel_name=kernel_name,
+                    language="python", cwd=str(cwd) if cwd is not None else None, progress_bar=False,
+                    start_timeout=start_timeout, **streams)
+        except PapermillExecutionError as exc:
+            first = next((ln for ln in exc.source.splitlines() if ln.strip()), "")
+            raise NotebookError(f"{path}: cell {exc.cell_index} (In [{exc.exec_count}], {first.strip()!r}) raised "
+                                f"{exc.ename}: {exc.evalue}; executed notebook: {output_path}") from None
+        except Exception as exc:
+            if attempt < retries and _is_retryable(exc):
+                time.sleep(0.5 + attempt)
+                continue
+            raise NotebookError(f"{path}: execution failed before finishing ({type(exc).__name__}: {exc}); "
+                                f"executed notebook: {output_path}") from exc
+    raise AssertionError("unreachable")
+
+
+def run_notebook(path: str | Path, parameters: dict[str, Any] | None = None, *, output: str | Path | None = None,
+                 cwd: str | Path | None = None, log_output: bool = True):
+    """Execute one notebook with `parameters` (type-checked against its parameters cell): `initmem run`.
+
+    `output` defaults to `results/notebooks/<notebook stem>.ipynb` under `cwd` (default: the current folder).
+    """
+    path = Path(path)
+    cwd = Path(cwd) if cwd is not None else Path.cwd()
+    output = Path(output) if output is not None else cwd / "results" / "notebooks" / f"{path.stem}.ipynb"
+    return execute_notebook(path.resolve(), output, parameters, cwd=cwd, log_output=log_output)

@@ -1,0 +1,84 @@
+# ---
+# jupyter:
+#   jupytext:
+#     formats: ipynb,py:percent
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#       format_version: '1.3'
+#       jupytext_version: 1.19.6
+#   kernelspec:
+#     display_name: Python 3
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # 04 — Batch size: larger batches slow forgetting
+#
+# Tests finding **5** of STUDY.md (and **7**). ResNet-9 trained with SGD and with Adam at batch sizes
+# b in {16, 32, 64, 128, 256}, each at every `sigma_w`, for the same number of epochs. At a fixed learning rate and
+# epoch count, a larger batch means fewer steps and a smaller `T_SGD = (1/b) sum eta_k^2` (it falls as 1/b^2 per
+# epoch), so SGD should forget less and its spread across `sigma_w` grow with b; Adam runs on
+# `T_adapt = sum eta_k` and should stay near a small spread.
+#
+# The defaults below are a seconds-long smoke run on synthetic data; `params/04_batch_size.yaml` holds the
+# `smoke`, `cpu` and `paper` profiles.
+
+# %% tags=["parameters"]
+# where and what to sweep (notebook-level)
+results_dir = "results/adhoc"  # runs go to <results_dir>/<section>/<run_id>/
+section = "04_batch_size"
+sigma_ws = [0.1, 1.0, 2.5]  # the init scales the spread is taken across
+seeds = [0]
+ensemble = False  # train the sigma_w x seed members as one batched ensemble
+progress = True
+# TrainConfig fields, held fixed across sigma_w
+arch = "resnet9"
+width = 0.0625
+optimizer = "sgd"
+lr: float | None = None  # None: the optimiser's STUDY.md default
+momentum: float | None = None
+weight_decay: float | None = None
+schedule = "constant"
+batch_size = 128
+epochs = 2
+data = "synthetic"
+data_root = "data"
+n_train: int | None = 256  # None: all 45,000 after the validation split
+n_val = 128
+n_test: int | None = 128  # None: all 10,000
+train_eval_size: int | None = None
+split_seed = 0
+augment = False
+device = "auto"
+amp = "off"
+channels_last = True
+compile = False
+
+# %%
+from initmem.experiment import point_summary, run_sigma_sweep
+from initmem.sections import run_table
+from initmem.train import TrainConfig
+
+base = TrainConfig(arch=arch, width=width, optimizer=optimizer, lr=lr, momentum=momentum, weight_decay=weight_decay,
+                   schedule=schedule, batch_size=batch_size, epochs=epochs, data=data, data_root=data_root,
+                   n_train=n_train, n_val=n_val, n_test=n_test, train_eval_size=train_eval_size,
+                   split_seed=split_seed, augment=augment, device=device, amp=amp, channels_last=channels_last,
+                   compile=compile)
+runs = run_sigma_sweep(base, sigma_ws=sigma_ws, seeds=seeds, results=results_dir, section=section,
+                       ensemble=ensemble, progress=progress)
+
+# %% [markdown]
+# One row per run: test accuracy at the best-validation epoch, the interpolation epoch, the initial and final
+# weight norms (radial memory) and the forgetting clocks at the end of training.
+
+# %%
+run_table(runs)
+
+# %% [markdown]
+# The point's numbers: the spread across `sigma_w` (pp), which `sigma_w` is best and worst, how many runs
+# interpolated.
+
+# %%
+point_summary(runs)

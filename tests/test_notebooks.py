@@ -1,0 +1,194 @@
+"""The five section notebooks and their params files: structure, and every smoke profile end to end.
+
+The smoke sweeps of all five sections run once (module-scoped, two points at a time) through `run_sweep`, the
+same path as `initmem sweep --profile smoke`; the tests then assert on the results they wrote.
+"""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+import json
+import math
+from pathlib import Path
+
+import jupytext
+import nbformat
+import pandas as pd
+import pytest
+import yaml
+
+from initmem.results import load_runs, run_id
+from initmem.sections import interpolation_table, spread_at_marks
+from initmem.sweep import load_section, point_configs, run_sweep
+from initmem.train import TrainConfig
+
+REPO = Path(__file__).resolve().parent.parent
+SECTIONS = ("01_optimizers", "02_long_training", "03_lr_l2", "04_batch_size", "05_depth")
+FIELDS = {f.name for f in dataclasses.fields(TrainConfig)}
+SIGMA_GRID = [0.1, 0.25, 0.5, 1.0, 1.5, 2.0, 2.5]
+
+
+# --- structure (no execution) ------------------------------------------------------------------------------
+@pytest.mark.parametrize("name", SECTIONS)
+def test_notebook_structure(name):
+    nb = jupytext.read(REPO / "notebooks" / f"{name}.py")
+    assert nb.metadata["kernelspec"] == {"display_name": "Python 3", "language": "python", "name": "python3"}
+    first = nb.cells[0]
+    assert first.cell_type == "markdown" and "finding" in first.source.lower()
+    tagged = [i for i, c in enumerate(nb.cells) if "parameters" in c.metadata.get("tags", [])]
+    assert tagged == [1]  # one parameters cell, right after the markdown that says what is tested
+    params = load_section(REPO / "params" / f"{name}.yaml").declared
+    assert params["section"].default == name
+    # the notebook builds its base TrainConfig from exactly its TrainConfig-named parameters, each passed as
+    # itself: then sweep.point_configs (which filters parameters by field name) predicts the same run ids
+    calls = [n for c in nb.cells if c.cell_type == "code" for n in ast.walk(ast.parse(c.source))
+             if isinstance(n, ast.Call) and getattr(n.func, "id", None) == "TrainConfig"]
+    assert len(calls) == 1
+    kw = {k.arg: k.value for k in calls[0].keywords}
+    assert set(kw) == set(params) & FIELDS and not calls[0].args
+    assert all(isinstance(v, ast.Name) and v.id == k for k, v in kw.items())
+    assert "sigma_w" not in params and "seed" not in params  # swept through sigma_ws / seeds
+
+
+@pytest.mark.parametrize("name", SECTIONS)
+def test_params_profiles(name):
+    path = REPO / "params" / f"{name}.yaml"
+    section = load_section(path)  # type-checks every profile against the notebook
+    doc = yaml.safe_load(path.read_text())
+    assert doc["notebook"] == f"notebooks/{name}.py" and section.name == name and section.description
+    assert set(section.profiles) >= {"smoke", "cpu", "paper"}
+    for profile in ("smoke", "cpu", "paper"):
+        for point in section.points(profile):
+            eff = section.effective(point)
+            configs = point_configs(eff)  # every point of every profile is a valid set of TrainConfigs
+            c = configs[0]
+            if profile == "smoke":
+                assert c.data == "synthetic" and c.epochs <= 2 and len(eff["sigma_ws"]) <= 3
+                assert c.width <= (0.0625 if c.arch == "resnet9" else 0.25)
+            elif profile == "cpu":
+                assert c.data == "auto" and c.data_root == "../shared/data/cifar10-jpeg.tar.gz"
+                assert c.n_train is not None and c.n_train <= 5000 and c.device == "cpu"
+                assert (c.arch == "resnet9" and c.width <= 0.25) or c.arch in ("resnet20", "resnet56")
+            else:
+                assert c.width == 1.0 and c.n_train is None and c.n_val == 5000 and c.n_test is None
+                assert eff["sigma_ws"] == SIGMA_GRID and c.data == "auto"
+                assert c.epochs == (5000 if name == "02_long_training" else 200)
+    paper = [section.effective(p) for p in section.points("paper")]
+    grid = {k: sorted({str(p[k]) for p in paper}) for k in ("optimizer", "batch_size", "arch", "lr", "weight_decay")}
+    expected = {"01_optimizers": {"optimizer": ["adam", "adamw", "muon", "sgd", "sgd_momentum"]},
+                "02_long_training": {"optimizer": ["sgd"], "lr": ["0.01"]},
+                "03_lr_l2": {"optimizer": ["sgd"]},
+                "04_batch_size": {"batch_size": ["128", "16", "256", "32", "64"], "optimizer": ["adam", "sgd"]},
+                "05_depth": {"arch": ["resnet110", "resnet56", "resnet9"], "optimizer": ["adam", "sgd"]}}[name]
+    for k, v in expected.items():
+        assert grid[k] == v, k
+    if name == "03_lr_l2":
+        assert "0.01" in grid["weight_decay"] and "0.0" in grid["weight_decay"]
+
+
+# --- every smoke profile, executed ------------------------------------------------------------------------
+def _mtimes(folder: Path) -> dict[str, int]:
+    return {str(p): p.stat().st_mtime_ns for p in folder.rglob("*") if p.is_file()}
+
+
+@pytest.fixture(scope="module")
+def smoke(tmp_path_factory):
+    out = tmp_path_factory.mktemp("smoke-results")
+    reports = {name: run_sweep(REPO / "params" / f"{name}.yaml", profile="smoke", results=out, jobs=2,
+                               progress=False) for name in SECTIONS}
+    before = _mtimes(out)
+    again = {name: run_sweep(REPO / "params" / f"{name}.yaml", profile="smoke", results=out, jobs=2,
+                             progress=False) for name in SECTIONS}
+    return out, reports, again, before, _mtimes(out)
+
+
+@pytest.mark.parametrize("name", SECTIONS)
+def test_smoke_section_writes_every_run(smoke, name):
+    out, reports, _, _, _ = smoke
+    report = reports[name]
+    assert report.exit_code == 0, [p.message for p in report.points]
+    assert all(p.status == "ran" for p in report.points)
+    section = load_section(REPO / "params" / f"{name}.yaml")
+    points = section.points("smoke", out)
+    expected = {run_id(c) for p in points for c in point_configs(section.effective(p))}
+    spec = section.profiles["smoke"]
+    n_grid = math.prod(len(v) for v in spec["grid"].values())
+    assert len(expected) == n_grid * len(spec["fixed"]["sigma_ws"]) * len(spec["fixed"]["seeds"])
+    runs = load_runs(out / name)
+    assert set(runs["run_id"]) == expected  # the notebook trained exactly the configs the sweep predicts
+    assert (runs["status"] == "complete").all() and (runs["section"] == name).all()
+    for col in ("test_acc_at_best", "final_train_acc", "final_test_acc", "val_acc_at_best"):
+        assert runs[col].between(0, 1).all(), col
+    for col in ("T_SGD", "T_L2", "T_adapt", "init_weight_norm", "final_weight_norm", "norm_ratio"):
+        assert runs[col].notna().all() and (runs[col] >= 0).all(), col
+    assert (runs["T_SGD"] > 0).all() and (runs["init_weight_norm"] > 0).all()
+    assert (runs["T_L2"] > 0).eq(runs["weight_decay"] > 0).all()  # the L2 clock runs exactly when there is L2
+    for p in report.points:
+        nb = nbformat.read(p.notebook, as_version=4)
+        assert Path(p.notebook) == out / name / "notebooks" / f"{p.point_id}.ipynb"
+        assert nb.metadata.papermill.parameters["section"] == name
+        assert not nb.metadata.papermill.get("exception")  # None or False when no cell raised
+        last = nb.cells[-1].outputs[0]["data"]["text/plain"]
+        assert last  # the final table was displayed
+    assert list(report.summary["point"]) == [p.point_id for p in points]
+    assert (report.summary["runs"] == f"{len(spec['fixed']['sigma_ws'])}/{len(spec['fixed']['sigma_ws'])}").all()
+    assert report.summary["spread_pp"].between(0, 100).all()
+
+
+def test_a_second_sweep_executes_nothing(smoke):
+    _, _, again, before, after = smoke
+    for report in again.values():
+        assert {p.status for p in report.points} == {"skipped"} and report.exit_code == 0
+    assert before == after  # not one file was written or touched
+
+
+def test_notebook_tables_match_the_results(smoke):
+    out, reports, _, _, _ = smoke
+    # 02: the spread at each epoch mark, displayed by the notebook, equals the library's on the same runs
+    p = reports["02_long_training"].points[0]
+    nb = nbformat.read(p.notebook, as_version=4)
+    shown = nb.cells[-1].outputs[0]["data"]["text/plain"]
+    marks = nb.metadata.papermill.parameters["epoch_marks"]
+    table = spread_at_marks(load_runs(out / "02_long_training"), marks)
+    assert table["epoch"].tolist() == marks and shown == repr(table)
+    # 05: one row per run of the point, with the failed-to-interpolate flag
+    p = reports["05_depth"].points[0]
+    nb = nbformat.read(p.notebook, as_version=4)
+    assert "failed_to_interpolate" in nb.cells[-1].outputs[0]["data"]["text/plain"]
+    runs = load_runs(out / "05_depth")
+    t = interpolation_table(runs)
+    assert len(t) == len(runs) and t["failed_to_interpolate"].eq(~t["interpolated"].astype(bool)).all()
+
+
+# --- the section helpers on hand-made runs -----------------------------------------------------------------
+def _fake_run(results: Path, sigma_w: float, val_loss: list[float], test_acc: list[float], t_sgd: list[float]):
+    config = TrainConfig(data="synthetic", sigma_w=sigma_w, epochs=len(val_loss) - 1)
+    rid = run_id(config)
+    folder = results / "s" / rid
+    folder.mkdir(parents=True)
+    n = len(val_loss)
+    pd.DataFrame({"epoch": range(n), "step": range(n), "lr": 0.01, "train_loss": 1.0, "train_acc_running": 0.5,
+                  "train_acc": [0.1] + [1.0] * (n - 1), "val_loss": val_loss, "val_acc": 0.5, "test_loss": 1.0,
+                  "test_acc": test_acc, "weight_norm": 1.0, "T_SGD": t_sgd, "T_L2": 0.0, "T_adapt": 0.0,
+                  "wall_time": 0.0}).to_csv(folder / "history.csv", index=False)
+    summary = {"epochs_run": n - 1, "interpolated": True, "test_acc_at_best": None}
+    (folder / "run.json").write_text(json.dumps({"schema": 1, "run_id": rid, "section": "s", "status": "complete",
+                                                 "config": config.to_dict(), "summary": summary}))
+
+
+def test_spread_at_marks_reads_each_run_at_its_best_validation_epoch_so_far(tmp_path):
+    # sigma 0.1: best val at epoch 1 (acc 0.6) until epoch 3 improves it (acc 0.9)
+    _fake_run(tmp_path, 0.1, [9, 1.0, 2.0, 0.5], [0.0, 0.6, 0.7, 0.9], [0, 1, 2, 3])
+    # sigma 2.5: best val at epoch 2 (acc 0.3) throughout
+    _fake_run(tmp_path, 2.5, [9, 3.0, 1.0, 2.0], [0.0, 0.2, 0.3, 0.8], [0, 1, 2, 3])
+    runs = load_runs(tmp_path)
+    t = spread_at_marks(runs, [3, 1, 2])
+    assert t["epoch"].tolist() == [1, 2, 3]
+    assert t["spread_pp"].round(6).tolist() == [40.0, 30.0, 60.0]  # |0.6-0.2|, |0.6-0.3|, |0.9-0.3|
+    assert t["T_SGD"].tolist() == [1.0, 2.0, 3.0]
+    assert t["acc@0.1"].tolist() == [60.0, 60.0, 90.0]
+    with pytest.raises(ValueError, match="epoch_marks=\\[4\\] is invalid: the runs trained 3 epochs"):
+        spread_at_marks(runs, [4])
+    with pytest.raises(ValueError, match="epoch_marks=\\[\\] is invalid"):
+        spread_at_marks(runs, [])
