@@ -40,3 +40,24 @@ def cifar10_real(tmp_path_factory: pytest.TempPathFactory) -> RealCifar10:
     t0 = time.perf_counter()
     data = load_cifar10(archive, source="imagefolder", cache_dir=cache)
     return RealCifar10(data, archive, cache, time.perf_counter() - t0)
+
+
+SECTIONS = ("01_optimizers", "02_long_training", "03_lr_l2", "04_batch_size", "05_depth")
+
+
+@dataclass
+class SmokeStudy:
+    results: Path  # <tmp>/smoke: a results tree named like its profile, as `make smoke` writes it
+    reports: dict  # section name -> sweep.SweepReport of the first (real) sweep
+
+
+@pytest.fixture(scope="session")
+def smoke_study(tmp_path_factory: pytest.TempPathFactory) -> SmokeStudy:
+    """Every section's smoke profile swept once per test session through the real runner (papermill, one kernel
+    per point, two at a time). The notebook, sweep and figure tests all read this one tree."""
+    from initmem.sweep import run_sweep
+
+    root = tmp_path_factory.mktemp("study") / "smoke"
+    reports = {name: run_sweep(REPO / "params" / f"{name}.yaml", profile="smoke", results=root, jobs=2,
+                               progress=False) for name in SECTIONS}
+    return SmokeStudy(root, reports)

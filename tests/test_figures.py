@@ -254,20 +254,9 @@ def write_fake_results(root: Path, sections=SECTIONS) -> Path:
 
 
 @pytest.fixture(scope="module")
-def results(tmp_path_factory) -> Path:
-    """Real smoke results of every section: each point of each params file's `smoke` profile trained in this
-    process — the TrainConfigs and run ids `sweep.run_sweep` makes, without its papermill kernel per point (18
-    kernels cost minutes; the training itself takes seconds)."""
-    from initmem.sweep import load_section, point_configs
-    from initmem.train import train
-
-    root = tmp_path_factory.mktemp("results") / "smoke"
-    for name in SECTIONS:
-        section = load_section(REPO / "params" / f"{name}.yaml")
-        for point in section.points("smoke", root):
-            for config in point_configs(section.effective(point)):
-                train(config, out_dir=root, section=name, progress=False)
-    return root
+def results(smoke_study) -> Path:
+    """Real smoke results of every section, swept once per session through papermill (tests/conftest.py)."""
+    return smoke_study.results
 
 
 @pytest.fixture(scope="module")

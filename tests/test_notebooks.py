@@ -93,10 +93,8 @@ def _mtimes(folder: Path) -> dict[str, int]:
 
 
 @pytest.fixture(scope="module")
-def smoke(tmp_path_factory):
-    out = tmp_path_factory.mktemp("smoke-results")
-    reports = {name: run_sweep(REPO / "params" / f"{name}.yaml", profile="smoke", results=out, jobs=2,
-                               progress=False) for name in SECTIONS}
+def smoke(smoke_study):
+    out, reports = smoke_study.results, smoke_study.reports
     before = _mtimes(out)
     again = {name: run_sweep(REPO / "params" / f"{name}.yaml", profile="smoke", results=out, jobs=2,
                              progress=False) for name in SECTIONS}
