@@ -96,14 +96,16 @@ def _cmd_run(args: argparse.Namespace) -> int:
     import yaml
 
     from initmem.errors import ConfigError
-    from initmem.notebook import run_notebook
+    from initmem.notebook import check_parameters, notebook_parameters, run_notebook
+    from initmem.sweep import REQUIRED, point_configs
 
     params: dict = {}
     if args.parameters_file:
         try:
             params = yaml.safe_load(open(args.parameters_file, encoding="utf-8")) or {}
         except (OSError, yaml.YAMLError) as exc:
-            raise ConfigError(f"cannot read parameters file {args.parameters_file!r}: {exc}") from None
+            raise ConfigError(f"cannot read parameters file {args.parameters_file!r}: "
+                              + " ".join(str(exc).split())) from None
         if not isinstance(params, dict) or "profiles" in params:
             raise ConfigError(f"{args.parameters_file!r} must be a flat mapping of parameters "
                               "(a section params file with profiles is run with `initmem sweep`)")
@@ -111,7 +113,11 @@ def _cmd_run(args: argparse.Namespace) -> int:
         try:
             params[name] = yaml.safe_load(value)
         except yaml.YAMLError as exc:
-            raise ConfigError(f"-p {name} {value!r} is not a YAML value: {exc}") from None
+            raise ConfigError(f"-p {name} {value!r} is not a YAML value: " + " ".join(str(exc).split())) from None
+    declared = notebook_parameters(args.notebook)
+    if all(k in declared for k in REQUIRED):  # a section notebook: every run's TrainConfig checked before the kernel
+        checked = check_parameters(params, declared, f"{args.notebook}: ")
+        point_configs({**{k: p.default for k, p in declared.items()}, **checked})
     run_notebook(args.notebook, params, output=args.output, cwd=args.cwd, log_output=not args.quiet)
     return 0
 

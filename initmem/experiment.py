@@ -3,19 +3,35 @@
 A point is exactly what a spread is computed over, so the notebook trains it in one call, the results tree makes
 the call idempotent (complete runs are skipped: a re-executed notebook only trains what is missing), and
 `point_summary` turns its rows into the numbers the section reports.
+
+Reliability: each run is trained under its run-folder lock (`initmem.locks`), so several processes can work on one
+results tree at once (two sweeps, a local pool next to a Slurm array, a requeued job): a run locked by another
+process is skipped at first and waited for at the end, and completion is re-checked once the lock is held. A run
+that raises is recorded in `<run folder>/failed.json`, the sweep goes on with the next run and raises a SweepError
+at the end; the next call retries it (resuming from its checkpoints, if any) and removes the record once it
+completes. A user error (InitmemError: bad data, unwritable folder) is the same for every run and stops the sweep
+at once.
 """
 
 from __future__ import annotations
 
+import datetime as _dt
+import json
+import os
+import socket
+import traceback
+import warnings
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
-from initmem import metrics
+from initmem import locks, metrics
 from initmem import results as _results
-from initmem.errors import ConfigError
+from initmem.errors import ConfigError, InitmemError, ResultsError, SweepError
 from initmem.train import TrainConfig, train
+
+FAILED = "failed.json"  # in a run folder: the last attempt raised; removed when the run completes
 
 
 def _configs(base: TrainConfig, sigma_ws: list[float], seeds: list[int]) -> list[TrainConfig]:
@@ -33,9 +49,10 @@ def _configs(base: TrainConfig, sigma_ws: list[float], seeds: list[int]) -> list
 
 def run_sigma_sweep(base: TrainConfig | dict, *, sigma_ws: list[float], seeds: list[int] = (0,),
                     results: str | Path, section: str, ensemble: bool = False, progress: bool = True) -> pd.DataFrame:
-    """Train `base` at every sigma_w × seed that is not already complete under `results/section`, sequentially;
-    return the `load_runs` rows of exactly these runs (in sigma_w, seed order). A diverged run is a result (its
-    row says so) and the sweep goes on."""
+    """Train `base` at every sigma_w × seed that is not already complete under `results/section`, sequentially,
+    each under its run lock; return the `load_runs` rows of exactly these runs (in sigma_w, seed order). A diverged
+    run is a result (its row says so) and the sweep goes on; a run that raises is recorded (failed.json), the
+    others still run, and a SweepError naming the failures is raised at the end (see the module docstring)."""
     base = TrainConfig.from_dict(base) if isinstance(base, dict) else base
     if not isinstance(base, TrainConfig):
         raise ConfigError(f"base={type(base).__name__} is invalid: a TrainConfig or a dict of its fields is accepted")
@@ -47,12 +64,84 @@ def run_sigma_sweep(base: TrainConfig | dict, *, sigma_ws: list[float], seeds: l
               + ", ".join(f"sigma_w={c.sigma_w:g} seed={c.seed} ({_results.run_id(c)})" for c in done), flush=True)
     if ensemble and todo:
         print("ensemble training is not available yet: training the runs one after the other", flush=True)
+    waiting, failed = [], []
     for i, c in enumerate(todo, 1):
-        if progress:
-            print(f"[{i}/{len(todo)}] sigma_w={c.sigma_w:g} seed={c.seed}", flush=True)
-        train(c, out_dir=results, section=section, progress=progress)
+        folder = _results.run_dir(results, section, c)
+        lock = locks.try_lock(folder)
+        if lock is None:  # another process is training it: do the others first, then wait for it
+            print(f"[{i}/{len(todo)}] {_name(c)}: locked by {locks.holder(folder)} (training it); "
+                  "will wait for it after the other runs", flush=True)
+            waiting.append((i, c))
+            continue
+        with lock:
+            _train_locked(c, results, section, progress, f"[{i}/{len(todo)}]", failed)
+    for i, c in waiting:
+        folder = _results.run_dir(results, section, c)
+        print(f"[{i}/{len(todo)}] {_name(c)}: waiting for {locks.holder(folder)} to finish it", flush=True)
+        with locks.wait_lock(folder):
+            _train_locked(c, results, section, progress, f"[{i}/{len(todo)}]", failed)
+    if failed:
+        raise SweepError(f"{len(failed)} of {len(configs)} run(s) of section {section!r} failed: "
+                         + "; ".join(f"{_name(c)}: {e}" for c, e in failed)
+                         + f"; each is recorded in its run folder's {FAILED} and retried by the next call")
     frames = [_results.load_runs(_results.run_dir(results, section, c)) for c in configs]
     return pd.concat(frames, ignore_index=True)
+
+
+def _name(c: TrainConfig) -> str:
+    return f"sigma_w={c.sigma_w:g} seed={c.seed} ({_results.run_id(c)})"
+
+
+def _train_locked(c: TrainConfig, results: str | Path, section: str, progress: bool, tag: str,
+                  failed: list) -> None:
+    """Train one run whose lock this process holds, unless another process completed it meanwhile."""
+    folder = _results.run_dir(results, section, c)
+    if _results.is_complete(results, section, c):
+        print(f"{tag} {_name(c)}: completed by another process meanwhile", flush=True)
+        return
+    if (folder / "run.json").exists():  # present but not valid: say so, then train it again
+        try:
+            _results.read_run(folder)
+        except ResultsError as exc:
+            warnings.warn(f"{exc}; training the run again", stacklevel=3)
+            print(f"{tag} {_name(c)}: {exc}; training the run again", flush=True)
+    before = _read_failed(folder)
+    if progress or before:
+        again = f" (retrying: attempt {before['attempts']} failed with {before['error']})" if before else ""
+        print(f"{tag} {_name(c)}{again}", flush=True)
+    try:
+        train(c, out_dir=results, section=section, progress=progress)
+    except Exception as exc:  # noqa: BLE001 - recorded; a user error stops the sweep, anything else is retried later
+        message = f"{type(exc).__name__}: " + (str(exc).strip().splitlines() or [""])[0]
+        _write_failed(folder, c, section, exc, message, (before or {}).get("attempts", 0) + 1)
+        if isinstance(exc, InitmemError):
+            raise
+        print(f"{tag} {_name(c)}: failed with {message}; recorded in {folder / FAILED}", flush=True)
+        failed.append((c, message))
+        return
+    (folder / FAILED).unlink(missing_ok=True)
+
+
+def _read_failed(folder: Path) -> dict | None:
+    try:
+        record = json.loads((folder / FAILED).read_text(encoding="utf-8"))
+        return record if isinstance(record, dict) and isinstance(record.get("attempts"), int) else None
+    except (OSError, ValueError):
+        return None
+
+
+def _write_failed(folder: Path, c: TrainConfig, section: str, exc: BaseException, message: str,
+                  attempts: int) -> None:
+    """Best effort: a folder that cannot take the record must not hide the original error."""
+    record = {"run_id": _results.run_id(c), "section": section, "sigma_w": c.sigma_w, "seed": c.seed,
+              "error": message, "attempts": attempts, "host": socket.gethostname(), "pid": os.getpid(),
+              "failed_at": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
+              "traceback": traceback.format_exception(exc)}
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        _results._atomic_write(folder / FAILED, json.dumps(record, indent=2, default=str) + "\n")
+    except OSError:
+        pass
 
 
 def point_summary(df: pd.DataFrame) -> dict:

@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from submitit.helpers import Checkpointable
 
 from initmem.errors import InitmemError, SweepError
 from initmem.notebook import Parameter, check_parameters, execute_notebook, notebook_parameters
@@ -103,8 +104,11 @@ def load_section(path: str | Path) -> Section:
         doc = yaml.safe_load(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise SweepError(f"params file {str(path)!r} does not exist") from None
-    except yaml.YAMLError as exc:
-        raise SweepError(f"{path}: not valid YAML: {exc}") from None
+    except yaml.YAMLError as exc:  # one line: where, and what the parser expected
+        mark, problem = getattr(exc, "problem_mark", None), getattr(exc, "problem", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+        raise SweepError(f"{path}: not valid YAML{where}: {problem or ' '.join(str(exc).split())}; a params file "
+                         "is a YAML mapping like params/01_optimizers.yaml") from None
     keys = ("section", "notebook", "description", "profiles")
     if not isinstance(doc, dict) or set(doc) - set(keys) or not {"section", "notebook", "profiles"} <= set(doc):
         raise SweepError(f"{path}: a params file is a mapping with keys {', '.join(keys)} (description optional); "
@@ -203,6 +207,16 @@ def execute_point(point: Point, notebook: str, cwd: str, output: str, parameters
     return PointReport(point.point_id, status, message, output, time.perf_counter() - t0)
 
 
+class PointJob(Checkpointable):
+    """A Slurm array task: `execute_point(*task)`. Checkpointable, so when Slurm preempts the job or its time runs
+    out, submitit calls `checkpoint(*task)`, which resubmits this same point (submitit's default: the callable with
+    the same arguments) and requeues the job. The point's runs make the resume exact: complete runs are skipped,
+    a run cut short resumes from its newest checkpoint (`checkpoint_every`), and its run lock died with the job."""
+
+    def __call__(self, *task: Any) -> PointReport:
+        return execute_point(*task)
+
+
 def _visible_gpus() -> list[str]:
     env = os.environ.get("CUDA_VISIBLE_DEVICES")
     if env is not None:
@@ -254,7 +268,7 @@ def _run_slurm(tasks: list[tuple], folder: Path, section: str, options: dict[str
         if options.get(ours) is not None:
             params[theirs] = options[ours]
     ex.update_parameters(**params)
-    jobs = ex.map_array(execute_point, *zip(*tasks, strict=True))
+    jobs = ex.map_array(PointJob(), *zip(*tasks, strict=True))
     print(f"submitted {len(jobs)} Slurm array task(s) (job {jobs[0].job_id.split('_')[0]}); logs in {folder}",
           flush=True)
     reports = []
@@ -346,6 +360,10 @@ def run_sweep(params_path: str | Path, *, profile: str, results: str | Path | No
         if status == "pending":
             tasks.append((p, str(section.notebook), str(section.root), str(nb_out), {**p.parameters, **extra},
                           progress))
+    if tasks:  # every config is valid; a bad --results fails now, not as one failed notebook per point
+        from initmem.results import check_writable
+
+        check_writable(out / section.name)
     to_run = sum(r.status in ("pending", "would-run") for r in plan.values())
     print(f"== {section.name} [{profile}] {len(points)} point(s), {to_run} to run, "
           f"{sum(r.status == 'skipped' for r in plan.values())} complete; results: {out}", flush=True)

@@ -10,6 +10,7 @@ accuracy, and the per-layer weight norms.
 from __future__ import annotations
 
 import contextlib
+import copy
 import dataclasses
 import datetime as _dt
 import difflib
@@ -29,10 +30,12 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from initmem import checkpoint as _ckpt
 from initmem import data as _data
+from initmem import locks as _locks
 from initmem import metrics, models, optim
 from initmem import results as _results
-from initmem.errors import ConfigError
+from initmem.errors import CheckpointError, ConfigError, ResultsError
 from initmem.provenance import provenance
 
 # Fields that cannot change the result (where it runs, how it is batched for evaluation or checkpointed, where the
@@ -206,12 +209,13 @@ class TrainConfig:
         choice("data", _data.SOURCES)
         if not isinstance(self.data_root, str) or not self.data_root:
             raise _bad("data_root", self.data_root, "a non-empty path string")
-        integer("n_train", 1, optional=True)
-        integer("n_val", 1)
-        integer("n_test", 1, optional=True)
+        # the splits are stratified: at least one image per class, or make_splits fails on a *different* field
+        integer("n_train", _data.NUM_CLASSES, optional=True)
+        integer("n_val", _data.NUM_CLASSES)
+        integer("n_test", _data.NUM_CLASSES, optional=True)
         integer("split_seed", 0)
         flag("augment")
-        integer("train_eval_size", 1, optional=True)
+        integer("train_eval_size", _data.NUM_CLASSES, optional=True)
         integer("batch_size", 1)
         integer("seed", 0)
         if not isinstance(self.device, str) or not _DEVICE_RE.fullmatch(self.device):
@@ -302,9 +306,50 @@ class TrainState:
         self.epoch, self.step, self.wall_time = int(state["epoch"]), int(state["step"]), float(state["wall_time"])
 
 
-def _maybe_checkpoint(state: TrainState, config: TrainConfig, run_folder: Path | None) -> None:
-    """Hook called after every epoch: save `state` every `config.checkpoint_every` epochs. Not implemented yet
-    (initmem/checkpoint.py will); a no-op so that the loop already has its one call site."""
+def _maybe_checkpoint(state: TrainState, config: TrainConfig, run_folder: Path | None, rid: str,
+                      started_at: str, wall_time: float) -> None:
+    """Hook called after every (finite) epoch: save `state` every `config.checkpoint_every` epochs, at the epoch
+    boundary, so a resume starts a fresh epoch whose permutation comes from the restored order generator."""
+    if run_folder is None or not config.checkpoint_every or state.epoch % config.checkpoint_every:
+        return
+    payload = {"run_id": rid, "config": config.to_dict(), "epoch": state.epoch, "rng": _ckpt.rng_state(),
+               "state": {**state.state_dict(), "wall_time": wall_time}, "started_at": started_at,
+               "saved_at": _utcnow()}
+    _ckpt.save(_ckpt.folder_of(run_folder), state.epoch, payload)
+
+
+def _resume(state: TrainState, config: TrainConfig, run_folder: Path, rid: str, say) -> str | None:
+    """Restore `state` and the global RNGs from the run's newest valid checkpoint; return the run's original
+    `started_at`, or None when no checkpoint is usable (`state` is then left as built). A checkpoint of another
+    run or config is refused like a damaged one."""
+    if not _ckpt.checkpoints(_ckpt.folder_of(run_folder)):
+        return None
+    fresh, rng = copy.deepcopy(state.state_dict()), _ckpt.rng_state()  # a failed restore must leave no trace
+    mine = {k: v for k, v in config.to_dict().items() if k not in RUN_ID_EXCLUDE}
+    started: list[str] = []
+
+    def use(payload: dict) -> None:
+        theirs = payload.get("config")
+        theirs = {k: v for k, v in theirs.items() if k not in RUN_ID_EXCLUDE} if isinstance(theirs, dict) else {}
+        if payload.get("run_id") != rid or theirs != mine:
+            diff = sorted(k for k in mine if theirs.get(k) != mine[k])
+            raise CheckpointError(f"checkpoint of run {payload.get('run_id')!r} does not belong to run {rid} "
+                                  f"(config differs in {diff})")
+        try:
+            state.load_state_dict(payload["state"])
+            _ckpt.set_rng_state(payload["rng"])
+        except Exception as exc:  # noqa: BLE001 - shapes, devices, missing keys: this checkpoint is unusable here
+            state.load_state_dict(fresh)
+            _ckpt.set_rng_state(rng)
+            raise CheckpointError(f"checkpoint of epoch {payload.get('epoch')!r} cannot be restored: "
+                                  f"{type(exc).__name__}: {exc}") from None
+        started.append(str(payload.get("started_at") or _utcnow()))
+
+    hit = _ckpt.load_latest(_ckpt.folder_of(run_folder), use, report=say)
+    if hit is None:
+        return None
+    say(f"run {rid}: resumed from {hit[1]} (epoch {hit[0]}/{config.epochs})")
+    return started[-1]
 
 
 def _stream_seed(seed: int, stream: str) -> int:
@@ -356,13 +401,27 @@ def train(config: TrainConfig, *, out_dir: str | Path | None = None, section: st
           progress: bool = True) -> RunResult:
     """Train one run. A non-finite loss marks it "diverged" at that epoch: its history up to and including that epoch
     is kept and the function returns normally. With `out_dir`, the run is written to `out_dir/section/run_id/`
-    (writability is checked before anything is trained)."""
+    (writability is checked before anything is trained) under the run's lock (ResultsError if another process
+    holds it), saves a checkpoint every `config.checkpoint_every` epochs, and resumes from the newest valid
+    checkpoint of the same run when its folder has one; the checkpoints are deleted once run.json is written."""
     if not isinstance(config, TrainConfig):
         raise ConfigError(f"config={type(config).__name__} is invalid: a TrainConfig is accepted")
     if not isinstance(section, str) or not section or section != Path(section).name or section.startswith("."):
         raise ConfigError(f"section={section!r} is invalid: a plain folder name is accepted")
-    if out_dir is not None:
-        _results.check_writable(Path(out_dir) / section)
+    if out_dir is None:
+        return _train(config, None, section, progress)
+    _resolve_device(config)  # a bad device fails before anything is created on disk
+    _results.check_writable(Path(out_dir) / section)
+    folder = _results.run_dir(out_dir, section, config)
+    lock = _locks.try_lock(folder)
+    if lock is None:
+        raise ResultsError(f"run folder {str(folder)!r} is locked by {_locks.holder(folder)}: that process is "
+                           "training this run; wait for it (or run another config)")
+    with lock:
+        return _train(config, out_dir, section, progress)
+
+
+def _train(config: TrainConfig, out_dir: str | Path | None, section: str, progress: bool) -> RunResult:
     dev = _resolve_device(config)
     rid, started_at = _results.run_id(config), _utcnow()
     prov = provenance(str(dev))
@@ -396,6 +455,8 @@ def train(config: TrainConfig, *, out_dir: str | Path | None = None, section: st
 
     layers = [f"norm:{name}" for name in models.layer_names(model)]
     n = len(splits.train_y)
+    if config.batch_size > n:  # TrainConfig cannot know the data size: caught here, before any step
+        raise _bad("batch_size", config.batch_size, f"at most the training split's size {n} (n_train) is accepted")
     per_epoch = _data.steps_per_epoch(n, config.batch_size)
     total_steps = per_epoch * config.epochs
     warmup_steps = min(total_steps, round(config.warmup_epochs * per_epoch))
@@ -416,18 +477,26 @@ def train(config: TrainConfig, *, out_dir: str | Path | None = None, section: st
         return row
 
     mode = _progress_mode(progress)
+
+    def say(line: str) -> None:  # checkpoint news: in the progress output (papermill, logs, terminal)
+        if mode is not None:
+            print(line, flush=True)
+
     if mode == "lines":
         print(f"run {rid}: {config.arch} width={config.width:g} sigma_w={config.sigma_w:g} {config.optimizer} "
               f"lr={config.lr:g} b={config.batch_size} seed={config.seed}, {config.epochs} epochs x {per_epoch} "
               f"steps on {dev} ({data.source})", flush=True)
+    resumed = None if run_folder is None else _resume(state, config, run_folder, rid, say)
+    started_at = resumed or started_at
     t0 = time.perf_counter()  # wall_time counts training and evaluation, not data loading or set-up
-    state.history.append(measure(None, math.nan))  # epoch 0: at initialisation, before any step
+    if resumed is None:
+        state.history.append(measure(None, math.nan))  # epoch 0: at initialisation, before any step
     status = "complete"
     bar = None
     if mode == "bar":
         from tqdm import tqdm  # a terminal: papermill and logs get "lines"
 
-        bar = tqdm(total=config.epochs, desc=f"run {rid}", unit="epoch", dynamic_ncols=True)
+        bar = tqdm(total=config.epochs, initial=state.epoch, desc=f"run {rid}", unit="epoch", dynamic_ncols=True)
     try:
         while state.epoch < config.epochs:
             net.train()
@@ -461,7 +530,8 @@ def train(config: TrainConfig, *, out_dir: str | Path | None = None, section: st
             _report(mode, bar, row, config, rid, status)
             if status == "diverged":
                 break
-            _maybe_checkpoint(state, config, run_folder)
+            _maybe_checkpoint(state, config, run_folder, rid, started_at,
+                              state.wall_time + time.perf_counter() - t0)
     finally:
         if bar is not None:
             bar.close()
@@ -473,6 +543,7 @@ def train(config: TrainConfig, *, out_dir: str | Path | None = None, section: st
     result = RunResult(config, rid, status, history, summary, None, prov, started_at, _utcnow())
     if out_dir is not None:
         result.path = _results.write_run(result, out_dir, section)
+        _ckpt.clear(_ckpt.folder_of(result.path))  # a finished run never resumes
     return result
 
 

@@ -1,0 +1,197 @@
+"""Checkpoint files: atomic, checksummed, rotated; and the process-wide RNG states a resume must restore.
+
+A checkpoint is `<run folder>/checkpoints/epoch-NNNNNN.ckpt`:
+    b"INITMEM-CHECKPOINT\\n" + b'{"format": 1, "sha256": "<hex>", "size": N}\\n' + payload
+where the payload is `torch.save` of a dict of tensors and plain values (loaded with `weights_only=True`, so a
+checkpoint can hold no code). The header's sha256 and size are checked before the payload is unpickled: a
+truncated, bit-flipped or half-written file is a `CheckpointError`, never a silently wrong resume.
+
+Writes are atomic: temp file in the same folder, flush, fsync, `os.replace`, fsync of the folder; a reader (or a
+process that resumes after a SIGKILL) sees the old set of files or the new one, never half a file under a real
+name. The caller holds the run's lock (`initmem.locks`), so only one process writes a run's checkpoints.
+
+Test-only fault hook: `INITMEM_FAULT=kill_during_checkpoint_write` (or `...@E`: only at epoch E's checkpoint)
+makes `save` SIGKILL its own process after half of the temp file is written and synced — what a power cut or an
+OOM kill at the worst moment leaves behind.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import os
+import random
+import re
+import signal
+import warnings
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from initmem.errors import CheckpointError
+
+MAGIC = b"INITMEM-CHECKPOINT\n"
+FORMAT = 1
+KEEP = 2  # newest checkpoints kept: the previous one is the fallback when the newest turns out to be damaged
+FOLDER = "checkpoints"
+FAULT_ENV = "INITMEM_FAULT"
+_NAME = re.compile(r"epoch-(\d{6,})\.ckpt")
+
+
+def folder_of(run_folder: str | Path) -> Path:
+    """`<run folder>/checkpoints`."""
+    return Path(run_folder) / FOLDER
+
+
+def checkpoints(folder: str | Path) -> list[Path]:
+    """The checkpoint files in `folder`, newest (highest epoch) first; temp files and strangers are ignored."""
+    folder = Path(folder)
+    if not folder.is_dir():
+        return []
+    found = [(int(m.group(1)), p) for p in folder.iterdir() if (m := _NAME.fullmatch(p.name)) and p.is_file()]
+    return [p for _, p in sorted(found, reverse=True)]
+
+
+def _fsync_dir(folder: Path) -> None:
+    try:
+        fd = os.open(folder, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+    except OSError:  # some filesystems refuse fsync on a directory; the rename is still atomic
+        pass
+
+
+def _fault(epoch: int) -> bool:
+    spec = os.environ.get(FAULT_ENV, "")
+    name, _, at = spec.partition("@")
+    return name == "kill_during_checkpoint_write" and (not at or int(at) == epoch)
+
+
+def save(folder: str | Path, epoch: int, payload: dict[str, Any], *, keep: int = KEEP) -> Path:
+    """Write `payload` as `folder/epoch-<epoch>.ckpt` atomically with its checksum, then delete all but the
+    `keep` newest checkpoints and any temp file an earlier, killed writer left. Returns the path."""
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    for stale in folder.glob(".epoch-*.tmp"):  # a writer killed mid-write (we hold the run lock: not a live one)
+        stale.unlink(missing_ok=True)
+    buf = io.BytesIO()
+    torch.save(payload, buf)
+    body = buf.getvalue()
+    header = json.dumps({"format": FORMAT, "sha256": hashlib.sha256(body).hexdigest(), "size": len(body)})
+    data = MAGIC + header.encode() + b"\n" + body
+    path = folder / f"epoch-{epoch:06d}.ckpt"
+    tmp = folder / f".{path.name}.{os.getpid()}.tmp"
+    try:
+        with open(tmp, "wb") as f:
+            if _fault(epoch):  # test-only: die with half a file on disk
+                f.write(data[: len(data) // 2])
+                f.flush()
+                os.fsync(f.fileno())
+                os.kill(os.getpid(), signal.SIGKILL)
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    _fsync_dir(folder)
+    for old in checkpoints(folder)[keep:]:
+        old.unlink(missing_ok=True)
+    return path
+
+
+def load(path: str | Path) -> dict[str, Any]:
+    """The verified payload of one checkpoint (tensors on the CPU); CheckpointError naming the file and what is
+    wrong when it is truncated, corrupt or not a checkpoint."""
+    path = Path(path)
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise CheckpointError(f"checkpoint {str(path)!r} is unreadable: {exc.strerror or exc}") from None
+    if not data.startswith(MAGIC):
+        raise CheckpointError(f"checkpoint {str(path)!r} is corrupt: it does not start with {MAGIC[:-1].decode()!r}")
+    end = data.find(b"\n", len(MAGIC))
+    try:
+        header = json.loads(data[len(MAGIC) : end]) if end > 0 else None
+        size, digest, fmt = int(header["size"]), str(header["sha256"]), header["format"]
+    except (ValueError, TypeError, KeyError):
+        raise CheckpointError(f"checkpoint {str(path)!r} is corrupt: unreadable header") from None
+    if fmt != FORMAT:
+        raise CheckpointError(f"checkpoint {str(path)!r} has format {fmt!r}; this initmem reads format {FORMAT}")
+    body = data[end + 1 :]
+    if len(body) != size:
+        raise CheckpointError(f"checkpoint {str(path)!r} is truncated: {len(body)} of {size} payload bytes")
+    if hashlib.sha256(body).hexdigest() != digest:
+        raise CheckpointError(f"checkpoint {str(path)!r} is corrupt: sha256 mismatch")
+    try:
+        payload = torch.load(io.BytesIO(body), map_location="cpu", weights_only=True)
+    except Exception as exc:  # noqa: BLE001 - a checksummed file that torch cannot read: a writer bug, still unusable
+        raise CheckpointError(f"checkpoint {str(path)!r} is unreadable: {type(exc).__name__}: {exc}") from None
+    if not isinstance(payload, dict):
+        raise CheckpointError(f"checkpoint {str(path)!r} holds a {type(payload).__name__}, expected a dict")
+    return payload
+
+
+def load_latest(folder: str | Path, use: Callable[[dict[str, Any]], None],
+                report: Callable[[str], None] | None = None) -> tuple[int, Path] | None:
+    """Try the checkpoints in `folder`, newest first: `load` each and call `use(payload)` (which applies it, or
+    raises CheckpointError when it does not belong to the run). A damaged or foreign checkpoint is reported —
+    `warnings.warn` and `report(line)` — and the next older one is tried. Returns (epoch, path) of the one used,
+    or None when none is usable (the run starts afresh)."""
+    for path in checkpoints(folder):
+        try:
+            payload = load(path)
+            use(payload)
+            return int(payload["epoch"]), path
+        except CheckpointError as exc:
+            line = f"{exc}; falling back to an earlier checkpoint or a fresh start"
+            warnings.warn(line, stacklevel=2)
+            if report is not None:
+                report(line)
+    return None
+
+
+def clear(folder: str | Path) -> None:
+    """Delete a run's checkpoints folder (its run.json is written: nothing will resume from it)."""
+    folder = Path(folder)
+    if folder.is_dir():
+        for p in folder.iterdir():
+            if p.is_file() and (_NAME.fullmatch(p.name) or p.name.endswith(".tmp")):
+                p.unlink(missing_ok=True)
+        try:
+            folder.rmdir()
+        except OSError:  # something else lives there: leave it
+            pass
+
+
+# --- process-wide RNG states ---------------------------------------------------------------------------------
+def rng_state() -> dict[str, Any]:
+    """Every global generator's state: torch CPU (and CUDA when initialised), Python's `random`, numpy's legacy
+    global. Training draws only from torch's (the initialisation) and from its own seeded generators, but a resume
+    restores them all so the process continues exactly as an uninterrupted one would."""
+    kind, keys, pos, has_gauss, gauss = np.random.get_state(legacy=True)
+    state = {"torch": torch.get_rng_state(), "python": random.getstate(),
+             "numpy": {"kind": kind, "keys": torch.from_numpy(keys.astype(np.int64)), "pos": int(pos),
+                       "has_gauss": int(has_gauss), "gauss": float(gauss)}}
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def set_rng_state(state: dict[str, Any]) -> None:
+    """Inverse of `rng_state`; CUDA states are restored when there are as many devices as were saved."""
+    torch.set_rng_state(state["torch"])
+    version, internal, gauss = state["python"]
+    random.setstate((version, tuple(internal), gauss))
+    n = state["numpy"]
+    np.random.set_state((n["kind"], n["keys"].numpy().astype(np.uint32), n["pos"], n["has_gauss"], n["gauss"]))
+    cuda = state.get("cuda")
+    if cuda is not None and torch.cuda.is_available() and torch.cuda.device_count() == len(cuda):
+        torch.cuda.set_rng_state_all(cuda)

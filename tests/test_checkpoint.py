@@ -1,0 +1,349 @@
+"""Checkpoints and resume: atomic checksummed files, bit-for-bit resume after SIGKILL (mid-epoch and mid-write),
+detection of and fallback from damaged checkpoints and run.json files, failed runs recorded and retried, divergence
+as a result, and the Slurm requeue hook.
+
+Subprocess tests use a 1/16-width ResNet-9 on 200 synthetic images (a few seconds per child, see tests/faults.py).
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import pickle
+import signal
+
+import faults
+import pandas as pd
+import pytest
+import torch
+
+import initmem.train as train_mod
+from initmem import checkpoint as ckpt
+from initmem import experiment
+from initmem.errors import CheckpointError, SweepError
+from initmem.experiment import FAILED, run_sigma_sweep
+from initmem.results import is_complete, read_run, run_dir
+from initmem.train import TrainConfig, train
+
+CFG = {**faults.TINY, "epochs": 6, "checkpoint_every": 1}
+LOCAL = {**faults.TINY, "epochs": 4, "checkpoint_every": 1, "augment": True}  # in-process runs
+
+
+@pytest.fixture(autouse=True, scope="module")
+def one_thread():
+    """One torch thread: on 2 shared cores it is faster than two, and it is what the children use."""
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+
+
+# --------------------------------------------------------------------------------------------- the file format
+def test_save_is_atomic_rotated_and_load_verifies_the_checksum(tmp_path):
+    payload = {"epoch": 3, "w": torch.arange(1000, dtype=torch.float32), "history": [{"a": 1.5, "b": float("nan")}]}
+    for e in (1, 2, 3):
+        ckpt.save(tmp_path, e, {**payload, "epoch": e})
+    assert [p.name for p in ckpt.checkpoints(tmp_path)] == ["epoch-000003.ckpt", "epoch-000002.ckpt"]  # keep 2
+    got = ckpt.load(tmp_path / "epoch-000003.ckpt")
+    assert torch.equal(got["w"], payload["w"]) and got["history"][0]["a"] == 1.5
+    (tmp_path / ".epoch-000004.ckpt.999.tmp").write_bytes(b"half a file")  # a killed writer's leftover
+    ckpt.save(tmp_path, 4, payload)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["epoch-000003.ckpt", "epoch-000004.ckpt"]
+
+    path = tmp_path / "epoch-000004.ckpt"
+    good = path.read_bytes()
+    flipped = bytearray(good)
+    flipped[-100] ^= 0xFF
+    for damaged, reason in ((good[: len(good) - 10], "truncated"), (bytes(flipped), "sha256 mismatch"),
+                            (b"PK\x03\x04" + good[4:], "does not start with"), (good[:30], "unreadable header")):
+        path.write_bytes(damaged)
+        with pytest.raises(CheckpointError, match=reason):
+            ckpt.load(path)
+    ckpt.clear(tmp_path)
+    assert not tmp_path.exists()
+
+
+def test_rng_state_round_trips_every_global_generator():
+    import random
+
+    import numpy as np
+
+    state = ckpt.rng_state()
+    a = (torch.rand(3), random.random(), np.random.rand())
+    ckpt.set_rng_state(state)
+    b = (torch.rand(3), random.random(), np.random.rand())
+    assert torch.equal(a[0], b[0]) and a[1:] == b[1:]
+
+
+# ------------------------------------------------------------------------------------- resume in this process
+class _Stop(Exception):
+    pass
+
+
+def _interrupt_at(monkeypatch, epoch: int) -> None:
+    """Make train() raise right after measuring `epoch` (before that epoch's checkpoint)."""
+    report = train_mod._report
+
+    def boom(mode, bar, row, *a):
+        if row["epoch"] == epoch:
+            raise _Stop
+        return report(mode, bar, row, *a)
+
+    monkeypatch.setattr(train_mod, "_report", boom)
+
+
+@pytest.fixture(scope="module")
+def reference():
+    """The uninterrupted run (augmentation on: the aug generator must be restored too), in this process."""
+    return train(TrainConfig(**LOCAL), progress=False).history.drop(columns="wall_time")
+
+
+def _interrupted(tmp_path, monkeypatch, epoch: int) -> tuple[TrainConfig, object]:
+    cfg = TrainConfig(**LOCAL)
+    with monkeypatch.context() as m:
+        _interrupt_at(m, epoch)
+        with pytest.raises(_Stop):
+            train(cfg, out_dir=tmp_path, section="s", progress=False)
+    return cfg, run_dir(tmp_path, "s", cfg)
+
+
+def test_damaged_checkpoints_are_reported_and_an_older_one_or_a_fresh_start_is_used(tmp_path, monkeypatch, capsys,
+                                                                                      reference):
+    cfg, folder = _interrupted(tmp_path, monkeypatch, 4)  # checkpoints of epochs 2 and 3 kept
+    files = ckpt.checkpoints(folder / "checkpoints")
+    assert [p.name for p in files] == ["epoch-000003.ckpt", "epoch-000002.ckpt"] and not (folder / "run.json").exists()
+    data = bytearray(files[0].read_bytes())
+    data[len(data) // 2] ^= 0x01  # one flipped bit in the newest
+    files[0].write_bytes(bytes(data))
+    capsys.readouterr()
+    with pytest.warns(UserWarning, match="epoch-000003.ckpt.*sha256 mismatch"):
+        res = train(cfg, out_dir=tmp_path, section="s", progress=True)
+    out = capsys.readouterr().out
+    assert "sha256 mismatch; falling back" in out and "resumed from" in out and "(epoch 2/4)" in out
+    pd.testing.assert_frame_equal(res.history.drop(columns="wall_time"), reference, check_exact=True)
+    assert not (folder / "checkpoints").exists() and is_complete(tmp_path, "s", cfg)
+
+    # every checkpoint damaged: both reported, the run starts afresh and still gives the same history
+    cfg, folder = _interrupted(tmp_path / "b", monkeypatch, 4)
+    for p in ckpt.checkpoints(folder / "checkpoints"):
+        p.write_bytes(p.read_bytes()[:1000])
+    with pytest.warns(UserWarning, match="truncated") as caught:
+        res = train(cfg, out_dir=tmp_path / "b", section="s", progress=True)
+    assert sum("truncated" in str(w.message) for w in caught) == 2
+    assert "resumed from" not in capsys.readouterr().out
+    pd.testing.assert_frame_equal(res.history.drop(columns="wall_time"), reference, check_exact=True)
+
+
+def test_a_checkpoint_of_another_config_is_refused(tmp_path, monkeypatch, reference):
+    cfg, folder = _interrupted(tmp_path, monkeypatch, 3)
+    other = cfg.replace(lr=0.02)
+    other_ckpts = run_dir(tmp_path, "s", other) / "checkpoints"
+    other_ckpts.mkdir(parents=True)
+    for p in ckpt.checkpoints(folder / "checkpoints"):
+        p.rename(other_ckpts / p.name)
+    with pytest.warns(UserWarning, match=r"does not belong to run .*config differs in \['lr'\]"):
+        res = train(other, out_dir=tmp_path, section="s", progress=False)
+    assert res.history["epoch"].tolist() == list(range(5))  # trained from scratch, all 4 epochs
+
+
+def test_checkpoint_every_n_epochs_and_only_without_divergence(tmp_path, monkeypatch):
+    saved = []
+    monkeypatch.setattr(ckpt, "save", lambda folder, epoch, payload, **k: saved.append((epoch, copy.deepcopy(payload))))
+    train(TrainConfig(**{**LOCAL, "checkpoint_every": 2}), out_dir=tmp_path, section="s", progress=False)
+    assert [e for e, _ in saved] == [2, 4]
+    payload = saved[0][1]
+    assert set(payload) >= {"run_id", "config", "epoch", "rng", "state", "started_at"}
+    assert set(payload["state"]) == {"model", "optimizer", "order_gen", "aug_gen", "clocks", "history", "epoch",
+                                     "step", "wall_time"}
+    assert len(payload["state"]["history"]) == 3 and payload["state"]["clocks"]["steps"] == 8
+    saved.clear()
+    train(TrainConfig(**{**LOCAL, "lr": 1e20}), out_dir=tmp_path, section="s", progress=False)
+    assert saved == []  # diverged at epoch 1: nothing worth resuming from
+
+
+# ------------------------------------------------------------------------------------- SIGKILL, subprocesses
+@pytest.fixture(scope="module")
+def reference_cli(tmp_path_factory):
+    """The uninterrupted run through the CLI, in a child like the interrupted ones (same threads, same code)."""
+    out = tmp_path_factory.mktemp("ref")
+    rc, text = faults.run(faults.train_cmd(CFG, out))
+    assert rc == 0, text
+    return faults.history(run_dir(out, "s", TrainConfig(**CFG)))
+
+
+def test_sigkill_mid_epoch_then_restart_gives_the_uninterrupted_history(tmp_path, reference_cli):
+    child = faults.Child(faults.train_cmd(CFG, tmp_path))
+    child.wait_for(r"epoch 3/6")  # then it is saving epoch 3's checkpoint or training epoch 4
+    assert child.kill() == -signal.SIGKILL
+    folder = run_dir(tmp_path, "s", TrainConfig(**CFG))
+    assert not (folder / "run.json").exists() and ckpt.checkpoints(folder / "checkpoints")
+    rc, text = faults.run(faults.train_cmd(CFG, tmp_path))
+    assert rc == 0 and "resumed from" in text, text
+    pd.testing.assert_frame_equal(faults.history(folder), reference_cli, check_exact=True)
+    assert read_run(folder)["status"] == "complete" and not (folder / "checkpoints").exists()
+
+
+def test_sigkill_while_writing_a_checkpoint_falls_back_to_the_previous_one(tmp_path, reference_cli):
+    rc, text = faults.run(faults.train_cmd(CFG, tmp_path), INITMEM_FAULT="kill_during_checkpoint_write@3")
+    assert rc == -signal.SIGKILL, text
+    folder = run_dir(tmp_path, "s", TrainConfig(**CFG))
+    names = sorted(p.name for p in (folder / "checkpoints").iterdir())
+    assert len(names) == 3 and names[1:] == ["epoch-000001.ckpt", "epoch-000002.ckpt"]
+    assert names[0].startswith(".epoch-000003.ckpt.") and names[0].endswith(".tmp")  # the half-written file
+    rc, text = faults.run(faults.train_cmd(CFG, tmp_path))
+    assert rc == 0 and "(epoch 2/6)" in text, text
+    pd.testing.assert_frame_equal(faults.history(folder), reference_cli, check_exact=True)
+    assert not (folder / "checkpoints").exists()
+
+
+# ---------------------------------------------------------------------------------- results and the sweep
+SWEEP = {**faults.TINY, "epochs": 2}
+
+
+def test_a_corrupt_run_json_is_not_complete_and_the_run_is_trained_again(tmp_path, capsys):
+    df = run_sigma_sweep(SWEEP, sigma_ws=[0.5], results=tmp_path, section="s", progress=False)
+    folder = df["path"].iloc[0]
+    cfg = TrainConfig(**{**SWEEP, "sigma_w": 0.5})
+    before = faults.history(folder)
+    text = (tmp_path / "s" / df["run_id"].iloc[0] / "run.json").read_text()
+    (tmp_path / "s" / df["run_id"].iloc[0] / "run.json").write_text(text[: len(text) // 2])
+    assert not is_complete(tmp_path, "s", cfg)
+    capsys.readouterr()
+    with pytest.warns(UserWarning, match="corrupt or truncated"):
+        again = run_sigma_sweep(SWEEP, sigma_ws=[0.5], results=tmp_path, section="s", progress=False)
+    assert "corrupt or truncated" in capsys.readouterr().out and is_complete(tmp_path, "s", cfg)
+    assert again["status"].tolist() == ["complete"]
+    pd.testing.assert_frame_equal(faults.history(folder), before, check_exact=True)
+
+
+def test_a_failed_run_is_recorded_and_retried_by_the_next_call(tmp_path, monkeypatch, capsys):
+    real = experiment.train
+
+    def flaky(c, **kw):
+        if c.sigma_w == 1.0:
+            raise RuntimeError("CUDA out of memory (simulated)\nsecond line")
+        return real(c, **kw)
+
+    monkeypatch.setattr(experiment, "train", flaky)
+    with pytest.raises(SweepError, match=r"^1 of 3 run\(s\) of section 's' failed: sigma_w=1 seed=0 .*RuntimeError: "
+                                         r"CUDA out of memory \(simulated\); each is recorded"):
+        run_sigma_sweep(SWEEP, sigma_ws=[0.5, 1.0, 2.0], results=tmp_path, section="s", progress=False)
+    ok = [TrainConfig(**{**SWEEP, "sigma_w": s}) for s in (0.5, 2.0)]
+    bad = TrainConfig(**{**SWEEP, "sigma_w": 1.0})
+    assert all(is_complete(tmp_path, "s", c) for c in ok) and not is_complete(tmp_path, "s", bad)  # went on
+    record = json.loads((run_dir(tmp_path, "s", bad) / FAILED).read_text())
+    assert record["attempts"] == 1 and record["error"] == "RuntimeError: CUDA out of memory (simulated)"
+    assert "Traceback" in record["traceback"][0] and record["sigma_w"] == 1.0
+
+    monkeypatch.setattr(experiment, "train", real)
+    capsys.readouterr()
+    df = run_sigma_sweep(SWEEP, sigma_ws=[0.5, 1.0, 2.0], results=tmp_path, section="s", progress=False)
+    out = capsys.readouterr().out
+    assert "skipping 2 complete run(s)" in out and "retrying: attempt 1 failed with RuntimeError" in out
+    assert df["status"].tolist() == ["complete"] * 3 and not (run_dir(tmp_path, "s", bad) / FAILED).exists()
+
+
+def test_the_sweep_goes_on_after_a_diverged_run(tmp_path, monkeypatch):
+    real = experiment.train
+    seen = []
+
+    def diverge_small(c, **kw):  # sigma_w=0.25 diverges at epoch 1 (a huge lr), the others train normally
+        seen.append(c.sigma_w)
+        if c.sigma_w == 0.25:
+            with monkeypatch.context() as m:
+                m.setattr(train_mod.optim, "lr_factor", lambda *a: 1e30)
+                return real(c, **kw)
+        return real(c, **kw)
+
+    monkeypatch.setattr(experiment, "train", diverge_small)
+    df = run_sigma_sweep(SWEEP, sigma_ws=[0.25, 1.0], results=tmp_path, section="s", progress=False)
+    assert seen == [0.25, 1.0]
+    assert df["status"].tolist() == ["diverged", "complete"] and df["diverged_epoch"].iloc[0] == 1
+    assert pd.isna(df["diverged_epoch"].iloc[1]) and df["epochs_run"].tolist() == [1, 2]
+
+
+# ---------------------------------------------------------------------------------------------- Slurm requeue
+def test_the_slurm_job_callable_is_checkpointable_and_resubmits_the_same_point():
+    pytest.importorskip("submitit")
+    from submitit.core.utils import DelayedSubmission
+    from submitit.helpers import Checkpointable
+
+    from initmem import sweep
+
+    job = sweep.PointJob()
+    assert isinstance(job, Checkpointable)
+    args = ("point", "nb.py", "/repo", "/out/nb.ipynb", {"sigma_ws": [0.5], "seeds": [0]}, False)
+    again = job.checkpoint(*args)
+    assert isinstance(again, DelayedSubmission) and again.function is job
+    assert again.args == args and again.kwargs == {}
+    pickle.loads(pickle.dumps(again))  # submitit pickles it for the requeued job
+    assert os.environ.get("INITMEM_FAULT") is None
+
+
+@pytest.mark.slurm
+def test_a_slurm_job_signalled_for_timeout_is_requeued_and_resumes_its_run(tmp_path, monkeypatch):
+    """Real Slurm (skips without it): SIGUSR2 — what Slurm sends before a time limit or a preemption — makes
+    submitit call PointJob.checkpoint and requeue the job; the requeued job resumes the run from its checkpoint."""
+    import shutil
+    import subprocess
+    import textwrap
+    import threading
+    import time
+
+    from slurm_cluster import SlurmCluster, missing_binaries
+
+    from initmem.sweep import load_section, point_configs, run_sweep
+
+    if missing := missing_binaries():
+        pytest.skip(f"needs Slurm, munge and MariaDB binaries {missing} (install with .ci/install-slurm.sh)")
+    if os.geteuid() != 0:
+        pytest.skip("needs root: slurmd runs jobs as their user and munged runs as user munge")
+    with SlurmCluster(cpus=2) as cluster:
+        monkeypatch.setenv("SLURM_CONF", cluster.env["SLURM_CONF"])
+        (tmp_path / "params").mkdir()
+        (tmp_path / "notebooks").mkdir()
+        shutil.copy(faults.REPO / "notebooks" / "02_long_training.py", tmp_path / "notebooks" / "t.py")
+        params = tmp_path / "params" / "t.yaml"
+        params.write_text(textwrap.dedent("""\
+            section: t
+            notebook: notebooks/t.py
+            profiles:
+              smoke:
+                fixed: {width: 0.0625, epochs: 16, epoch_marks: [8, 16], batch_size: 32, n_train: 128, n_val: 32,
+                        n_test: 32, sigma_ws: [1.0], data: synthetic, device: cpu, checkpoint_every: 1}
+            """))
+        out = tmp_path / "results"
+        section = load_section(params)
+        (cfg,) = point_configs(section.effective(section.points("smoke", out)[0]))
+        folder = run_dir(out, "t", cfg)
+        report = {}
+        sweep = threading.Thread(target=lambda: report.update(r=run_sweep(
+            params, profile="smoke", results=out, executor="slurm", progress=False,
+            slurm={"time": 10, "cpus_per_task": 1, "mem_gb": 2})))
+        sweep.start()
+
+        def slurm(*cmd: str) -> str:
+            return subprocess.run(cmd, capture_output=True, text=True, check=True,
+                                  env={**os.environ, **cluster.env}).stdout.strip()
+
+        deadline = time.monotonic() + 300
+        while not list((folder / "checkpoints").glob("epoch-00000[3-9].ckpt")) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        job = slurm("squeue", "-h", "-o", "%i").split()[0]
+        signalled = time.time()
+        slurm("scancel", "--signal=USR2", job)
+        while "PENDING" not in slurm("squeue", "-h", "-o", "%T") and time.monotonic() < deadline:
+            time.sleep(0.2)
+        slurm("scontrol", "update", f"JobId={job}", "StartTime=now")  # skip Slurm's requeue back-off
+        sweep.join(timeout=300)
+        assert not sweep.is_alive() and report["r"].points[0].status == "ran", report
+        log = "".join(p.read_text() for p in (out / ".submitit").rglob("*_log.out"))
+        assert "Calling checkpoint method" in log and "Requeued job" in log and "Job completed successfully" in log
+        record = read_run(folder)
+        started = pd.Timestamp(record["started_at"]).timestamp()
+        assert started < signalled - 1  # the run was resumed from its checkpoint, not started again
+        h = faults.history(folder)
+        assert h["epoch"].tolist() == list(range(17)) and h["step"].tolist() == [4 * e for e in range(17)]
+        assert not (folder / "checkpoints").exists()
+

@@ -1,0 +1,140 @@
+"""Run-folder locks: exclusive across processes, re-entrant within one, released when the holder dies; the sweep
+skips a locked run, waits for it at the end and re-checks completion; two sweeps over one folder train every run
+exactly once."""
+
+from __future__ import annotations
+
+import os
+import re
+import threading
+import time
+from collections import Counter
+
+import faults
+import pytest
+import torch
+
+from initmem import experiment, locks
+from initmem.errors import ResultsError
+from initmem.experiment import run_sigma_sweep
+from initmem.results import is_complete, load_runs, read_run, run_dir
+from initmem.train import TrainConfig, train
+
+SWEEP = {**faults.TINY, "epochs": 2}
+HOLD = """
+import sys, time
+from pathlib import Path
+from initmem import locks
+lock = locks.try_lock(sys.argv[1])
+print("GOT" if lock else "HELD", flush=True)
+if lock and len(sys.argv) > 2:
+    go = Path(sys.argv[2])
+    while not go.exists():
+        time.sleep(0.05)
+    exec(go.read_text())
+"""
+
+
+@pytest.fixture(autouse=True, scope="module")
+def one_thread():
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+
+
+def _probe(folder) -> str:
+    """What another process gets when it tries the lock now: GOT or HELD."""
+    rc, out = faults.run([*faults.python_cmd(HOLD), str(folder)], timeout=120)
+    assert rc == 0, out
+    return out.strip().splitlines()[-1]
+
+
+def test_the_lock_is_exclusive_across_processes_and_reentrant_within_one(tmp_path):
+    folder = tmp_path / "s" / "abc123"
+    lock = locks.try_lock(folder)
+    assert lock is not None and locks.lock_path(folder) == tmp_path / "s" / "abc123.lock"
+    assert not folder.exists()  # the lock lives beside the run folder: nothing half-made inside
+    assert re.fullmatch(rf".+ pid {os.getpid()} since \d{{4}}-.+", locks.holder(folder))
+    inner = locks.try_lock(folder)  # re-entrant: run_sigma_sweep holds it, then train() takes it again
+    assert inner is not None
+    inner.release()
+    assert _probe(folder) == "HELD"  # the outer hold still counts
+    lock.release()
+    lock.release()  # idempotent
+    assert _probe(folder) == "GOT"
+    with locks.try_lock(folder) as again:
+        assert again is not None
+    assert _probe(folder) == "GOT"
+
+
+def test_a_lock_whose_holder_was_killed_is_acquirable(tmp_path):
+    folder = tmp_path / "run"
+    holder = faults.Child([*faults.python_cmd(HOLD), str(folder), str(tmp_path / "never")])
+    holder.wait_for("^GOT$")
+    assert locks.try_lock(folder) is None
+    assert f"pid {holder.proc.pid} " in locks.holder(folder)
+    holder.kill()  # no release, no cleanup: the kernel drops the flock with the process
+    lock = locks.try_lock(folder)
+    assert lock is not None
+    lock.release()
+
+
+def test_train_refuses_a_run_that_another_process_holds(tmp_path):
+    cfg = TrainConfig(**SWEEP)
+    folder = run_dir(tmp_path, "s", cfg)
+    holder = faults.Child([*faults.python_cmd(HOLD), str(folder), str(tmp_path / "never")])
+    try:
+        holder.wait_for("^GOT$")
+        with pytest.raises(ResultsError, match=rf"is locked by .+ pid {holder.proc.pid} since .*training this run"):
+            train(cfg, out_dir=tmp_path, section="s", progress=False)
+        assert not folder.exists()
+    finally:
+        holder.kill()
+
+
+def test_the_sweep_skips_a_locked_run_waits_for_it_and_does_not_train_it_again(tmp_path, monkeypatch, capsys):
+    locked = TrainConfig(**{**SWEEP, "sigma_w": 0.5})
+    other = TrainConfig(**{**SWEEP, "sigma_w": 1.0})
+    go = tmp_path / "go.py"
+    holder = faults.Child([*faults.python_cmd(HOLD), str(run_dir(tmp_path, "s", locked)), str(go)])
+    holder.wait_for("^GOT$")
+    trained, real = [], experiment.train
+    monkeypatch.setattr(experiment, "train", lambda c, **kw: (trained.append(c.sigma_w), real(c, **kw))[1])
+    result = {}
+    sweep = threading.Thread(target=lambda: result.update(df=run_sigma_sweep(
+        SWEEP, sigma_ws=[0.5, 1.0], results=tmp_path, section="s", progress=False)))
+    sweep.start()
+    deadline = time.monotonic() + 120
+    while not is_complete(tmp_path, "s", other) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert is_complete(tmp_path, "s", other) and sweep.is_alive()  # did the free run, now waits for the locked one
+    go.write_text(f"from initmem.train import TrainConfig, train\n"
+                  f"train(TrainConfig(**{SWEEP | {'sigma_w': 0.5}!r}), out_dir={str(tmp_path)!r}, section='s', "
+                  f"progress=False)\n")  # the holder trains it under its lock (re-entrant), then exits
+    sweep.join(timeout=120)
+    assert not sweep.is_alive() and holder.finish()[0] == 0
+    out = capsys.readouterr().out
+    assert re.search(r"\[1/2\] sigma_w=0.5 seed=0 \(\w+\): locked by .+ pid \d+ .*will wait for it", out)
+    assert "waiting for" in out and "completed by another process meanwhile" in out
+    assert trained == [1.0]  # the locked run was trained once, by its holder
+    assert result["df"]["status"].tolist() == ["complete", "complete"]
+
+
+def test_two_concurrent_sweeps_train_every_run_exactly_once(tmp_path):
+    sigma_ws = [0.25, 0.5, 1.0, 2.0]
+    code = (f"from initmem.experiment import run_sigma_sweep\n"
+            f"df = run_sigma_sweep({SWEEP!r}, sigma_ws={sigma_ws!r}, results={str(tmp_path)!r}, section='s')\n"
+            f"print('ROWS', len(df), ' '.join(df['status']))\n")
+    children = [faults.Child(faults.python_cmd(code)) for _ in range(2)]
+    outs = [c.finish(timeout=600) for c in children]
+    for rc, out in outs:
+        assert rc == 0 and "ROWS 4 complete complete complete complete" in out, out
+    ids = [run_dir(tmp_path, "s", TrainConfig(**{**SWEEP, "sigma_w": s})).name for s in sigma_ws]
+    headers = Counter(m for _, out in outs for m in re.findall(r"^run (\w{12}): resnet9", out, re.M))
+    assert headers == Counter(ids), "\n\n".join(out for _, out in outs)  # every run trained once, by one of them
+    runs = load_runs(tmp_path)
+    assert sorted(runs["run_id"]) == sorted(ids) and (runs["status"] == "complete").all()
+    for rid in ids:
+        assert read_run(tmp_path / "s" / rid)["run_id"] == rid
+        assert sorted(p.name for p in (tmp_path / "s" / rid).iterdir()) == ["history.csv", "run.json"]
