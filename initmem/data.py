@@ -15,6 +15,7 @@ tar.gz, decode with PIL, write the cache) 8-12 s (22 s with the cores heavily sh
 
 from __future__ import annotations
 
+import gzip
 import hashlib
 import io
 import math
@@ -236,11 +237,16 @@ def _entry_key(parts: tuple[str, ...]) -> tuple[str, str, str, str] | None:
 def _read_tar(path: Path) -> list[tuple[str, str, str, bytes]]:
     found: dict[str, list[tuple[str, str, str, bytes]]] = {}
     try:
-        with tarfile.open(path, "r|gz") as tf:  # streaming: one pass over the gzip, no random access needed
+        # Streaming: one pass over the gzip, no random access needed. tarfile's own "r|gz" never reads the gzip
+        # trailer, so an archive cut inside its last bytes would load as if whole: drain the stream to make gzip
+        # check its length and CRC.
+        with gzip.open(path) as gz, tarfile.open(fileobj=gz, mode="r|") as tf:
             for m in tf:
                 key = _entry_key(PurePosixPath(m.name).parts) if m.isfile() else None
                 if key is not None:
                     found.setdefault(key[0], []).append((key[1], key[2], key[3], tf.extractfile(m).read()))
+            while gz.read(1 << 20):
+                pass
     except (tarfile.TarError, EOFError, zlib.error, OSError) as exc:
         raise DataError(f"archive {path} is corrupt or truncated: {type(exc).__name__}: {exc}") from exc
     if len(found) > 1:

@@ -55,6 +55,7 @@ device = "auto"
 amp = "off"
 channels_last = True
 compile = False
+checkpoint_every = 0  # epochs between checkpoints (0: none); a killed run resumes from the newest
 
 # %%
 from initmem.experiment import point_summary, run_sigma_sweep
@@ -65,7 +66,7 @@ base = TrainConfig(arch=arch, width=width, optimizer=optimizer, lr=lr, momentum=
                    schedule=schedule, batch_size=batch_size, epochs=epochs, data=data, data_root=data_root,
                    n_train=n_train, n_val=n_val, n_test=n_test, train_eval_size=train_eval_size,
                    split_seed=split_seed, augment=augment, device=device, amp=amp, channels_last=channels_last,
-                   compile=compile)
+                   compile=compile, checkpoint_every=checkpoint_every)
 runs = run_sigma_sweep(base, sigma_ws=sigma_ws, seeds=seeds, results=results_dir, section=section,
                        ensemble=ensemble, progress=progress)
 
