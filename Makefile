@@ -22,11 +22,11 @@ $(VENV)/.installed: pyproject.toml
 venv: $(VENV)/.installed  ## create .venv and install initmem with its dev tools
 
 test: venv  ## run the test suite (what CI runs)
-	$(VENV)/bin/ruff check initmem tests benchmarks notebooks
+	$(VENV)/bin/ruff check .
 	$(PY) -m pytest -q $(PYTEST_ARGS)
 
 lint: venv  ## ruff
-	$(VENV)/bin/ruff check initmem tests benchmarks notebooks
+	$(VENV)/bin/ruff check .
 
 figures: venv  ## regenerate every table and figure from the committed results (RESULTS=..., OUT=...)
 	$(INITMEM) figures --results $(RESULTS) --out $(OUT)
