@@ -42,8 +42,8 @@ s.figure("F1_accuracy_vs_sigma", lambda: plots.accuracy_vs_sigma(s.runs),
 
 # %%
 s.figure("F2_weight_norm", lambda: plots.weight_norm_curves(s.runs, s.histories, optimizers=("sgd", "adam")),
-         "total weight norm over training per σ_w: SGD stays coupled to the initial norm, Adam meets a common "
-         "scale")
+         "total weight norm over training per σ_w, SGD beside Adam (paper: SGD stays coupled to the initial norm, "
+         "Adam meets a common scale)")
 
 # %%
 s.figure("F3_radial_memory", lambda: plots.radial_memory_plot(s.runs),
