@@ -42,6 +42,18 @@ def cifar10_real(tmp_path_factory: pytest.TempPathFactory) -> RealCifar10:
     return RealCifar10(data, archive, cache, time.perf_counter() - t0)
 
 
+@pytest.fixture(scope="module")
+def one_torch_thread():
+    """One torch thread for a module: on 2 shared cores it is faster than two, and it is what the children of the
+    fault-injection tests use."""
+    import torch
+
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+
+
 SECTIONS = ("01_optimizers", "02_long_training", "03_lr_l2", "04_batch_size", "05_depth")
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import queue
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -113,3 +114,14 @@ def run(cmd: list[str], timeout: float = 300, **extra_env: str) -> tuple[int, st
 def history(run_folder: Path) -> pd.DataFrame:
     """A run's history.csv without wall_time, the one column an interruption may change."""
     return pd.read_csv(Path(run_folder) / "history.csv").drop(columns="wall_time")
+
+
+def mini_project(root: Path, notebook: str, params_yaml: str) -> Path:
+    """A one-section project under `root` (params/t.yaml + notebooks/t.py, a copy of the repo's `notebook`) for
+    sweeps run against a real Slurm; returns the params file."""
+    (root / "params").mkdir()
+    (root / "notebooks").mkdir()
+    shutil.copy(REPO / "notebooks" / notebook, root / "notebooks" / "t.py")
+    params = root / "params" / "t.yaml"
+    params.write_text(params_yaml)
+    return params

@@ -30,13 +30,7 @@ CFG = {**faults.TINY, "epochs": 6, "checkpoint_every": 1}
 LOCAL = {**faults.TINY, "epochs": 4, "checkpoint_every": 1, "augment": True}  # in-process runs
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    """One torch thread: on 2 shared cores it is faster than two, and it is what the children use."""
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 # --------------------------------------------------------------------------------------------- the file format
@@ -285,7 +279,6 @@ def test_the_slurm_job_callable_is_checkpointable_and_resubmits_the_same_point()
 def test_a_slurm_job_signalled_for_timeout_is_requeued_and_resumes_its_run(tmp_path, monkeypatch):
     """Real Slurm (skips without it): SIGUSR2 — what Slurm sends before a time limit or a preemption — makes
     submitit call PointJob.checkpoint and requeue the job; the requeued job resumes the run from its checkpoint."""
-    import shutil
     import subprocess
     import textwrap
     import threading
@@ -301,11 +294,7 @@ def test_a_slurm_job_signalled_for_timeout_is_requeued_and_resumes_its_run(tmp_p
         pytest.skip("needs root: slurmd runs jobs as their user and munged runs as user munge")
     with SlurmCluster(cpus=2) as cluster:
         monkeypatch.setenv("SLURM_CONF", cluster.env["SLURM_CONF"])
-        (tmp_path / "params").mkdir()
-        (tmp_path / "notebooks").mkdir()
-        shutil.copy(faults.REPO / "notebooks" / "02_long_training.py", tmp_path / "notebooks" / "t.py")
-        params = tmp_path / "params" / "t.yaml"
-        params.write_text(textwrap.dedent("""\
+        params = faults.mini_project(tmp_path, "02_long_training.py", textwrap.dedent("""\
             section: t
             notebook: notebooks/t.py
             profiles:

@@ -12,7 +12,6 @@ from collections import Counter
 
 import faults
 import pytest
-import torch
 
 from initmem import experiment, locks
 from initmem.errors import ResultsError
@@ -35,12 +34,7 @@ if lock and len(sys.argv) > 2:
 """
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def _probe(folder) -> str:

@@ -6,12 +6,12 @@ Needs root and the Debian packages of `.ci/install-slurm.sh`; skips with the rea
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 import textwrap
 import time
 from pathlib import Path
 
+import faults
 import nbformat
 import pytest
 from slurm_cluster import SlurmCluster, missing_binaries
@@ -40,12 +40,8 @@ def cluster(request):
 
 def test_slurm_sweep_runs_every_point_as_an_array_task(cluster, tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("SLURM_CONF", cluster.env["SLURM_CONF"])
-    (tmp_path / "params").mkdir()
-    (tmp_path / "notebooks").mkdir()
-    shutil.copy(REPO / "notebooks" / "01_optimizers.py", tmp_path / "notebooks" / "t.py")
-    params = tmp_path / "params" / "t.yaml"
-    # two points that train, and one that fails inside its notebook (imagefolder data at a missing folder)
-    params.write_text(textwrap.dedent("""\
+    # two points that train, and two that fail inside their notebook (imagefolder data at a missing folder)
+    params = faults.mini_project(tmp_path, "01_optimizers.py", textwrap.dedent("""\
         section: t
         notebook: notebooks/t.py
         profiles:
