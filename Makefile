@@ -7,8 +7,10 @@ PROFILE ?= smoke
 RESULTS ?= results/cpu
 OUT     ?= figures
 PYTEST_ARGS ?=
+LABSET  := $(VENV)/share/jupyter/lab/settings
+OVERRIDES := {"@jupyterlab/docmanager-extension:plugin": {"defaultViewers": {"python": "Jupytext Notebook"}}}
 
-.PHONY: help venv test lint figures smoke reproduce report bench clean
+.PHONY: help venv test lint figures smoke reproduce report bench lab clean
 
 help:  ## list the targets
 	@grep -E '^[a-z]+:.*##' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
@@ -17,6 +19,9 @@ $(VENV)/.installed: pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -e '.[dev]'
+	@# JupyterLab of this venv opens the jupytext .py notebooks as notebooks (a user's own overrides.json is kept)
+	mkdir -p $(LABSET)
+	test -f $(LABSET)/overrides.json || echo '$(OVERRIDES)' > $(LABSET)/overrides.json
 	touch $@
 
 venv: $(VENV)/.installed  ## create .venv and install initmem with its dev tools
@@ -42,6 +47,9 @@ reproduce: venv  ## every section's sweep for PROFILE=smoke|cpu|paper, then the 
 
 report: venv  ## export executed notebooks of a results tree to HTML under reports/
 	$(INITMEM) report --results $(RESULTS) --out reports
+
+lab: venv  ## JupyterLab in the repository root (the .py notebooks open as notebooks)
+	$(VENV)/bin/jupyter lab
 
 bench: venv  ## training-speed benchmark (engine vs DataLoader, ensemble vs separate)
 	$(PY) benchmarks/bench_train.py

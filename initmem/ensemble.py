@@ -26,6 +26,12 @@ separate update; Muon orthogonalises each member's own [out, in*k*k] matrix (`ne
 to `optim.newton_schulz` per matrix on CPU) with the lr scale of the member's shape. Hyper-parameters are therefore
 shared, which is why members may differ only in sigma_w and seed.
 
+Checkpoints (`checkpoint_every`): the whole ensemble (grouped weights, optimiser state, every seed's generators,
+clocks, histories, which members diverged) is saved atomically, as `train()` saves a run, under
+`<out_dir>/<section>/ensembles/<ensemble id>/checkpoints/`; the id hashes the members' run ids, so only the same
+member set resumes it (a member set that changed starts afresh: its runs are trained from epoch 0, which is exactly
+what they would have been). The folder is deleted once the members' run.json files are written.
+
 Divergence: members share no arithmetic (every op is per channel group, and the summed loss's gradient is 1 for each
 member), so a NaN in one member never reaches another. At the end of an epoch a member whose row is not finite is
 recorded as diverged at that epoch (its history stops there, as in `train()`), and its parameters, BatchNorm stats
@@ -37,6 +43,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import ctypes
+import hashlib
 import math
 import os
 import platform
@@ -54,11 +61,12 @@ from initmem import locks as _locks
 from initmem import metrics, models, optim
 from initmem import results as _results
 from initmem import train as _train
-from initmem.errors import ConfigError, ResultsError
+from initmem.errors import CheckpointError, ConfigError, ResultsError
 from initmem.provenance import provenance
 from initmem.train import RunResult, TrainConfig
 
 MEMBER_FIELDS = ("sigma_w", "seed")  # the only fields members may differ in
+ENSEMBLES = "ensembles"  # <out_dir>/<section>/ensembles/<ensemble id>/checkpoints/: an unfinished ensemble
 _CHANNELWISE = (nn.MaxPool2d, nn.AdaptiveMaxPool2d, nn.AdaptiveAvgPool2d, nn.Identity, nn.ReLU)
 
 
@@ -201,7 +209,7 @@ def ensemble_optimizer(config: TrainConfig, grouped: nn.Module, members: int) ->
 # ---------------------------------------------------------------------------------------------------- validation
 def check_members(configs: list[TrainConfig]) -> list[TrainConfig]:
     """ConfigError unless `configs` is a non-empty list of distinct TrainConfigs that differ only in sigma_w and
-    seed, with no option the ensemble engine lacks (checkpoint_every)."""
+    seed."""
     if isinstance(configs, TrainConfig) or not isinstance(configs, (list, tuple)) or not configs or not all(
             isinstance(c, TrainConfig) for c in configs):
         raise ConfigError(f"configs={type(configs).__name__} is invalid: a non-empty list of TrainConfig is accepted")
@@ -214,10 +222,17 @@ def check_members(configs: list[TrainConfig]) -> list[TrainConfig]:
     ids = [_results.run_id(c) for c in configs]
     if len(set(ids)) != len(ids):
         raise ConfigError("configs repeat a (sigma_w, seed) pair: distinct members are accepted")
-    if configs[0].checkpoint_every:
-        raise ConfigError(f"TrainConfig.checkpoint_every={configs[0].checkpoint_every!r} is not supported by the "
-                          "ensemble engine: 0 is accepted (train checkpointed runs separately)")
     return list(configs)
+
+
+def ensemble_id(configs: list[TrainConfig]) -> str:
+    """12 hex digits naming this member set (order-free): the folder its checkpoints live in."""
+    ids = sorted(_results.run_id(c) for c in configs)
+    return hashlib.sha256(" ".join(ids).encode()).hexdigest()[:12]
+
+
+def ensemble_dir(out_dir: str | Path, section: str, configs: list[TrainConfig]) -> Path:
+    return Path(out_dir) / section / ENSEMBLES / ensemble_id(configs)
 
 
 # ---------------------------------------------------------------------------------------------------- CPU memory
@@ -286,13 +301,15 @@ def _silence(model: nn.Module, opt: torch.optim.Optimizer, k: int, member: int) 
 
 
 def train_ensemble(configs: list[TrainConfig], *, out_dir: str | Path | None = None, section: str = "adhoc",
-                   progress: bool = True) -> list[RunResult]:
+                   progress: bool = True, locked: bool = False) -> list[RunResult]:
     """Train `configs` (differing only in sigma_w and seed) as one batched ensemble; return one RunResult per
     config, in order, equal to what `train(config)` returns up to float rounding. With `out_dir`, every member's
     folder `out_dir/section/run_id/` is locked first (ResultsError naming a run another process holds) and written
     through `results.write_run` as `train` writes it (a stale checkpoints folder is cleared). `wall_time` is the
-    ensemble's (all members together); provenance gains `ensemble_members` = K. A config combination the engine
-    cannot do raises ConfigError before anything is trained, so a caller can fall back to `train`."""
+    ensemble's (all members together); provenance gains `ensemble_members` = K. With `checkpoint_every` the
+    ensemble is checkpointed and resumed as one (see the module docstring). `locked=True`: the caller already
+    holds every member's run lock (the sweep runner does). A config combination the engine cannot do raises
+    ConfigError before anything is trained, so a caller can fall back to `train`."""
     configs = check_members(configs)
     if not isinstance(section, str) or not section or section != Path(section).name or section.startswith("."):
         raise ConfigError(f"section={section!r} is invalid: a plain folder name is accepted")
@@ -300,6 +317,8 @@ def train_ensemble(configs: list[TrainConfig], *, out_dir: str | Path | None = N
     if out_dir is None:
         return _train_ensemble(configs, None, section, progress)
     _results.check_writable(Path(out_dir) / section)
+    if locked:
+        return _train_ensemble(configs, out_dir, section, progress)
     with contextlib.ExitStack() as held:
         for c in configs:
             folder = _results.run_dir(out_dir, section, c)
@@ -360,6 +379,45 @@ def _train_ensemble(configs: list[TrainConfig], out_dir: str | Path | None, sect
     alive, status = list(range(k)), ["complete"] * k
     histories: list[list[dict]] = [[] for _ in range(k)]
     epoch = step = 0
+    wall0 = 0.0  # seconds trained before this process took over (a resume)
+    folder = None if out_dir is None else _ckpt.folder_of(ensemble_dir(out_dir, section, configs))
+    eid, shared = ensemble_id(configs), {key: v for key, v in cfg.to_dict().items()
+                                         if key not in MEMBER_FIELDS and key not in _train.RUN_ID_EXCLUDE}
+
+    def state() -> dict:
+        return {"model": model.state_dict(), "optimizer": opt.state_dict(),
+                "order_gen": {s: g.get_state() for s, g in order_gen.items()},
+                "aug_gen": {s: g.get_state() for s, g in aug_gen.items()},
+                "clocks": [c.state_dict() for c in clocks], "histories": histories, "alive": alive,
+                "status": status, "live": live.clone(), "epoch": epoch, "step": step,
+                "wall_time": wall0 + time.perf_counter() - t0}
+
+    def restore(payload: dict) -> None:
+        nonlocal epoch, step, wall0, histories, alive, status, started_at
+        if payload.get("ensemble_id") != eid or payload.get("run_ids") != rids or payload.get("config") != shared:
+            raise CheckpointError(f"checkpoint of ensemble {payload.get('ensemble_id')!r} does not belong to "
+                                  f"ensemble {eid} (members or config differ)")
+        st = payload["state"]
+        fresh, rng = copy.deepcopy((model.state_dict(), opt.state_dict())), _ckpt.rng_state()
+        try:
+            model.load_state_dict(st["model"])
+            opt.load_state_dict(st["optimizer"])
+            for s in seeds:
+                order_gen[s].set_state(st["order_gen"][s])
+                aug_gen[s].set_state(st["aug_gen"][s])
+            for c, cs in zip(clocks, st["clocks"], strict=True):
+                c.load_state_dict(cs)
+            live.copy_(st["live"])
+            _ckpt.set_rng_state(payload["rng"])
+        except Exception as exc:  # noqa: BLE001 - shapes, devices, missing keys: this checkpoint is unusable here
+            model.load_state_dict(fresh[0])
+            opt.load_state_dict(fresh[1])
+            _ckpt.set_rng_state(rng)
+            raise CheckpointError(f"checkpoint of epoch {payload.get('epoch')!r} cannot be restored: "
+                                  f"{type(exc).__name__}: {exc}") from None
+        histories, alive, status = [list(h) for h in st["histories"]], list(st["alive"]), list(st["status"])
+        epoch, step, wall0 = int(st["epoch"]), int(st["step"]), float(st["wall_time"])
+        started_at = str(payload.get("started_at") or started_at)
 
     def measure(train_sums: torch.Tensor | None, lr: float) -> list[dict]:
         """Every member's epoch row, read from the device in one sync."""
@@ -368,7 +426,7 @@ def _train_ensemble(configs: list[TrainConfig], out_dir: str | Path | None, sect
         parts = [nan if train_sums is None else train_sums / n, *(_evaluate(net, x, y, cfg, autocast) for x, y in (
             train_eval, (splits.val_x, splits.val_y), (splits.test_x, splits.test_y))),
             norms.square().sum(1, keepdim=True).sqrt(), norms]
-        wall = time.perf_counter() - t0
+        wall = wall0 + time.perf_counter() - t0
         rows = []
         for i, v in enumerate(torch.cat(parts, 1).tolist()):
             row = dict(epoch=epoch, step=step, lr=lr, train_loss=v[0], train_acc_running=v[1], train_acc=v[3],
@@ -389,8 +447,17 @@ def _train_ensemble(configs: list[TrainConfig], out_dir: str | Path | None, sect
 
         bar = tqdm(total=cfg.epochs, desc=f"ensemble of {k}", unit="epoch", dynamic_ncols=True)
     t0 = time.perf_counter()
-    for i, row in enumerate(measure(None, math.nan)):
-        histories[i].append(row)
+    hit = None
+    if folder is not None and _ckpt.checkpoints(folder):
+        hit = _ckpt.load_latest(folder, restore, report=lambda line: print(line, flush=True))
+    if hit is None:
+        for i, row in enumerate(measure(None, math.nan)):
+            histories[i].append(row)
+    else:
+        t0 = time.perf_counter()
+        print(f"ensemble {eid}: resumed from {hit[1]} (epoch {hit[0]}/{cfg.epochs})", flush=True)
+        if bar is not None:
+            bar.update(epoch)
     try:
         while epoch < cfg.epochs and alive:
             net.train()
@@ -436,6 +503,10 @@ def _train_ensemble(configs: list[TrainConfig], out_dir: str | Path | None, sect
                     _silence(model, opt, k, j)
                 if mode == "lines":
                     _train._report(mode, None, rows[j], configs[j], rids[j], status[j])
+            if folder is not None and cfg.checkpoint_every and epoch % cfg.checkpoint_every == 0 and alive:
+                _ckpt.save(folder, epoch, {"ensemble_id": eid, "run_ids": rids, "config": shared, "epoch": epoch,
+                                           "rng": _ckpt.rng_state(), "state": state(), "started_at": started_at,
+                                           "saved_at": _train._utcnow()})
             if bar is not None:
                 best = max((rows[j]["test_acc"] for j in alive), default=math.nan)
                 bar.set_postfix(alive=f"{len(alive)}/{k}", best_test=f"{best:.4f}", refresh=False)
@@ -455,4 +526,9 @@ def _train_ensemble(configs: list[TrainConfig], out_dir: str | Path | None, sect
             result.path = _results.write_run(result, out_dir, section)
             _ckpt.clear(_ckpt.folder_of(result.path))  # as train(): a finished run never resumes
         out.append(result)
+    if folder is not None:  # every member's run.json is written: the ensemble never resumes
+        _ckpt.clear(folder)
+        with contextlib.suppress(OSError):
+            folder.parent.rmdir()
+            folder.parent.parent.rmdir()  # ensembles/, when no other ensemble is unfinished
     return out

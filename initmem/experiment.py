@@ -11,10 +11,17 @@ that raises is recorded in `<run folder>/failed.json`, the sweep goes on with th
 at the end; the next call retries it (resuming from its checkpoints, if any) and removes the record once it
 completes. A user error (InitmemError: bad data, unwritable folder) is the same for every run and stops the sweep
 at once.
+
+Ensembles (`ensemble=True`): the runs still to train are trained as one batched `initmem.ensemble` (one process,
+one set of kernels per step; each member's history equals its separate run's within float rounding), except a run
+another process holds (waited for as above) or one with checkpoints of its own (resumed by `train`, which is
+exact). If the ensemble cannot be built or raises, its runs fall back to the one-by-one path, which records and
+retries failures as above: an ensemble never loses a run.
 """
 
 from __future__ import annotations
 
+import contextlib
 import datetime as _dt
 import json
 import os
@@ -26,6 +33,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from initmem import checkpoint as _ckpt
+from initmem import ensemble as _ensemble
 from initmem import locks, metrics
 from initmem import results as _results
 from initmem.errors import ConfigError, InitmemError, ResultsError, SweepError
@@ -49,10 +58,11 @@ def _configs(base: TrainConfig, sigma_ws: list[float], seeds: list[int]) -> list
 
 def run_sigma_sweep(base: TrainConfig | dict, *, sigma_ws: list[float], seeds: list[int] = (0,),
                     results: str | Path, section: str, ensemble: bool = False, progress: bool = True) -> pd.DataFrame:
-    """Train `base` at every sigma_w × seed that is not already complete under `results/section`, sequentially,
-    each under its run lock; return the `load_runs` rows of exactly these runs (in sigma_w, seed order). A diverged
-    run is a result (its row says so) and the sweep goes on; a run that raises is recorded (failed.json), the
-    others still run, and a SweepError naming the failures is raised at the end (see the module docstring)."""
+    """Train `base` at every sigma_w × seed that is not already complete under `results/section`, each under its
+    run lock, sequentially or (`ensemble=True`) as one batched ensemble; return the `load_runs` rows of exactly
+    these runs (in sigma_w, seed order). A diverged run is a result (its row says so) and the sweep goes on; a run
+    that raises is recorded (failed.json), the others still run, and a SweepError naming the failures is raised at
+    the end (see the module docstring)."""
     base = TrainConfig.from_dict(base) if isinstance(base, dict) else base
     if not isinstance(base, TrainConfig):
         raise ConfigError(f"base={type(base).__name__} is invalid: a TrainConfig or a dict of its fields is accepted")
@@ -62,8 +72,8 @@ def run_sigma_sweep(base: TrainConfig | dict, *, sigma_ws: list[float], seeds: l
     if done:
         print(f"skipping {len(done)} complete run(s): "
               + ", ".join(f"sigma_w={c.sigma_w:g} seed={c.seed} ({_results.run_id(c)})" for c in done), flush=True)
-    if ensemble and todo:
-        print("ensemble training is not available yet: training the runs one after the other", flush=True)
+    if ensemble and len(todo) > 1:
+        todo = _train_as_ensemble(todo, results, section, progress)
     waiting, failed = [], []
     for i, c in enumerate(todo, 1):
         folder = _results.run_dir(results, section, c)
@@ -86,6 +96,43 @@ def run_sigma_sweep(base: TrainConfig | dict, *, sigma_ws: list[float], seeds: l
                          + f"; each is recorded in its run folder's {FAILED} and retried by the next call")
     frames = [_results.load_runs(_results.run_dir(results, section, c)) for c in configs]
     return pd.concat(frames, ignore_index=True)
+
+
+def _train_as_ensemble(todo: list[TrainConfig], results: str | Path, section: str,
+                       progress: bool) -> list[TrainConfig]:
+    """Train what of `todo` one ensemble can take; return the runs left for the one-by-one path (all of `todo`
+    when no ensemble of two or more members is possible, or when the ensemble raised)."""
+    try:
+        _ensemble.check_members(todo)
+    except ConfigError as exc:  # not expected within a point (its runs differ only in sigma_w and seed)
+        print(f"no ensemble: {exc}; training the runs one after the other", flush=True)
+        return todo
+    rest, members = [], []
+    with contextlib.ExitStack() as held:
+        for c in todo:
+            folder = _results.run_dir(results, section, c)
+            if _ckpt.checkpoints(_ckpt.folder_of(folder)):  # a separate run cut short: its resume is exact
+                rest.append(c)
+                continue
+            lock = locks.try_lock(folder)
+            if lock is None:  # another process trains it: the one-by-one path waits for it
+                rest.append(c)
+                continue
+            held.enter_context(lock)
+            if not _results.is_complete(results, section, c):
+                members.append(c)
+        if len(members) < 2:
+            return [c for c in todo if c in rest or c in members]
+        print(f"training {len(members)} runs as one ensemble: " + ", ".join(map(_name, members)), flush=True)
+        try:
+            _ensemble.train_ensemble(members, out_dir=results, section=section, progress=progress, locked=True)
+        except Exception as exc:  # noqa: BLE001 - the one-by-one path trains them, recording what fails
+            message = f"{type(exc).__name__}: " + (str(exc).strip().splitlines() or [""])[0]
+            print(f"the ensemble failed ({message}); training its runs one after the other", flush=True)
+            return [c for c in todo if c in rest or c in members]
+    for c in members:
+        (_results.run_dir(results, section, c) / FAILED).unlink(missing_ok=True)
+    return [c for c in todo if c in rest]
 
 
 def _name(c: TrainConfig) -> str:

@@ -31,7 +31,7 @@ results_dir = "results/adhoc"  # runs go to <results_dir>/<section>/<run_id>/
 section = "03_lr_l2"
 sigma_ws = [0.1, 1.0, 2.5]  # the init scales the spread is taken across
 seeds = [0]
-ensemble = False  # train the sigma_w x seed members as one batched ensemble
+ensemble = True  # train the missing sigma_w x seed runs as one batched ensemble (False: one by one)
 progress = True
 # TrainConfig fields, held fixed across sigma_w
 arch = "resnet9"

@@ -31,6 +31,19 @@ LAB_SETTINGS = {
 }
 
 
+DOCMANAGER = "@jupyterlab/docmanager-extension/plugin"
+VENV_OVERRIDES = Path(sys.prefix) / "share" / "jupyter" / "lab" / "settings" / "overrides.json"
+
+
+def venv_overrides_set() -> bool:
+    """True when this environment's JupyterLab opens .py files as notebooks by `make venv`'s overrides.json."""
+    try:
+        viewers = json.loads(VENV_OVERRIDES.read_text())["@jupyterlab/docmanager-extension:plugin"]["defaultViewers"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return False
+    return viewers.get("python") == "Jupytext Notebook"
+
+
 @dataclass
 class LabServer:
     """A running server: `url` is its base (no token), `proc` its process, `log` its combined output."""
@@ -84,6 +97,8 @@ def start_lab(root: Path, state: Path, timeout: float = 90) -> LabServer:
     for d in dirs.values():
         d.mkdir(parents=True, exist_ok=True)
     for plugin, settings in LAB_SETTINGS.items():
+        if plugin == DOCMANAGER and venv_overrides_set():  # `make venv`'s overrides.json must do it, as for a user
+            continue
         f = dirs["JUPYTERLAB_SETTINGS_DIR"] / f"{plugin}.jupyterlab-settings"
         f.parent.mkdir(parents=True, exist_ok=True)
         f.write_text(json.dumps(settings))

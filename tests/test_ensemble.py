@@ -16,6 +16,7 @@ from __future__ import annotations
 import math
 import os
 import platform
+import shutil
 import subprocess
 import sys
 import time
@@ -28,18 +29,23 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from initmem import models, optim
+from initmem import checkpoint as ckpt
+from initmem import data as data_mod
+from initmem import ensemble as ensemble_mod
+from initmem import experiment, models, optim
 from initmem.ensemble import (
     build_grouped,
     check_members,
+    ensemble_dir,
     ensemble_optimizer,
     member_state_dict,
     newton_schulz_batched,
     train_ensemble,
 )
 from initmem.errors import ConfigError, ResultsError
+from initmem.experiment import run_sigma_sweep
 from initmem.locks import lock_path
-from initmem.results import HISTORY_COLUMNS, is_complete, read_run, run_dir
+from initmem.results import HISTORY_COLUMNS, is_complete, load_runs, read_run, run_dir
 from initmem.train import TrainConfig, train
 
 TINY = TrainConfig(arch="resnet9", width=1 / 16, optimizer="sgd_momentum", data="synthetic", n_train=256, n_val=100,
@@ -204,7 +210,6 @@ def test_members_may_differ_only_in_sigma_w_and_seed(change, field):
 @pytest.mark.parametrize("configs, match", [
     ([], "non-empty list"), (TINY, "non-empty list"), ([TINY, "resnet9"], "non-empty list"),
     ([TINY, TINY.replace(width=1 / 16)], "repeat a"),
-    ([TINY.replace(checkpoint_every=1), TINY.replace(checkpoint_every=1, sigma_w=2.0)], "checkpoint_every=1"),
 ])
 def test_bad_member_sets_are_config_errors(configs, match):
     with pytest.raises(ConfigError, match=match) as info:
@@ -272,3 +277,99 @@ def test_tune_malloc_is_on_for_glibc_and_off_on_request():
         out = subprocess.run([sys.executable, "-c", code], env={**os.environ, "INITMEM_MALLOC": env}, cwd=REPO,
                              capture_output=True, text=True, timeout=120)
         assert out.stdout.strip() == want, out.stderr
+
+
+# ---------------------------------------------------------------------------------------------------- checkpoints
+class _Stop(Exception):
+    pass
+
+
+def _stop_at_epoch(monkeypatch, epoch: int) -> None:
+    """Raise when the ensemble starts epoch `epoch` + 1 (after `epoch` epochs, before its own checkpoint if any)."""
+    real, calls = data_mod.batches, []
+
+    def batches(n, batch_size, gen, device=None):
+        calls.append(1)
+        if len(calls) > epoch:  # one call per epoch: all members share seed 0 here
+            raise _Stop
+        return real(n, batch_size, gen, device=device)
+
+    monkeypatch.setattr(data_mod, "batches", batches)
+
+
+def test_an_interrupted_checkpointed_ensemble_resumes_to_the_uninterrupted_histories(tmp_path, monkeypatch, capsys):
+    configs = _members(TINY.replace(epochs=4, checkpoint_every=2, augment=True), ((0.5, 0), (2.0, 0)))
+    whole = train_ensemble(configs, out_dir=tmp_path / "whole", section="s", progress=False)
+    assert not (tmp_path / "whole" / "s" / "ensembles").exists()  # cleared once run.json is written
+    with monkeypatch.context() as m:
+        _stop_at_epoch(m, 3)  # checkpoints of epochs 2 (used) exist; epoch 3 is lost
+        with pytest.raises(_Stop):
+            train_ensemble(configs, out_dir=tmp_path, section="s", progress=False)
+    folder = ckpt.folder_of(ensemble_dir(tmp_path, "s", configs))
+    assert [p.name for p in ckpt.checkpoints(folder)] == ["epoch-000002.ckpt"]
+    assert not any(is_complete(tmp_path, "s", c) for c in configs)
+    capsys.readouterr()
+    resumed = train_ensemble(configs, out_dir=tmp_path, section="s", progress=False)
+    assert "resumed from" in capsys.readouterr().out and not folder.exists()
+    for a, b in zip(resumed, whole, strict=True):
+        pd.testing.assert_frame_equal(a.history.drop(columns="wall_time"), b.history.drop(columns="wall_time"))
+        assert a.history["wall_time"].is_monotonic_increasing
+        assert is_complete(tmp_path, "s", a.config)
+
+
+def test_a_checkpoint_of_another_member_set_is_not_resumed(tmp_path, monkeypatch):
+    configs = _members(TINY.replace(epochs=2, checkpoint_every=1), ((0.5, 0), (2.0, 0)))
+    with monkeypatch.context() as m:
+        _stop_at_epoch(m, 1)
+        with pytest.raises(_Stop):
+            train_ensemble(configs, out_dir=tmp_path, section="s", progress=False)
+    theirs = ckpt.folder_of(ensemble_dir(tmp_path, "s", configs))
+    other = [configs[0], configs[0].replace(sigma_w=1.0)]
+    mine = ckpt.folder_of(ensemble_dir(tmp_path, "s", other))
+    assert theirs != mine and ckpt.checkpoints(theirs)
+    mine.mkdir(parents=True)
+    shutil.copy(ckpt.checkpoints(theirs)[0], mine / "epoch-000001.ckpt")  # a foreign checkpoint in its folder
+    with pytest.warns(UserWarning, match="does not belong to ensemble"):
+        out = train_ensemble(other, out_dir=tmp_path, section="s", progress=False)
+    assert [len(r.history) for r in out] == [3, 3] and not mine.exists()
+
+
+# ---------------------------------------------------------------------------------------------------- the sweep
+def test_the_sweep_trains_its_missing_runs_as_one_ensemble(tmp_path, monkeypatch, capsys):
+    base = TINY.replace(epochs=1)
+    done = train(base.replace(sigma_w=0.5), out_dir=tmp_path, section="s", progress=False)  # complete already
+    cut = base.replace(sigma_w=1.0, epochs=1)
+    ckpt.save(ckpt.folder_of(run_dir(tmp_path, "s", cut)), 0, {"epoch": 0})  # a separate run cut short
+
+    separate = []
+
+    def counting_train(c, **k):
+        separate.append(c.sigma_w)
+        return train(c, **k)
+
+    monkeypatch.setattr(experiment, "train", counting_train)
+    capsys.readouterr()
+    with pytest.warns(UserWarning, match="does not belong to run"):  # the cut run's (dummy) checkpoint
+        df = run_sigma_sweep(base, sigma_ws=[0.5, 1.0, 1.5, 2.5], results=tmp_path, section="s", ensemble=True,
+                             progress=False)
+    out = capsys.readouterr().out
+    assert "training 2 runs as one ensemble" in out and separate == [1.0]
+    assert df["sigma_w"].tolist() == [0.5, 1.0, 1.5, 2.5] and (df["status"] == "complete").all()
+    members = {float(r["sigma_w"]): read_run(r["path"])["provenance"].get("ensemble_members")
+               for _, r in df.iterrows()}
+    assert members == {0.5: None, 1.0: None, 1.5: 2, 2.5: 2}
+    assert read_run(df.loc[0, "path"])["finished_at"] == read_run(done.path)["finished_at"]  # not retrained
+    assert len(load_runs(tmp_path)) == 4
+
+
+def test_a_failing_ensemble_falls_back_to_separate_runs(tmp_path, monkeypatch, capsys):
+    def broken(*a, **k):
+        raise RuntimeError("out of memory\nsecond line")
+
+    monkeypatch.setattr(ensemble_mod, "train_ensemble", broken)
+    df = run_sigma_sweep(TINY.replace(epochs=1), sigma_ws=[0.5, 2.0], results=tmp_path, section="s",
+                         ensemble=True, progress=False)
+    assert "the ensemble failed (RuntimeError: out of memory); training its runs one after the other" in (
+        capsys.readouterr().out)
+    assert (df["status"] == "complete").all()
+    assert all("ensemble_members" not in read_run(p)["provenance"] for p in df["path"])

@@ -198,7 +198,7 @@ def test_a_diverging_point_is_recorded_and_the_sweep_goes_on(tmp_path, capsys):
     df = run_sigma_sweep({**TINY, "lr": 1e20}, sigma_ws=[0.5, 1.0], results=tmp_path, section="s",
                          ensemble=True, progress=False)
     assert df["status"].tolist() == ["diverged", "diverged"] and df["diverged_epoch"].tolist() == [1, 1]
-    assert "ensemble training is not available yet" in capsys.readouterr().out
+    assert "training 2 runs as one ensemble" in capsys.readouterr().out
     assert point_summary(df)["n_diverged"] == 2
 
 
