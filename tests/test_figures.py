@@ -366,3 +366,30 @@ def test_unknown_notebook_is_a_config_error(tmp_path):
 
     with pytest.raises(ConfigError, match="01_optimizers"):
         make_figures(tmp_path, tmp_path / "out", notebooks=["99_nope"])
+
+
+COMMITTED = Path(__file__).resolve().parents[1]
+
+
+@pytest.mark.skipif(not (COMMITTED / "results" / "cpu").is_dir(), reason="no committed results/cpu in this tree")
+def test_the_committed_figures_are_what_make_figures_makes_from_the_committed_results(tmp_path):
+    """`make figures` on a clone reproduces figures/ byte for byte (sidecars: up to their generation time)."""
+    from initmem.figures import make_figures
+
+    make_figures(COMMITTED / "results" / "cpu", tmp_path, progress=False)
+    kinds = {".png", ".pdf", ".md", ".tex", ".csv", ".json"}
+
+    def files(root: Path) -> list[Path]:
+        return sorted(p.relative_to(root) for p in root.rglob("*")
+                      if p.is_file() and p.suffix in kinds and ".executed" not in p.parts)
+
+    assert files(tmp_path) == files(COMMITTED / "figures")
+    differ = []
+    for rel in files(tmp_path):
+        new, old = (tmp_path / rel).read_bytes(), (COMMITTED / "figures" / rel).read_bytes()
+        if rel.suffix == ".json":
+            new, old = ({k: v for k, v in json.loads(b).items() if k not in {"generated_at", "results_dir"}}
+                        for b in (new, old))
+        if new != old:
+            differ.append(str(rel))
+    assert not differ, f"figures/ is stale, run `make figures`: {differ}"
