@@ -77,7 +77,7 @@ FIELD_HELP: dict[str, str] = {
     "checkpoint_every": "epochs between checkpoints; 0: none",
     "channels_last": "channels-last memory format (speed only)",
     "amp": "off | bf16 (bfloat16 autocast, CUDA only)",
-    "compile": "torch.compile the model (speed only)",
+    "compile": "torch.compile the model (speed only; compiled once per process and network shape)",
 }
 
 
@@ -352,6 +352,36 @@ def _resume(state: TrainState, config: TrainConfig, run_folder: Path, rid: str, 
     return started[-1]
 
 
+_COMPILED: dict[tuple, tuple[nn.Module, Any]] = {}  # (arch, width, device, layout) -> (model, its compiled form)
+
+
+def _model(config: TrainConfig, dev: torch.device) -> tuple[nn.Module, Any]:
+    """The run's freshly initialised model and what the loop calls (the model, or with `compile` its compiled form).
+
+    With `compile`, a process compiles a network shape once: the next run of the same arch, width, device and layout
+    (the other runs of a sweep point) gets the same module re-initialised in place — its state loaded from a freshly
+    built model, so the weights are bitwise those of an uncompiled run — and the same compiled callable, whose
+    guards still hold, so it is not compiled again. One shape is kept (a sweep point has one)."""
+    torch.manual_seed(config.seed)  # the initialisation draws from the global generator
+    fresh = models.build_model(config.arch, config.sigma_w, config.width).to(dev)
+    if config.channels_last:
+        fresh = fresh.to(memory_format=torch.channels_last)
+    if not config.compile:
+        return fresh, fresh
+    key = (config.arch, config.width, str(dev), config.channels_last)
+    if key not in _COMPILED:
+        _COMPILED.clear()
+        _COMPILED[key] = (fresh, torch.compile(fresh))
+        return _COMPILED[key]
+    model, net = _COMPILED[key]
+    with torch.no_grad():
+        model.load_state_dict(fresh.state_dict())  # weights, BatchNorm running stats and counters
+    for p in model.parameters():
+        p.grad = None
+    model.train()
+    return model, net
+
+
 def _stream_seed(seed: int, stream: str) -> int:
     # Independent generators for independent choices: the minibatch order must not share draws with augmentation.
     return int.from_bytes(hashlib.sha256(f"initmem-train:{seed}:{stream}".encode()).digest()[:8], "little") >> 1
@@ -435,10 +465,7 @@ def _train(config: TrainConfig, out_dir: str | Path | None, section: str, progre
     train_eval = (splits.train_x, splits.train_y) if splits.train_eval_idx is None else (
         splits.train_x[splits.train_eval_idx], splits.train_y[splits.train_eval_idx])
 
-    torch.manual_seed(config.seed)  # the initialisation draws from the global generator
-    model = models.build_model(config.arch, config.sigma_w, config.width).to(dev)
-    if config.channels_last:
-        model = model.to(memory_format=torch.channels_last)
+    model, net = _model(config, dev)
     opt = optim.build_optimizer(config.optimizer, model, lr=config.lr, momentum=config.momentum,
                                 weight_decay=config.weight_decay, betas=config.betas, eps=config.eps,
                                 ns_steps=config.ns_steps, muon_aux_lr=config.muon_aux_lr)
@@ -447,7 +474,6 @@ def _train(config: TrainConfig, out_dir: str | Path | None, section: str, progre
         order_gen=torch.Generator().manual_seed(_stream_seed(config.seed, "order")),
         aug_gen=torch.Generator(device=dev).manual_seed(_stream_seed(config.seed, "augment")),
         clocks=metrics.ClockAccumulator(config.batch_size, config.weight_decay))
-    net = torch.compile(model) if config.compile else model
     amp = config.amp == "bf16"
 
     def autocast():

@@ -272,3 +272,31 @@ def test_one_epoch_on_real_cifar10_images():
     assert result.status == "complete" and result.provenance["data_source"].startswith("imagefolder-tar:")
     assert result.provenance["data_hash"] and result.summary["steps"] == 5
     assert 0 <= result.history["val_acc"].iloc[1] <= 1
+
+
+# ------------------------------------------------------------------------------------------------ compile
+def test_compile_compiles_a_network_shape_once_and_each_run_equals_its_uncompiled_run(monkeypatch):
+    """The runs of a point share one compiled model, re-initialised in place. torch's 'eager' backend stands in for
+    inductor (no C++ toolchain needed), so what is tested is ours: one compilation, fresh weights, same histories."""
+    import initmem.train as train_mod
+
+    compiled, real = [], torch.compile
+
+    def counting_compile(model, **kwargs):
+        compiled.append(model)
+        return real(model, backend="eager")
+
+    monkeypatch.setattr(train_mod.torch, "compile", counting_compile)
+    monkeypatch.setattr(train_mod, "_COMPILED", {})
+    base = TrainConfig(**{**TINY, "epochs": 2})
+    runs = [train(base.replace(sigma_w=s, seed=seed, compile=True), progress=False)
+            for s, seed in ((0.5, 0), (2.0, 1), (1.0, 0))]
+    assert len(compiled) == 1  # three runs, one compilation
+    for r in runs:
+        plain = train(r.config.replace(compile=False), progress=False)
+        h, g = r.history.drop(columns="wall_time"), plain.history.drop(columns="wall_time")
+        assert h["weight_norm"].iloc[0] == g["weight_norm"].iloc[0]  # bitwise the fresh initialisation
+        pd.testing.assert_frame_equal(h, g, check_exact=False, rtol=1e-5, atol=1e-6)
+    assert runs[0].history["weight_norm"].iloc[0] != runs[1].history["weight_norm"].iloc[0]
+    train(base.replace(width=0.125, compile=True), progress=False)  # another shape: compiled anew
+    assert len(compiled) == 2
