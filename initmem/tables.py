@@ -208,7 +208,8 @@ def long_training_table(runs: pd.DataFrame, histories: pd.DataFrame, marks: Sequ
                         ) -> pd.DataFrame:
     """T2: per configuration and epoch mark m, the test accuracy (%) per σ_w and the spread (pp), as if training
     had stopped at m: each run's accuracy is `metrics.test_at_best(history, upto=m)` (best validation loss among
-    epochs 1..m), and T_SGD is the clock reached at m (mean over runs): time in epochs grows, T_SGD stays small.
+    epochs 1..m), and T_SGD and T_adapt are the clocks reached at m (mean over runs): time in epochs grows, T_SGD
+    stays small.
     Marks default to `default_marks` of the longest history; a configuration gets the marks up to its own last
     epoch."""
     confs = configurations(runs)
@@ -227,11 +228,12 @@ def long_training_table(runs: pd.DataFrame, histories: pd.DataFrame, marks: Sequ
         for m in [m for m in marks if m <= last]:
             at = g.assign(test_acc_at_best=[metrics.test_at_best(by_run[r], upto=m) for r in g["run_id"]])
             row = {**_lead(g, lead), "epoch": m, **_sigma_cells(at, sigmas, multi), **_spread_cells(at, multi)}
-            if "T_SGD" in h.columns:
-                row["T_SGD"] = float(np.mean([by_run[r].loc[by_run[r]["epoch"] <= m, "T_SGD"].iloc[-1]
-                                              for r in g["run_id"]]))
+            for clock in ("T_SGD", "T_adapt"):
+                if clock in h.columns:
+                    row[clock] = float(np.mean([by_run[r].loc[by_run[r]["epoch"] <= m, clock].iloc[-1]
+                                                for r in g["run_id"]]))
             rows.append(row)
-    return _finish(pd.DataFrame(rows), {"T_SGD": "{:.3g}"})
+    return _finish(pd.DataFrame(rows), {"T_SGD": "{:.3g}", "T_adapt": "{:.3g}"})
 
 
 # --- per-configuration spreads: T3, T4, F4, F5, F7, F8 ------------------------------------------------------

@@ -21,7 +21,8 @@
 # test-accuracy **spread** across `sigma_w` is measured as if training had stopped at each of several epoch
 # marks (`epoch_marks`): at each mark, each run's test accuracy is read at its best-validation epoch so far. The
 # paper finds the spread essentially unchanged from 200 to 5,000 epochs, while `T_SGD = (1/b) sum eta_k^2` grows
-# only linearly in epochs and stays tiny.
+# only linearly in epochs and stays tiny. The `cpu` profile also trains Adam (at its own default lr) for as many
+# steps: the contrast of an adaptive method given the same time.
 #
 # The defaults below are a seconds-long smoke run on synthetic data; `params/02_long_training.yaml` holds the
 # `smoke`, `cpu` and `paper` profiles.

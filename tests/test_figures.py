@@ -97,7 +97,7 @@ def test_single_seed_tables_have_no_std_columns(two_optimizers):
 def _history(run_id: str, val_loss: list[float], test_acc: list[float]) -> pd.DataFrame:
     e = np.arange(len(val_loss))
     return pd.DataFrame({"run_id": run_id, "epoch": e, "val_loss": val_loss, "test_acc": test_acc,
-                         "T_SGD": 1e-3 * e})
+                         "T_SGD": 1e-3 * e, "T_adapt": 0.01 * e})
 
 
 def test_long_training_table_reads_each_mark_at_its_own_best_epoch():
@@ -112,6 +112,7 @@ def test_long_training_table_reads_each_mark_at_its_own_best_epoch():
     assert t.loc[2, "spread_pp"] == pytest.approx(5.0)  # 0.60 vs 0.55
     assert t.loc[4, "spread_pp"] == pytest.approx(35.0)  # 0.90 vs 0.55
     assert t.loc[4, "sigma_w=0.5"] == pytest.approx(90.0) and t.loc[2, "T_SGD"] == pytest.approx(2e-3)
+    assert t.loc[4, "T_adapt"] == pytest.approx(0.04)
     assert tables.default_marks(200) == [5, 10, 20, 50, 100, 200] and tables.default_marks(3) == [1, 2, 3]
     with pytest.raises(tables.NoResults):
         tables.long_training_table(runs, h.iloc[:0])

@@ -13,9 +13,9 @@
 # %% [markdown]
 # # Section 02 — long training: does time alone make low-learning-rate SGD forget?
 #
-# Low-lr SGD trained for a long time (`params/02_long_training.yaml`). **T2** gives the test-accuracy spread
-# across σ_w as if training had stopped at each epoch mark m: every run's accuracy is read at its
-# best-validation-loss epoch among epochs 1..m (`metrics.test_at_best(history, upto=m)`). The marks are the
+# Low-lr SGD (and, in the cpu profile, Adam beside it) trained for a long time (`params/02_long_training.yaml`).
+# **T2** gives the test-accuracy spread across σ_w as if training had stopped at each epoch mark m: every run's
+# accuracy is read at its best-validation-loss epoch among epochs 1..m (`metrics.test_at_best(history, upto=m)`). The marks are the
 # section's `epoch_marks` in the params profile the results came from (a 1-2-5 series when unknown).
 
 # %% tags=["parameters"]
@@ -31,5 +31,5 @@ s.stamp.caption()
 # %%
 s.table("T2_long_training",
         lambda: tables.long_training_table(s.runs, s.histories, marks=s.param("epoch_marks")),
-        "Low-lr SGD: test accuracy (%) per σ_w and spread across σ_w (pp) at the best-validation epoch up to each "
-        "epoch mark, with the clock T_SGD reached there")
+        "Long training: test accuracy (%) per σ_w and spread across σ_w (pp) at the best-validation epoch up to "
+        "each epoch mark, with the clocks T_SGD and T_adapt reached there")
