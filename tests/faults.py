@@ -19,6 +19,7 @@ import time
 from pathlib import Path
 
 import pandas as pd
+import yaml
 
 REPO = Path(__file__).resolve().parents[1]
 PYTHON = sys.executable
@@ -116,12 +117,13 @@ def history(run_folder: Path) -> pd.DataFrame:
     return pd.read_csv(Path(run_folder) / "history.csv").drop(columns="wall_time")
 
 
-def mini_project(root: Path, notebook: str, params_yaml: str) -> Path:
-    """A one-section project under `root` (params/t.yaml + notebooks/t.py, a copy of the repo's `notebook`) for
-    sweeps run against a real Slurm; returns the params file."""
+def mini_project(root: Path, notebook: str, fixed: dict, grid: dict | None = None) -> Path:
+    """A one-section project under `root` (params/t.yaml with one `smoke` profile of `fixed` and `grid`, and
+    notebooks/t.py, a copy of the repo's `notebook`) for sweeps run against a real Slurm; returns the params file."""
     (root / "params").mkdir()
     (root / "notebooks").mkdir()
     shutil.copy(REPO / "notebooks" / notebook, root / "notebooks" / "t.py")
     params = root / "params" / "t.yaml"
-    params.write_text(params_yaml)
+    doc = {"section": "t", "notebook": "notebooks/t.py", "profiles": {"smoke": {"fixed": fixed, "grid": grid or {}}}}
+    params.write_text(yaml.safe_dump(doc, sort_keys=False))
     return params

@@ -280,7 +280,6 @@ def test_a_slurm_job_signalled_for_timeout_is_requeued_and_resumes_its_run(tmp_p
     """Real Slurm (skips without it): SIGUSR2 — what Slurm sends before a time limit or a preemption — makes
     submitit call PointJob.checkpoint and requeue the job; the requeued job resumes the run from its checkpoint."""
     import subprocess
-    import textwrap
     import threading
     import time
 
@@ -294,14 +293,10 @@ def test_a_slurm_job_signalled_for_timeout_is_requeued_and_resumes_its_run(tmp_p
         pytest.skip("needs root: slurmd runs jobs as their user and munged runs as user munge")
     with SlurmCluster(cpus=2) as cluster:
         monkeypatch.setenv("SLURM_CONF", cluster.env["SLURM_CONF"])
-        params = faults.mini_project(tmp_path, "02_long_training.py", textwrap.dedent("""\
-            section: t
-            notebook: notebooks/t.py
-            profiles:
-              smoke:
-                fixed: {width: 0.0625, epochs: 16, epoch_marks: [8, 16], batch_size: 32, n_train: 128, n_val: 32,
-                        n_test: 32, sigma_ws: [1.0], data: synthetic, device: cpu, checkpoint_every: 1}
-            """))
+        params = faults.mini_project(
+            tmp_path, "02_long_training.py",
+            fixed=dict(width=0.0625, epochs=16, epoch_marks=[8, 16], batch_size=32, n_train=128, n_val=32, n_test=32,
+                       sigma_ws=[1.0], data="synthetic", device="cpu", checkpoint_every=1))
         out = tmp_path / "results"
         section = load_section(params)
         (cfg,) = point_configs(section.effective(section.points("smoke", out)[0]))

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import os
 import subprocess
-import textwrap
 import time
 from pathlib import Path
 
@@ -41,17 +40,11 @@ def cluster(request):
 def test_slurm_sweep_runs_every_point_as_an_array_task(cluster, tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("SLURM_CONF", cluster.env["SLURM_CONF"])
     # two points that train, and two that fail inside their notebook (imagefolder data at a missing folder)
-    params = faults.mini_project(tmp_path, "01_optimizers.py", textwrap.dedent("""\
-        section: t
-        notebook: notebooks/t.py
-        profiles:
-          smoke:
-            fixed: {width: 0.0625, epochs: 1, batch_size: 32, n_train: 64, n_val: 32, n_test: 32,
-                    sigma_ws: [0.5, 2.0], data_root: /nonexistent, device: cpu}
-            grid:
-              data: [synthetic, imagefolder]
-              optimizer: [sgd, adam]
-        """))
+    params = faults.mini_project(
+        tmp_path, "01_optimizers.py",
+        fixed=dict(width=0.0625, epochs=1, batch_size=32, n_train=64, n_val=32, n_test=32, sigma_ws=[0.5, 2.0],
+                   data_root="/nonexistent", device="cpu"),
+        grid=dict(data=["synthetic", "imagefolder"], optimizer=["sgd", "adam"]))
     out = tmp_path / "results"
     section = load_section(params)
     points = section.points("smoke", out)
