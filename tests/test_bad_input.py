@@ -206,15 +206,19 @@ def outcomes(world):
     assert before, "the prepared results folder is empty"
     cache = Path(world["tmp"]) / "cache"
 
-    def one(case: Case) -> tuple[str, subprocess.CompletedProcess]:
+    def one(i: int, case: Case) -> tuple[str, subprocess.CompletedProcess]:
         env = faults.env(INITMEM_CACHE=str(cache), INITMEM_DATA="",
                          **{k: _fill(v, world) for k, v in case.env.items()})
-        cmd = [sys.executable, "-m", "initmem.cli", *(_fill(a, world) for a in case.argv)]
+        # Each train case gets its own seed, hence its own run folder: two valid configs that differ only in
+        # --data-root share a run id, and two at a time they would race for its lock (the loser's one line would
+        # rightly name the lock, not the bad archive).
+        seed = ["--seed", str(1000 + i)] if case.argv[0] == "train" else []
+        cmd = [sys.executable, "-m", "initmem.cli", *(_fill(a, world) for a in case.argv), *seed]
         return case.id, subprocess.run(cmd, cwd=world["tmp"], env=env, capture_output=True, text=True, timeout=300)
 
     out = {}
     with cf.ThreadPoolExecutor(2) as pool:
-        for fut in cf.as_completed([pool.submit(one, c) for c in CASES]):
+        for fut in cf.as_completed([pool.submit(one, i, c) for i, c in enumerate(CASES)]):
             cid, proc = fut.result()
             after = _snapshot(res)
             out[cid] = (proc, sorted(k for k in before if after.get(k) != before[k]), sorted(set(after) - set(before)))
