@@ -16,7 +16,7 @@ from initmem.errors import InitmemError
 def _add_train(sub: argparse._SubParsersAction) -> None:
     import dataclasses
 
-    from initmem.train import FIELD_HELP, TrainConfig
+    from initmem.config import TrainConfig, field_help
 
     p = sub.add_parser("train", help="train one run and write its folder",
                        description="Train one run and write <out>/<section>/<run_id>/{history.csv,run.json}. "
@@ -25,7 +25,7 @@ def _add_train(sub: argparse._SubParsersAction) -> None:
         flag, default = "--" + f.name.replace("_", "-"), f.default
         shown = "per optimizer" if f.name in ("lr", "momentum", "weight_decay") else (
             " ".join(map(str, default)) if isinstance(default, tuple) else default)
-        kw = dict(dest=f.name, default=argparse.SUPPRESS, help=f"{FIELD_HELP[f.name]} (default: {shown})".replace(
+        kw = dict(dest=f.name, default=argparse.SUPPRESS, help=f"{field_help(f.name)} (default: {shown})".replace(
             "%", "%%"))
         if f.type == "bool":
             p.add_argument(flag, action=argparse.BooleanOptionalAction, **kw)
@@ -60,7 +60,8 @@ def _train_value(name: str, kind: str, raw):
 def _cmd_train(args: argparse.Namespace) -> int:
     import dataclasses
 
-    from initmem.train import TrainConfig, train
+    from initmem.config import TrainConfig
+    from initmem.train import train
 
     kinds = {f.name: f.type for f in dataclasses.fields(TrainConfig)}
     config = TrainConfig(**{k: _train_value(k, kinds[k], v) for k, v in vars(args).items() if k in kinds})

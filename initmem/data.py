@@ -34,11 +34,10 @@ import torch
 import torch.nn.functional as F
 from PIL import Image
 
+from .config import NUM_CLASSES, SOURCES
 from .errors import ConfigError, DataError
 
-SOURCES = ("auto", "torchvision", "imagefolder", "synthetic")
 CIFAR10_CLASSES = ("airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck")
-NUM_CLASSES = 10
 IMAGE_SHAPE = (3, 32, 32)
 IMAGE_EXTS = (".png", ".jpg", ".jpeg")
 ARCHIVE_EXTS = (".tar.gz", ".tgz")

@@ -356,7 +356,7 @@ def _train_ensemble(configs: list[TrainConfig], out_dir: str | Path | None, sect
         model = model.to(memory_format=torch.channels_last)
     opt = ensemble_optimizer(cfg, model, k)
     net = torch.compile(model) if cfg.compile else model
-    amp = cfg.amp == "bf16"
+    amp = cfg.precision == "bf16"
 
     def autocast():
         return torch.autocast("cuda", dtype=torch.bfloat16) if amp else contextlib.nullcontext()

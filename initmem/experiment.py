@@ -30,12 +30,11 @@ import traceback
 import warnings
 from pathlib import Path
 
-import numpy as np
 import pandas as pd
 
 from initmem import checkpoint as _ckpt
 from initmem import ensemble as _ensemble
-from initmem import locks, metrics
+from initmem import locks
 from initmem import results as _results
 from initmem.errors import ConfigError, InitmemError, ResultsError, SweepError
 from initmem.train import TrainConfig, train
@@ -189,30 +188,3 @@ def _write_failed(folder: Path, c: TrainConfig, section: str, exc: BaseException
         _results._atomic_write(folder / FAILED, json.dumps(record, indent=2, default=str) + "\n")
     except OSError:
         pass
-
-
-def point_summary(df: pd.DataFrame) -> dict:
-    """The point's numbers from its `run_sigma_sweep` rows: the test-accuracy spread across sigma_w (pp, of the
-    per-sigma_w mean over seeds), its seed-to-seed std when there is more than one seed (the spread computed within
-    each seed), which sigma_w is best and worst, and how many runs interpolated or diverged."""
-    need = {"sigma_w", "seed", "status", "test_acc_at_best", "interpolated"}
-    missing = sorted(need - set(df.columns)) if isinstance(df, pd.DataFrame) else sorted(need)
-    if missing:
-        raise ConfigError(f"point_summary got rows missing the columns {missing}: the rows of run_sigma_sweep (or "
-                          "load_runs) are accepted")
-    acc = pd.to_numeric(df["test_acc_at_best"], errors="coerce")
-    by_sigma = acc.groupby(df["sigma_w"]).mean().dropna()
-    per_seed = [metrics.spread(g) for _, g in acc.groupby(df["seed"]) if g.notna().sum() >= 2]
-    return {
-        "n_runs": len(df),
-        "sigma_ws": sorted(df["sigma_w"].unique().tolist()),
-        "seeds": sorted(df["seed"].unique().tolist()),
-        "spread_pp": metrics.spread(by_sigma.to_numpy()) if len(by_sigma) else None,
-        "spread_seed_std_pp": float(np.std(per_seed, ddof=1)) if len(per_seed) > 1 else None,
-        "best_sigma_w": float(by_sigma.idxmax()) if len(by_sigma) else None,
-        "worst_sigma_w": float(by_sigma.idxmin()) if len(by_sigma) else None,
-        "test_acc_by_sigma_w": {float(k): float(v) for k, v in by_sigma.items()},
-        "n_interpolated": int(df["interpolated"].eq(True).sum()),
-        "n_diverged": int((df["status"] == "diverged").sum()),
-        "n_complete": int((df["status"] == "complete").sum()),
-    }

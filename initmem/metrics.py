@@ -188,3 +188,31 @@ def summarize_history(history: pd.DataFrame, threshold: float = 0.995) -> dict:
         "steps": int(last["step"]),
         "wall_time_s": _num(last["wall_time"]),
     }
+
+
+# ---------------------------------------------------------------------------------------------------- a point
+def point_summary(df: pd.DataFrame) -> dict:
+    """The point's numbers from its `run_sigma_sweep` rows: the test-accuracy spread across sigma_w (pp, of the
+    per-sigma_w mean over seeds), its seed-to-seed std when there is more than one seed (the spread computed within
+    each seed), which sigma_w is best and worst, and how many runs interpolated or diverged."""
+    need = {"sigma_w", "seed", "status", "test_acc_at_best", "interpolated"}
+    missing = sorted(need - set(df.columns)) if isinstance(df, pd.DataFrame) else sorted(need)
+    if missing:
+        raise ConfigError(f"point_summary got rows missing the columns {missing}: the rows of run_sigma_sweep (or "
+                          "load_runs) are accepted")
+    acc = pd.to_numeric(df["test_acc_at_best"], errors="coerce")
+    by_sigma = acc.groupby(df["sigma_w"]).mean().dropna()
+    per_seed = [spread(g) for _, g in acc.groupby(df["seed"]) if g.notna().sum() >= 2]
+    return {
+        "n_runs": len(df),
+        "sigma_ws": sorted(df["sigma_w"].unique().tolist()),
+        "seeds": sorted(df["seed"].unique().tolist()),
+        "spread_pp": spread(by_sigma.to_numpy()) if len(by_sigma) else None,
+        "spread_seed_std_pp": float(np.std(per_seed, ddof=1)) if len(per_seed) > 1 else None,
+        "best_sigma_w": float(by_sigma.idxmax()) if len(by_sigma) else None,
+        "worst_sigma_w": float(by_sigma.idxmin()) if len(by_sigma) else None,
+        "test_acc_by_sigma_w": {float(k): float(v) for k, v in by_sigma.items()},
+        "n_interpolated": int(df["interpolated"].eq(True).sum()),
+        "n_diverged": int((df["status"] == "diverged").sum()),
+        "n_complete": int((df["status"] == "complete").sum()),
+    }

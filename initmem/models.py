@@ -31,10 +31,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from .config import ARCHS
 from .errors import ConfigError
-
-ARCHS = ("resnet9", "resnet20", "resnet56", "resnet110")
-_HE_BLOCKS = {"resnet20": 3, "resnet56": 9, "resnet110": 18}
 
 
 # ---------------------------------------------------------------------------------------------------- validation

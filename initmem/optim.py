@@ -17,32 +17,11 @@ from collections.abc import Iterable
 import torch
 from torch import nn
 
+from .config import _NEUTRAL, OPTIMIZER_DEFAULTS, OPTIMIZER_HPARAMS, OPTIMIZERS, SCHEDULES
 from .errors import ConfigError
 from .models import head_parameters
 
-OPTIMIZERS = ("sgd", "sgd_momentum", "adam", "adamw", "muon")
-SCHEDULES = ("constant", "cosine", "step")
 NS_COEFFICIENTS = (3.4445, -4.7750, 2.0315)
-
-# Every hyper-parameter build_optimizer accepts, with the value each optimiser uses by default. For a
-# hyper-parameter that does not apply to an optimiser (not in OPTIMIZER_HPARAMS[name]) the value here is the neutral
-# one: passing it is accepted (TrainConfig passes every field), passing anything else is a ConfigError.
-_NEUTRAL = dict(momentum=0.0, weight_decay=0.0, betas=(0.9, 0.999), eps=1e-8, nesterov=False, ns_steps=5,
-                muon_aux_lr=1e-3)
-OPTIMIZER_DEFAULTS: dict[str, dict] = {
-    "sgd": {**_NEUTRAL, "lr": 0.01},
-    "sgd_momentum": {**_NEUTRAL, "lr": 0.01, "momentum": 0.9},
-    "adam": {**_NEUTRAL, "lr": 1e-3},  # weight_decay: coupled L2 (added to the gradient)
-    "adamw": {**_NEUTRAL, "lr": 1e-3, "weight_decay": 1e-2},  # decoupled
-    "muon": {**_NEUTRAL, "lr": 0.02, "momentum": 0.95, "nesterov": True},  # decoupled; aux AdamW lr muon_aux_lr
-}
-OPTIMIZER_HPARAMS: dict[str, tuple[str, ...]] = {
-    "sgd": ("weight_decay",),
-    "sgd_momentum": ("momentum", "weight_decay", "nesterov"),
-    "adam": ("weight_decay", "betas", "eps"),
-    "adamw": ("weight_decay", "betas", "eps"),
-    "muon": ("momentum", "weight_decay", "nesterov", "ns_steps", "betas", "eps", "muon_aux_lr"),
-}
 
 
 # ---------------------------------------------------------------------------------------------------- Muon maths

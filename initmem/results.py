@@ -10,7 +10,6 @@ columns for an empty tree.
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import json
 import math
 import os
@@ -21,11 +20,14 @@ from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
+from initmem.config import TrainConfig, run_id
 from initmem.errors import ResultsError
 from initmem.metrics import SUMMARY_KEYS
 
 if TYPE_CHECKING:
-    from initmem.train import RunResult, TrainConfig
+    from initmem.train import RunResult
+
+__all__ = ["run_id", "run_dir", "write_run", "read_run", "is_complete", "load_runs", "load_histories"]
 
 SCHEMA = 1
 FINISHED = ("complete", "diverged")
@@ -37,23 +39,6 @@ HISTORY_COLUMNS = (
 )  # fmt: skip
 HISTORY_CONFIG_COLUMNS = ("arch", "width", "sigma_w", "optimizer", "lr", "weight_decay", "batch_size", "seed", "epochs")
 _REQUIRED = ("schema", "run_id", "section", "status", "config", "summary")
-
-
-def _config_fields() -> list[str]:
-    from initmem.train import TrainConfig  # lazy: reading results should not need the training stack loaded
-
-    return [f.name for f in dataclasses.fields(TrainConfig)]
-
-
-def run_id(config: TrainConfig | dict) -> str:
-    """First 12 hex chars of sha256 over the canonical JSON of the config minus the fields that cannot change
-    the result (`train.RUN_ID_EXCLUDE`): the same recipe on another device or GPU is the same run."""
-    from initmem.train import RUN_ID_EXCLUDE, TrainConfig
-
-    if isinstance(config, dict):
-        config = TrainConfig.from_dict(config)
-    d = {k: v for k, v in config.to_dict().items() if k not in RUN_ID_EXCLUDE}
-    return hashlib.sha256(json.dumps(d, sort_keys=True, separators=(",", ":")).encode()).hexdigest()[:12]
 
 
 def run_dir(results: str | Path, section: str, config: TrainConfig | dict) -> Path:
@@ -179,7 +164,7 @@ def _cell(v: Any) -> Any:
 def load_runs(path: str | Path) -> pd.DataFrame:
     """One row per run under `path`: run_id, section, status, path, every config field, every summary key,
     git_commit, data_source."""
-    config_fields = _config_fields()
+    config_fields = [f.name for f in dataclasses.fields(TrainConfig)]
     rows = []
     for folder, rec in _records(path):
         row = {"run_id": rec["run_id"], "section": rec["section"], "status": rec["status"], "path": str(folder)}

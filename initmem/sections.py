@@ -9,7 +9,7 @@ import pandas as pd
 
 from initmem import metrics
 from initmem.errors import ConfigError
-from initmem.experiment import point_summary
+from initmem.metrics import point_summary
 from initmem.results import load_histories
 
 RUN_COLUMNS = ("sigma_w", "seed", "status", "test_acc_at_best", "best_epoch", "tau_interp", "repair_gap",

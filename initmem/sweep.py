@@ -13,7 +13,6 @@ one array task per point). Notebooks run with the repository root (the parent of
 from __future__ import annotations
 
 import concurrent.futures as cf
-import dataclasses
 import datetime
 import difflib
 import hashlib
@@ -32,6 +31,7 @@ from typing import Any
 import yaml
 from submitit.helpers import Checkpointable
 
+from initmem.config import point_configs
 from initmem.errors import InitmemError, SweepError
 from initmem.notebook import Parameter, check_parameters, execute_notebook, notebook_parameters
 
@@ -152,22 +152,7 @@ def load_section(path: str | Path) -> Section:
                    declared)
 
 
-# --- completion: the same TrainConfigs the notebook builds -------------------------------------------------
-def point_configs(params: dict[str, Any]) -> list:
-    """The TrainConfig of every σ_w × seed run of a point, from its effective parameters.
-
-    The notebook builds its base config from exactly its TrainConfig-named parameters (the others — sigma_ws,
-    seeds, results_dir, section, ensemble, progress, ... — are notebook-level); tests/test_notebooks.py checks
-    that each notebook's TrainConfig(...) call passes every such parameter, so run ids here and there agree.
-    """
-    from initmem.train import TrainConfig
-
-    names = {f.name for f in dataclasses.fields(TrainConfig)}
-    base = TrainConfig(**{k: v for k, v in params.items() if k in names})
-    return [dataclasses.replace(base, sigma_w=float(s), seed=int(seed))
-            for s in params["sigma_ws"] for seed in params["seeds"]]
-
-
+# --- completion: the same TrainConfigs the notebook builds (config.point_configs) ----------------------
 def _results_path(section: Section, point: Point) -> Path:
     return section.root / point.parameters["results_dir"]  # an absolute results_dir wins the join
 
@@ -305,7 +290,7 @@ def summarize(section: Section, points: list[Point]) -> Any:
     across σ_w (pp, `experiment.point_summary`'s), how many runs interpolated, and the largest tau_interp."""
     import pandas as pd
 
-    from initmem.experiment import point_summary
+    from initmem.metrics import point_summary
     from initmem.results import load_runs, run_id
 
     runs = load_runs(_results_path(section, points[0]) / section.name) if points else None

@@ -45,7 +45,7 @@ def _config_key() -> tuple[str, ...]:
     """TrainConfig fields that tell configurations apart: all but σ_w, seed and the result-neutral ones."""
     import dataclasses
 
-    from initmem.train import RUN_ID_EXCLUDE, TrainConfig  # lazy: load_runs imports it anyway
+    from initmem.config import RUN_ID_EXCLUDE, TrainConfig
 
     return tuple(f.name for f in dataclasses.fields(TrainConfig)
                  if f.name not in (*RUN_ID_EXCLUDE, "sigma_w", "seed"))
@@ -130,9 +130,7 @@ def _mean_std(xs: Sequence[float]) -> tuple[float, float]:
 def point_spread(group: pd.DataFrame) -> tuple[float, float]:
     """(spread_pp, seed-to-seed std) of one configuration's runs, from `experiment.point_summary`; NaN where it
     has none (no accuracy, or a single seed)."""
-    from initmem.experiment import point_summary  # lazy: it loads the training stack
-
-    s = point_summary(group)
+    s = metrics.point_summary(group)
     return tuple(math.nan if s[k] is None else float(s[k]) for k in ("spread_pp", "spread_seed_std_pp"))
 
 

@@ -11,14 +11,10 @@ from __future__ import annotations
 
 import contextlib
 import copy
-import dataclasses
 import datetime as _dt
-import difflib
 import hashlib
 import math
-import numbers
 import os
-import re
 import sys
 import time
 from dataclasses import dataclass, field
@@ -35,229 +31,9 @@ from initmem import data as _data
 from initmem import locks as _locks
 from initmem import metrics, models, optim
 from initmem import results as _results
+from initmem.config import RUN_ID_EXCLUDE, TrainConfig, _bad
 from initmem.errors import CheckpointError, ConfigError, ResultsError
 from initmem.provenance import provenance
-
-# Fields that cannot change the result (where it runs, how it is batched for evaluation or checkpointed, where the
-# data is read from, memory layout, compilation): not part of the run id, so a rerun elsewhere is the same run.
-RUN_ID_EXCLUDE = frozenset({"device", "eval_batch_size", "checkpoint_every", "data_root", "channels_last", "compile"})
-_OPT_FIELDS = ("lr", "momentum", "weight_decay")  # None → the optimiser's STUDY.md default
-_DEVICE_RE = re.compile(r"auto|cpu|cuda(:\d+)?")
-
-# One line per field: the CLI's --help and the docs read these.
-FIELD_HELP: dict[str, str] = {
-    "arch": "network: " + " | ".join(models.ARCHS),
-    "width": "channel multiplier of the network",
-    "sigma_w": "init scale: every conv/linear weight ~ N(0, sigma_w^2 / fan_in)",
-    "optimizer": "optimiser: " + " | ".join(optim.OPTIMIZERS),
-    "lr": "learning rate; default per optimiser: sgd/sgd_momentum 0.01, adam/adamw 1e-3, muon 0.02",
-    "momentum": "momentum; default sgd_momentum 0.9, muon 0.95, others 0 (unused)",
-    "weight_decay": "L2: coupled for sgd*/adam, decoupled for adamw (default 1e-2) and muon; default 0",
-    "betas": "Adam betas (adam/adamw and muon's AdamW part)",
-    "eps": "Adam epsilon (adam/adamw and muon's AdamW part)",
-    "muon_aux_lr": "AdamW lr for BatchNorm params, biases and the head under muon",
-    "ns_steps": "Newton-Schulz iterations (muon)",
-    "schedule": "lr schedule: " + " | ".join(optim.SCHEDULES),
-    "warmup_epochs": "linear lr warm-up length in epochs (may be fractional)",
-    "step_milestones": "fractions of training at which the step schedule multiplies the lr by step_gamma",
-    "step_gamma": "lr multiplier at each step-schedule milestone",
-    "data": "data source: " + " | ".join(_data.SOURCES) + " (synthetic: tests and smoke runs only)",
-    "data_root": "CIFAR-10 folder or .tar.gz (see data.load_cifar10)",
-    "n_train": "training images (stratified subset); None: all 45,000 left after the validation split",
-    "n_val": "validation images split off the training set (stratified, by split_seed)",
-    "n_test": "test images (stratified subset); None: all 10,000",
-    "split_seed": "seed of the train/validation split and of the subsets",
-    "augment": "random crop (pad 4) and horizontal flip",
-    "train_eval_size": "clean eval-mode train accuracy on a fixed subset of this size; None: the whole split",
-    "batch_size": "minibatch size b (enters T_SGD)",
-    "epochs": "training epochs",
-    "seed": "seed of the initialisation, minibatch order and augmentation",
-    "device": "auto | cpu | cuda | cuda:N",
-    "eval_batch_size": "batch size for evaluation (no effect on results)",
-    "checkpoint_every": "epochs between checkpoints; 0: none",
-    "channels_last": "channels-last memory format (speed only)",
-    "amp": "off | bf16 (bfloat16 autocast, CUDA only)",
-    "compile": "torch.compile the model (speed only; compiled once per process and network shape)",
-}
-
-
-def _bad(name: str, value: Any, accepted: str) -> ConfigError:
-    return ConfigError(f"TrainConfig.{name}={value!r} is invalid: {accepted}")
-
-
-def _is_real(v: Any) -> bool:
-    return isinstance(v, numbers.Real) and not isinstance(v, bool) and math.isfinite(v)
-
-
-def _is_int(v: Any) -> bool:
-    return isinstance(v, numbers.Integral) and not isinstance(v, bool)
-
-
-def _unknown_keys(keys: list[str]) -> ConfigError:
-    names = [f.name for f in dataclasses.fields(TrainConfig)]
-    hints = [f"{k!r} (did you mean {m[0]!r}?)" if (m := difflib.get_close_matches(k, names, 1)) else repr(k)
-             for k in keys]
-    return ConfigError(f"TrainConfig has no field {', '.join(hints)}: accepted fields are {', '.join(names)}")
-
-
-@dataclass(frozen=True)
-class TrainConfig:
-    """Everything that defines one run (see docs/architecture.md). Validated on construction; `None` optimiser
-    hyper-parameters are resolved to the optimiser's STUDY.md default, so a stored config is always concrete."""
-
-    # model
-    arch: str = "resnet9"
-    width: float = 1.0
-    sigma_w: float = 1.0
-    # optimiser
-    optimizer: str = "sgd"
-    lr: float | None = None
-    momentum: float | None = None
-    weight_decay: float | None = None
-    betas: tuple[float, float] = (0.9, 0.999)
-    eps: float = 1e-8
-    muon_aux_lr: float = 1e-3
-    ns_steps: int = 5
-    # schedule
-    schedule: str = "constant"
-    warmup_epochs: float = 0.0
-    step_milestones: tuple[float, ...] = (0.5, 0.75)
-    step_gamma: float = 0.1
-    # data
-    data: str = "auto"
-    data_root: str = "data"
-    n_train: int | None = None
-    n_val: int = 5000
-    n_test: int | None = None
-    split_seed: int = 0
-    augment: bool = False
-    train_eval_size: int | None = None
-    # run
-    batch_size: int = 128
-    epochs: int = 200
-    seed: int = 0
-    device: str = "auto"
-    eval_batch_size: int = 1024
-    checkpoint_every: int = 0
-    # engine (no effect on the recipe's maths)
-    channels_last: bool = True
-    amp: str = "off"
-    compile: bool = False
-
-    def __post_init__(self) -> None:
-        def put(name: str, value: Any) -> None:
-            object.__setattr__(self, name, value)
-
-        def choice(name: str, options: tuple[str, ...]) -> None:
-            v = getattr(self, name)
-            if not isinstance(v, str) or v not in options:
-                raise _bad(name, v, "one of " + ", ".join(repr(o) for o in options))
-
-        def real(name: str, ok, accepted: str) -> None:  # ints are accepted and stored as floats
-            v = getattr(self, name)
-            if not _is_real(v) or not ok(float(v)):
-                raise _bad(name, v, accepted)
-            put(name, float(v))
-
-        def integer(name: str, lo: int, optional: bool = False) -> None:
-            v = getattr(self, name)
-            if v is None and optional:
-                return
-            if not _is_int(v) or v < lo:
-                raise _bad(name, v, f"an integer >= {lo}" + (" or None" if optional else ""))
-            put(name, int(v))
-
-        def flag(name: str) -> None:
-            if not isinstance(getattr(self, name), bool):
-                raise _bad(name, getattr(self, name), "True or False")
-
-        choice("arch", models.ARCHS)
-        real("width", lambda v: v > 0, "a finite real > 0")
-        real("sigma_w", lambda v: v > 0, "a finite real > 0")
-        choice("optimizer", optim.OPTIMIZERS)
-        defaults = optim.OPTIMIZER_DEFAULTS[self.optimizer]
-        for name in _OPT_FIELDS:
-            if getattr(self, name) is None:
-                put(name, defaults[name])
-        real("lr", lambda v: v > 0, "a finite real > 0 (or None: the optimiser's default)")
-        real("momentum", lambda v: 0 <= v < 1, "a real in [0, 1) (or None: the optimiser's default)")
-        real("weight_decay", lambda v: v >= 0, "a finite real >= 0 (or None: the optimiser's default)")
-        b = self.betas
-        if isinstance(b, (str, bytes)) or not isinstance(b, (tuple, list)) or len(b) != 2 or not all(
-                _is_real(x) and 0 <= x < 1 for x in b):
-            raise _bad("betas", b, "a pair of reals in [0, 1)")
-        put("betas", tuple(float(x) for x in b))
-        real("eps", lambda v: v > 0, "a finite real > 0")
-        real("muon_aux_lr", lambda v: v > 0, "a finite real > 0")
-        integer("ns_steps", 1)
-        # A hyper-parameter the optimiser does not use must stay neutral: a silently ignored value would be a lie
-        # in every table that lists it.
-        used = optim.OPTIMIZER_HPARAMS[self.optimizer]
-        for name in ("momentum", "weight_decay", "betas", "eps", "muon_aux_lr", "ns_steps"):
-            if name not in used and getattr(self, name) != defaults[name]:
-                raise _bad(name, getattr(self, name), f"optimizer={self.optimizer!r} does not use it; only its "
-                                                      f"default {defaults[name]!r} is accepted")
-        choice("schedule", optim.SCHEDULES)
-        integer("epochs", 1)
-        real("warmup_epochs", lambda v: 0 <= v <= self.epochs, f"a real in [0, epochs={self.epochs}]")
-        m = self.step_milestones
-        if isinstance(m, (str, bytes)) or not isinstance(m, (tuple, list)) or not all(
-                _is_real(x) and 0 < x <= 1 for x in m) or list(m) != sorted(m):
-            raise _bad("step_milestones", m, "a non-decreasing sequence of fractions in (0, 1]")
-        put("step_milestones", tuple(float(x) for x in m))
-        real("step_gamma", lambda v: v > 0, "a finite real > 0")
-        choice("data", _data.SOURCES)
-        if not isinstance(self.data_root, str) or not self.data_root:
-            raise _bad("data_root", self.data_root, "a non-empty path string")
-        # the splits are stratified: at least one image per class, or make_splits fails on a *different* field
-        integer("n_train", _data.NUM_CLASSES, optional=True)
-        integer("n_val", _data.NUM_CLASSES)
-        integer("n_test", _data.NUM_CLASSES, optional=True)
-        integer("split_seed", 0)
-        flag("augment")
-        integer("train_eval_size", _data.NUM_CLASSES, optional=True)
-        integer("batch_size", 1)
-        integer("seed", 0)
-        if not isinstance(self.device, str) or not _DEVICE_RE.fullmatch(self.device):
-            raise _bad("device", self.device, "'auto', 'cpu', 'cuda' or 'cuda:N'")
-        integer("eval_batch_size", 1)
-        integer("checkpoint_every", 0)
-        flag("channels_last")
-        choice("amp", ("off", "bf16"))
-        if self.amp == "bf16" and self.device == "cpu":
-            raise _bad("amp", self.amp, "'bf16' is CUDA only; 'off' is accepted with device='cpu'")
-        flag("compile")
-
-    def to_dict(self) -> dict[str, Any]:
-        """Plain JSON-ready dict (tuples → lists)."""
-        return {k: list(v) if isinstance(v, tuple) else v for k, v in dataclasses.asdict(self).items()}
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> TrainConfig:
-        """Inverse of `to_dict`; unknown keys are a ConfigError naming them (and the closest field)."""
-        if not isinstance(d, dict):
-            raise ConfigError(f"TrainConfig.from_dict got {type(d).__name__}: a dict of fields is accepted")
-        names = {f.name for f in dataclasses.fields(cls)}
-        if unknown := [k for k in d if k not in names]:
-            raise _unknown_keys(unknown)
-        return cls(**{k: tuple(v) if isinstance(v, list) else v for k, v in d.items()})
-
-    def replace(self, **changes: Any) -> TrainConfig:
-        """A copy with `changes`. When the optimiser changes, lr/momentum/weight_decay that still hold the old
-        optimiser's defaults (and are not in `changes`) follow the new optimiser's defaults: the adam copy of an sgd
-        config gets adam's lr 1e-3, not sgd's 0.01."""
-        names = {f.name for f in dataclasses.fields(self)}
-        if unknown := [k for k in changes if k not in names]:
-            raise _unknown_keys(unknown)
-        new = changes.get("optimizer", self.optimizer)
-        if new != self.optimizer and self.optimizer in optim.OPTIMIZER_DEFAULTS:
-            old = optim.OPTIMIZER_DEFAULTS[self.optimizer]
-            changes = {**{k: None for k in _OPT_FIELDS if getattr(self, k) == old[k]}, **changes}
-            if new in optim.OPTIMIZER_DEFAULTS:  # other unused hyper-parameters back to neutral too
-                for k in ("betas", "eps", "muon_aux_lr", "ns_steps"):
-                    if k not in changes and k not in optim.OPTIMIZER_HPARAMS[new]:
-                        changes[k] = optim.OPTIMIZER_DEFAULTS[new][k]
-        return dataclasses.replace(self, **changes)
 
 
 @dataclass
@@ -395,8 +171,9 @@ def _resolve_device(config: TrainConfig) -> torch.device:
     dev = _data.resolve_device(config.device)
     if dev.type == "cuda" and not torch.cuda.is_available():
         raise _bad("device", config.device, "CUDA is not available here; 'cpu' or 'auto' is accepted")
-    if config.amp == "bf16" and dev.type != "cuda":
-        raise _bad("amp", config.amp, f"'bf16' is CUDA only (device resolved to {dev.type}); 'off' is accepted")
+    if config.precision == "tf32" and dev.type != "cuda":
+        raise _bad("precision", config.precision, f"'tf32' is CUDA only (device resolved to {dev.type}); 'fp32' or "
+                                                  "'bf16' is accepted")
     return dev
 
 
@@ -474,7 +251,7 @@ def _train(config: TrainConfig, out_dir: str | Path | None, section: str, progre
         order_gen=torch.Generator().manual_seed(_stream_seed(config.seed, "order")),
         aug_gen=torch.Generator(device=dev).manual_seed(_stream_seed(config.seed, "augment")),
         clocks=metrics.ClockAccumulator(config.batch_size, config.weight_decay))
-    amp = config.amp == "bf16"
+    amp = config.precision == "bf16"
 
     def autocast():
         return torch.autocast("cuda", dtype=torch.bfloat16) if amp else contextlib.nullcontext()

@@ -51,7 +51,7 @@ train_eval_size: int | None = None
 split_seed = 0
 augment = False
 device = "auto"
-amp = "off"
+precision = "fp32"  # fp32 | tf32 (CUDA) | bf16
 channels_last = True
 compile = False
 checkpoint_every = 0  # epochs between checkpoints (0: none); a killed run resumes from the newest
@@ -64,7 +64,7 @@ from initmem.train import TrainConfig
 base = TrainConfig(arch=arch, width=width, optimizer=optimizer, lr=lr, momentum=momentum, weight_decay=weight_decay,
                    schedule=schedule, batch_size=batch_size, epochs=epochs, data=data, data_root=data_root,
                    n_train=n_train, n_val=n_val, n_test=n_test, train_eval_size=train_eval_size,
-                   split_seed=split_seed, augment=augment, device=device, amp=amp, channels_last=channels_last,
+                   split_seed=split_seed, augment=augment, device=device, precision=precision, channels_last=channels_last,
                    compile=compile, checkpoint_every=checkpoint_every)
 runs = run_sigma_sweep(base, sigma_ws=sigma_ws, seeds=seeds, results=results_dir, section=section,
                        ensemble=ensemble, progress=progress)

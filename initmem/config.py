@@ -1,0 +1,355 @@
+"""What defines a run, without torch: `TrainConfig`, its validation, `run_id`, the tables of accepted values, and
+`point_configs`, the one function that turns a notebook's (or a params file's) parameters into a point's runs.
+
+Each field's help text lives beside it (`field(metadata={"help": ...})`): the CLI's `--help`, docs/fields.md
+(`python -m initmem.config`) and the notebooks' parameter tables read it there. Reading results imports this
+module, never the training stack.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import hashlib
+import json
+import math
+import numbers
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from initmem.errors import ConfigError
+
+# ---------------------------------------------------------------------------------------------- accepted values
+ARCHS = ("resnet9", "resnet20", "resnet56", "resnet110")
+OPTIMIZERS = ("sgd", "sgd_momentum", "adam", "adamw", "muon")
+SCHEDULES = ("constant", "cosine", "step")
+SOURCES = ("auto", "torchvision", "imagefolder", "synthetic")
+PRECISIONS = ("fp32", "tf32", "bf16")
+NUM_CLASSES = 10
+MAX_SEED = 2**63 - 1  # torch generators take 64-bit seeds; the sign bit stays clear for every stream derived from it
+
+# Every optimiser hyper-parameter with the value each optimiser uses by default. For one that does not apply to an
+# optimiser (not in OPTIMIZER_HPARAMS[name]) the value is the neutral one: only that value is accepted.
+_NEUTRAL = dict(momentum=0.0, weight_decay=0.0, betas=(0.9, 0.999), eps=1e-8, nesterov=False, ns_steps=5,
+                muon_aux_lr=1e-3)
+OPTIMIZER_DEFAULTS: dict[str, dict] = {
+    "sgd": {**_NEUTRAL, "lr": 0.01},
+    "sgd_momentum": {**_NEUTRAL, "lr": 0.01, "momentum": 0.9},
+    "adam": {**_NEUTRAL, "lr": 1e-3},  # weight_decay: coupled L2 (added to the gradient)
+    "adamw": {**_NEUTRAL, "lr": 1e-3, "weight_decay": 1e-2},  # decoupled
+    "muon": {**_NEUTRAL, "lr": 0.02, "momentum": 0.95, "nesterov": True},  # decoupled; aux AdamW lr muon_aux_lr
+}
+OPTIMIZER_HPARAMS: dict[str, tuple[str, ...]] = {
+    "sgd": ("weight_decay",),
+    "sgd_momentum": ("momentum", "weight_decay", "nesterov"),
+    "adam": ("weight_decay", "betas", "eps"),
+    "adamw": ("weight_decay", "betas", "eps"),
+    "muon": ("momentum", "weight_decay", "nesterov", "ns_steps", "betas", "eps", "muon_aux_lr"),
+}
+SCHEDULE_HPARAMS = {"step": ("step_milestones", "step_gamma")}  # used by that schedule only
+_OPT_FIELDS = ("lr", "momentum", "weight_decay")  # None → the optimiser's STUDY.md default
+_DEVICE_RE = re.compile(r"auto|cpu|cuda(:\d+)?")
+
+# Fields that cannot change the result beyond float rounding (where it runs, how it is evaluated in batches,
+# checkpointed or laid out in memory, where the data is read from, compilation, deterministic kernels): not part of
+# the run id, so a rerun elsewhere is the same run.
+RUN_ID_EXCLUDE = frozenset({"device", "eval_batch_size", "checkpoint_every", "data_root", "channels_last", "compile",
+                            "deterministic"})
+MEMBER_FIELDS = ("sigma_w", "seed")  # the fields the members of one population may differ in
+
+
+def _f(default: Any, help: str, **meta: Any) -> Any:
+    """A dataclass field with its help text (and, for a field added after the first results, `id_default`: the value
+    that reproduces the old behaviour, left out of the run id so that no earlier run changes its name)."""
+    return field(default=default, metadata={"help": help, **meta})
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """Everything that defines one run. Validated on construction; `None` optimiser hyper-parameters are resolved
+    to the optimiser's STUDY.md default, so a stored config is always concrete."""
+
+    # model
+    arch: str = _f("resnet9", "network: " + " | ".join(ARCHS))
+    width: float = _f(1.0, "channel multiplier of the network")
+    sigma_w: float = _f(1.0, "init scale: every conv/linear weight ~ N(0, sigma_w^2 / fan_in)")
+    # optimiser
+    optimizer: str = _f("sgd", "optimiser: " + " | ".join(OPTIMIZERS))
+    lr: float | None = _f(None, "learning rate; default per optimiser: sgd/sgd_momentum 0.01, adam/adamw 1e-3, "
+                                "muon 0.02")
+    momentum: float | None = _f(None, "momentum; default sgd_momentum 0.9, muon 0.95, others 0 (unused)")
+    weight_decay: float | None = _f(None, "L2: coupled for sgd*/adam, decoupled for adamw (default 1e-2) and muon; "
+                                          "default 0")
+    betas: tuple[float, float] = _f((0.9, 0.999), "Adam betas (adam/adamw and muon's AdamW part)")
+    eps: float = _f(1e-8, "Adam epsilon (adam/adamw and muon's AdamW part)")
+    muon_aux_lr: float = _f(1e-3, "AdamW lr for BatchNorm params, biases and the head under muon")
+    ns_steps: int = _f(5, "Newton-Schulz iterations (muon)")
+    # schedule
+    schedule: str = _f("constant", "lr schedule: " + " | ".join(SCHEDULES))
+    warmup_epochs: float = _f(0.0, "linear lr warm-up length in epochs (may be fractional)")
+    step_milestones: tuple[float, ...] = _f((0.5, 0.75), "fractions of training at which the step schedule "
+                                                         "multiplies the lr by step_gamma (schedule 'step' only)")
+    step_gamma: float = _f(0.1, "lr multiplier at each step-schedule milestone (schedule 'step' only)")
+    # data
+    data: str = _f("auto", "data source: " + " | ".join(SOURCES) + " (synthetic: tests and smoke runs only)")
+    data_root: str = _f("data", "CIFAR-10 folder or .tar.gz (see data.load_cifar10)")
+    n_train: int | None = _f(None, "training images (stratified subset); None: all 45,000 left after the "
+                                   "validation split")
+    n_val: int = _f(5000, "validation images split off the training set (stratified, by split_seed)")
+    n_test: int | None = _f(None, "test images (stratified subset); None: all 10,000")
+    split_seed: int = _f(0, "seed of the train/validation split and of the subsets")
+    augment: bool = _f(False, "random crop (pad 4) and horizontal flip")
+    train_eval_size: int | None = _f(None, "clean eval-mode train accuracy on a fixed stratified subset of this "
+                                           "size; None: the whole split")
+    eval_every: int = _f(1, "measure train/val/test every N epochs (and at the last): tau_interp and the best "
+                            "epoch are then read on that grid", id_default=1)
+    # run
+    batch_size: int = _f(128, "minibatch size b (enters T_SGD)")
+    epochs: int = _f(200, "training epochs")
+    seed: int = _f(0, "seed of the initialisation, minibatch order and augmentation")
+    device: str = _f("auto", "auto | cpu | cuda | cuda:N")
+    eval_batch_size: int = _f(1024, "batch size for evaluation (no effect on results)")
+    checkpoint_every: int = _f(0, "epochs between checkpoints; 0: none")
+    # engine
+    precision: str = _f("fp32", "fp32 (strict IEEE, TF32 off) | tf32 (CUDA only) | bf16 (autocast; weights, loss, "
+                                "norms and metrics in fp32)")
+    deterministic: bool = _f(False, "deterministic kernels (CUDA: bit-identical reruns and resumes; off: "
+                                    "cudnn.benchmark)")
+    channels_last: bool = _f(True, "channels-last memory format (speed only)")
+    compile: bool = _f(False, "torch.compile the training step (speed only; compiled once per process and shape)")
+
+    def __post_init__(self) -> None:
+        def put(name: str, value: Any) -> None:
+            object.__setattr__(self, name, value)
+
+        def choice(name: str, options: tuple[str, ...]) -> None:
+            v = getattr(self, name)
+            if not isinstance(v, str) or v not in options:
+                raise _bad(name, v, "one of " + ", ".join(repr(o) for o in options))
+
+        def real(name: str, ok, accepted: str) -> None:  # ints are accepted and stored as floats
+            v = getattr(self, name)
+            if not _is_real(v) or not ok(float(v)):
+                raise _bad(name, v, accepted)
+            put(name, float(v))
+
+        def integer(name: str, lo: int, optional: bool = False, hi: int = MAX_SEED) -> None:
+            v = getattr(self, name)
+            if v is None and optional:
+                return
+            if not _is_int(v) or not lo <= v <= hi:
+                raise _bad(name, v, f"an integer in [{lo}, {hi}]" + (" or None" if optional else ""))
+            put(name, int(v))
+
+        def flag(name: str) -> None:
+            if not isinstance(getattr(self, name), bool):
+                raise _bad(name, getattr(self, name), "True or False")
+
+        choice("arch", ARCHS)
+        real("width", lambda v: 0 < v <= 64, "a real in (0, 64]")
+        real("sigma_w", lambda v: v > 0, "a finite real > 0")
+        choice("optimizer", OPTIMIZERS)
+        defaults = OPTIMIZER_DEFAULTS[self.optimizer]
+        for name in _OPT_FIELDS:
+            if getattr(self, name) is None:
+                put(name, defaults[name])
+        real("lr", lambda v: v > 0, "a finite real > 0 (or None: the optimiser's default)")
+        real("momentum", lambda v: 0 <= v < 1, "a real in [0, 1) (or None: the optimiser's default)")
+        real("weight_decay", lambda v: v >= 0, "a finite real >= 0 (or None: the optimiser's default)")
+        put("betas", _reals("betas", self.betas, 2, lambda x: 0 <= x < 1, "a pair of reals in [0, 1)"))
+        real("eps", lambda v: v > 0, "a finite real > 0")
+        real("muon_aux_lr", lambda v: v > 0, "a finite real > 0")
+        integer("ns_steps", 1, hi=99)
+        choice("schedule", SCHEDULES)
+        integer("epochs", 1, hi=10**7)
+        real("warmup_epochs", lambda v: 0 <= v <= self.epochs, f"a real in [0, epochs={self.epochs}]")
+        m = _reals("step_milestones", self.step_milestones, None, lambda x: 0 < x <= 1,
+                   "a non-decreasing sequence of fractions in (0, 1]")
+        if list(m) != sorted(m):
+            raise _bad("step_milestones", self.step_milestones, "a non-decreasing sequence of fractions in (0, 1]")
+        put("step_milestones", m)
+        real("step_gamma", lambda v: v > 0, "a finite real > 0")
+        # One rule for every inapplicable setting: a value the recipe would silently ignore is a lie in every table
+        # that lists it, so only the neutral value is accepted.
+        used = OPTIMIZER_HPARAMS[self.optimizer]
+        for name in ("momentum", "weight_decay", "betas", "eps", "muon_aux_lr", "ns_steps"):
+            if name not in used and getattr(self, name) != defaults[name]:
+                raise _bad(name, getattr(self, name), f"optimizer={self.optimizer!r} does not use it; only its "
+                                                      f"default {defaults[name]!r} is accepted")
+        for schedule, names in SCHEDULE_HPARAMS.items():
+            for name in names:
+                default = _FIELDS[name].default
+                if self.schedule != schedule and getattr(self, name) != default:
+                    raise _bad(name, getattr(self, name), f"schedule={self.schedule!r} does not use it (only "
+                                                          f"schedule={schedule!r} does); only {default!r} is accepted")
+        choice("data", SOURCES)
+        if not isinstance(self.data_root, str) or not self.data_root:
+            raise _bad("data_root", self.data_root, "a non-empty path string")
+        # the splits are stratified: at least one image per class, or make_splits fails on a *different* field
+        integer("n_train", NUM_CLASSES, optional=True, hi=10**7)
+        integer("n_val", NUM_CLASSES, hi=10**7)
+        integer("n_test", NUM_CLASSES, optional=True, hi=10**7)
+        integer("split_seed", 0)
+        flag("augment")
+        integer("train_eval_size", NUM_CLASSES, optional=True, hi=10**7)
+        integer("eval_every", 1, hi=self.epochs)
+        integer("batch_size", 1, hi=10**7)
+        integer("seed", 0)
+        if not isinstance(self.device, str) or not _DEVICE_RE.fullmatch(self.device):
+            raise _bad("device", self.device, "'auto', 'cpu', 'cuda' or 'cuda:N'")
+        integer("eval_batch_size", 1, hi=10**7)
+        integer("checkpoint_every", 0, hi=10**7)
+        choice("precision", PRECISIONS)
+        if self.precision == "tf32" and self.device == "cpu":
+            raise _bad("precision", self.precision, "'tf32' is CUDA only; 'fp32' or 'bf16' is accepted with "
+                                                    "device='cpu'")
+        flag("deterministic")
+        flag("channels_last")
+        flag("compile")
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain JSON-ready dict (tuples → lists)."""
+        return {k: list(v) if isinstance(v, tuple) else v for k, v in dataclasses.asdict(self).items()}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> TrainConfig:
+        """Inverse of `to_dict`; unknown keys are a ConfigError naming them (and the closest field)."""
+        if not isinstance(d, dict):
+            raise ConfigError(f"TrainConfig.from_dict got {type(d).__name__}: a dict of fields is accepted")
+        if unknown := [k for k in d if k not in _FIELDS]:
+            raise _unknown_keys(unknown)
+        return cls(**{k: tuple(v) if isinstance(v, list) else v for k, v in d.items()})
+
+    def replace(self, **changes: Any) -> TrainConfig:
+        """A copy with `changes`. When the optimiser changes, lr/momentum/weight_decay that still hold the old
+        optimiser's defaults (and are not in `changes`) follow the new optimiser's defaults: the adam copy of an sgd
+        config gets adam's lr 1e-3, not sgd's 0.01; unused hyper-parameters go back to neutral."""
+        if unknown := [k for k in changes if k not in _FIELDS]:
+            raise _unknown_keys(unknown)
+        new = changes.get("optimizer", self.optimizer)
+        if new != self.optimizer and new in OPTIMIZER_DEFAULTS:
+            old = OPTIMIZER_DEFAULTS[self.optimizer]
+            changes = {**{k: None for k in _OPT_FIELDS if getattr(self, k) == old[k]}, **changes}
+            for k in ("betas", "eps", "muon_aux_lr", "ns_steps"):
+                if k not in changes and k not in OPTIMIZER_HPARAMS[new]:
+                    changes[k] = OPTIMIZER_DEFAULTS[new][k]
+        return dataclasses.replace(self, **changes)
+
+
+_FIELDS = {f.name: f for f in dataclasses.fields(TrainConfig)}
+
+
+def field_help(name: str) -> str:
+    """The one-line help of a TrainConfig field."""
+    return _FIELDS[name].metadata["help"]
+
+
+def _bad(name: str, value: Any, accepted: str) -> ConfigError:
+    return ConfigError(f"TrainConfig.{name}={value!r} is invalid: {accepted}")
+
+
+def _is_real(v: Any) -> bool:
+    return isinstance(v, numbers.Real) and not isinstance(v, bool) and math.isfinite(v)
+
+
+def _is_int(v: Any) -> bool:
+    return isinstance(v, numbers.Integral) and not isinstance(v, bool)
+
+
+def _reals(name: str, v: Any, n: int | None, ok, accepted: str) -> tuple[float, ...]:
+    if isinstance(v, (str, bytes)) or not isinstance(v, (tuple, list)) or (n is not None and len(v) != n) or not all(
+            _is_real(x) and ok(x) for x in v):
+        raise _bad(name, v, accepted)
+    return tuple(float(x) for x in v)
+
+
+def _unknown_keys(keys: list[str]) -> ConfigError:
+    hints = [f"{k!r} (did you mean {m[0]!r}?)" if (m := difflib.get_close_matches(k, list(_FIELDS), 1)) else repr(k)
+             for k in keys]
+    return ConfigError(f"TrainConfig has no field {', '.join(hints)}: accepted fields are {', '.join(_FIELDS)}")
+
+
+# ---------------------------------------------------------------------------------------------- run identity
+_AMP = {"fp32": "off", "bf16": "bf16"}  # precision replaced the field `amp` after the first results were committed
+
+
+def run_id(config: TrainConfig | dict) -> str:
+    """First 12 hex chars of sha256 over the canonical JSON of the config minus the fields that cannot change the
+    result (`RUN_ID_EXCLUDE`) and minus later fields at their `id_default`: the same recipe on another device is
+    the same run, and a field added later renames no earlier run. `precision` is hashed under the name of the field
+    it replaced (`amp`: fp32 = "off") where that field could express it, for the same reason."""
+    if isinstance(config, dict):
+        config = TrainConfig.from_dict(config)
+    d = {k: v for k, v in config.to_dict().items()
+         if k not in RUN_ID_EXCLUDE and not ("id_default" in _FIELDS[k].metadata
+                                             and v == _FIELDS[k].metadata["id_default"])}
+    if d["precision"] in _AMP:
+        d["amp"] = _AMP[d.pop("precision")]
+    return hashlib.sha256(json.dumps(d, sort_keys=True, separators=(",", ":")).encode()).hexdigest()[:12]
+
+
+def shared_fields(config: TrainConfig) -> dict[str, Any]:
+    """What the members of a population share: every result-changing field but `MEMBER_FIELDS`."""
+    return {k: v for k, v in config.to_dict().items() if k not in RUN_ID_EXCLUDE and k not in MEMBER_FIELDS}
+
+
+def check_members(configs: list[TrainConfig]) -> list[TrainConfig]:
+    """ConfigError unless `configs` is a non-empty list of distinct TrainConfigs that differ only in MEMBER_FIELDS
+    (and in nothing that changes how they run: device, precision, ...)."""
+    if isinstance(configs, TrainConfig) or not isinstance(configs, (list, tuple)) or not configs or not all(
+            isinstance(c, TrainConfig) for c in configs):
+        raise ConfigError(f"configs={type(configs).__name__} is invalid: a TrainConfig or a non-empty list of "
+                          "TrainConfig is accepted")
+    base = {k: v for k, v in configs[0].to_dict().items() if k not in MEMBER_FIELDS}
+    for c in configs[1:]:
+        for key, v in c.to_dict().items():
+            if key not in MEMBER_FIELDS and v != base[key]:
+                raise ConfigError(f"TrainConfig.{key}={v!r} differs from the first member's {base[key]!r}: the "
+                                  f"members of a population may differ only in {' and '.join(MEMBER_FIELDS)}")
+    if len({run_id(c) for c in configs}) != len(configs):
+        raise ConfigError("configs repeat a (sigma_w, seed) pair: distinct members are accepted")
+    return list(configs)
+
+
+# ---------------------------------------------------------------------------------------------- a point's runs
+POINT_FIELDS = ("sigma_ws", "seeds")  # the parameters that expand a point into its runs
+
+
+def point_configs(params: dict[str, Any]) -> list[TrainConfig]:
+    """The TrainConfig of every sigma_w x seed run of a point, in (sigma_w, seed) order, from a parameters mapping
+    (a notebook's namespace, a params file's point): its TrainConfig-named entries make the base config, `sigma_ws`
+    and `seeds` expand it; every other entry is notebook-level and ignored here. The one place a point's runs are
+    derived, for the notebooks and the sweep alike."""
+    sigma_ws, seeds = params.get("sigma_ws"), params.get("seeds", [0])
+    if isinstance(sigma_ws, (str, bytes)) or not isinstance(sigma_ws, (list, tuple)) or not sigma_ws:
+        raise ConfigError(f"sigma_ws={sigma_ws!r} is invalid: a non-empty list of positive reals is accepted")
+    if isinstance(seeds, (str, bytes)) or not isinstance(seeds, (list, tuple)) or not seeds:
+        raise ConfigError(f"seeds={seeds!r} is invalid: a non-empty list of integers >= 0 is accepted")
+    for name, values in (("sigma_ws", sigma_ws), ("seeds", seeds)):
+        if len(set(map(repr, values))) != len(values):
+            raise ConfigError(f"{name}={list(values)!r} is invalid: it repeats a value; distinct values are "
+                              "accepted")
+    base = TrainConfig(**{k: (tuple(v) if isinstance(v, list) else v) for k, v in params.items() if k in _FIELDS
+                          and k not in MEMBER_FIELDS})
+    configs = [base.replace(sigma_w=s, seed=seed) for s in sigma_ws for seed in seeds]  # each one validated
+    if len({run_id(c) for c in configs}) != len(configs):  # 1 and 1.0 are one sigma_w
+        raise ConfigError(f"sigma_ws={list(sigma_ws)!r}, seeds={list(seeds)!r} are invalid: they repeat a run; "
+                          "distinct values are accepted")
+    return configs
+
+
+def fields_markdown() -> str:
+    """The field list of docs/fields.md: `name: type = default — help`, grouped as in the dataclass."""
+    lines = ["# TrainConfig fields", "",
+             "Generated from `initmem/config.py` by `python -m initmem.config > docs/fields.md`; do not edit.", "",
+             "| field | type | default | meaning |", "|---|---|---|---|"]
+    for f in _FIELDS.values():
+        default = "per optimizer" if f.name in _OPT_FIELDS else repr(f.default)
+        lines.append(f"| `{f.name}` | `{f.type}` | `{default}` | {f.metadata['help'].replace('|', '/')} |")
+    excluded = ", ".join(f"`{n}`" for n in sorted(RUN_ID_EXCLUDE))
+    return "\n".join([*lines, "", f"Not part of the run id (cannot change a result): {excluded}.", ""])
+
+
+if __name__ == "__main__":
+    print(fields_markdown(), end="")
