@@ -8,7 +8,9 @@ truncated, bit-flipped or half-written file is a `CheckpointError`, never a sile
 
 Writes are atomic: temp file in the same folder, flush, fsync, `os.replace`, fsync of the folder; a reader (or a
 process that resumes after a SIGKILL) sees the old set of files or the new one, never half a file under a real
-name. The caller holds the run's lock (`initmem.locks`), so only one process writes a run's checkpoints.
+name. A write that fails (a full disk: ENOSPC) removes its temp file and raises a one-line CheckpointError naming
+the file; the older checkpoints are untouched, so the run resumes from the newest of them. The caller holds the
+run's lock (`initmem.locks`), so only one process writes a run's checkpoints.
 
 Test-only fault hook: `INITMEM_FAULT=kill_during_checkpoint_write` (or `...@E`: only at epoch E's checkpoint)
 makes `save` SIGKILL its own process after half of the temp file is written and synced — what a power cut or an
@@ -17,6 +19,7 @@ OOM kill at the worst moment leaves behind.
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import io
 import json
@@ -77,15 +80,18 @@ def save(folder: str | Path, epoch: int, payload: dict[str, Any], *, keep: int =
     """Write `payload` as `folder/epoch-<epoch>.ckpt` atomically with its checksum, then delete all but the
     `keep` newest checkpoints and any temp file an earlier, killed writer left. Returns the path."""
     folder = Path(folder)
-    folder.mkdir(parents=True, exist_ok=True)
-    for stale in folder.glob(".epoch-*.tmp"):  # a writer killed mid-write (we hold the run lock: not a live one)
-        stale.unlink(missing_ok=True)
+    path = folder / f"epoch-{epoch:06d}.ckpt"
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        for stale in folder.glob(".epoch-*.tmp"):  # a writer killed mid-write (we hold the run lock: not a live one)
+            stale.unlink(missing_ok=True)
+    except OSError as exc:
+        raise _write_error(path, exc) from None
     buf = io.BytesIO()
     torch.save(payload, buf)
     body = buf.getvalue()
     header = json.dumps({"format": FORMAT, "sha256": hashlib.sha256(body).hexdigest(), "size": len(body)})
     data = MAGIC + header.encode() + b"\n" + body
-    path = folder / f"epoch-{epoch:06d}.ckpt"
     tmp = folder / f".{path.name}.{os.getpid()}.tmp"
     try:
         with open(tmp, "wb") as f:
@@ -98,13 +104,25 @@ def save(folder: str | Path, epoch: int, payload: dict[str, Any], *, keep: int =
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
+    except BaseException as exc:
+        try:
+            tmp.unlink(missing_ok=True)
+        except OSError:
+            pass
+        if isinstance(exc, OSError):  # a full disk, a quota, a folder gone read-only: the older checkpoints stay
+            raise _write_error(path, exc) from None
         raise
     _fsync_dir(folder)
     for old in checkpoints(folder)[keep:]:
         old.unlink(missing_ok=True)
     return path
+
+
+def _write_error(path: Path, exc: OSError) -> CheckpointError:
+    fix = "free disk space" if exc.errno in (errno.ENOSPC, errno.EDQUOT) else "make the folder writable"
+    return CheckpointError(f"checkpoint {str(path)!r} could not be written: {exc.strerror or exc}; the earlier "
+                           f"checkpoints are kept and the run resumes from the newest of them: {fix} and run it "
+                           "again")
 
 
 def load(path: str | Path) -> dict[str, Any]:

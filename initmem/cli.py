@@ -28,14 +28,13 @@ def _add_train(sub: argparse._SubParsersAction) -> None:
         kw = dict(dest=f.name, default=argparse.SUPPRESS, help=f"{field_help(f.name)} (default: {shown})".replace(
             "%", "%%"))
         if f.type == "bool":
-            p.add_argument(flag, action=argparse.BooleanOptionalAction, **kw)
+            p.add_argument(flag, action=_BooleanOnce, **kw)
         else:  # strings here; _cmd_train converts them so that a bad value is one ConfigError line
             p.add_argument(flag, nargs="+" if f.type.startswith("tuple") else None,
                            metavar=f.name.upper(), **kw)
     p.add_argument("--out", default="results", help="results folder (default: results)")
     p.add_argument("--section", default="adhoc", help="section folder under --out (default: adhoc)")
-    p.add_argument("--progress", action=argparse.BooleanOptionalAction, default=True,
-                   help="per-epoch progress (default: on)")
+    p.add_argument("--progress", action=_BooleanOnce, default=True, help="per-epoch progress (default: on)")
     p.set_defaults(func=_cmd_train)
 
 
@@ -94,67 +93,95 @@ def _add_run(sub: argparse._SubParsersAction) -> None:
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
     import yaml
 
+    from initmem.config import point_configs
     from initmem.errors import ConfigError
     from initmem.notebook import check_parameters, notebook_parameters, run_notebook
-    from initmem.sweep import REQUIRED, point_configs
+    from initmem.params import REQUIRED, check_section_name, load_yaml, read_text, yaml_error_line
 
     params: dict = {}
     if args.parameters_file:
         try:
-            params = yaml.safe_load(open(args.parameters_file, encoding="utf-8")) or {}
-        except (OSError, yaml.YAMLError) as exc:
-            raise ConfigError(f"cannot read parameters file {args.parameters_file!r}: "
-                              + " ".join(str(exc).split())) from None
+            params = load_yaml(read_text(args.parameters_file, "parameters file", ConfigError)) or {}
+        except yaml.YAMLError as exc:
+            raise ConfigError(f"parameters file {args.parameters_file!r}: {yaml_error_line(exc)}") from None
         if not isinstance(params, dict) or "profiles" in params:
             raise ConfigError(f"{args.parameters_file!r} must be a flat mapping of parameters "
                               "(a section params file with profiles is run with `initmem sweep`)")
+    given: dict[str, str] = {}
     for name, value in args.parameter:
+        if name in given:
+            raise ConfigError(f"-p {name} is given twice ({given[name]!r}, then {value!r}): each parameter once is "
+                              "accepted")
+        given[name] = value
         try:
-            params[name] = yaml.safe_load(value)
+            params[name] = load_yaml(value)  # 1e-3 is a float here, as in papermill's -p
         except yaml.YAMLError as exc:
-            raise ConfigError(f"-p {name} {value!r} is not a YAML value: " + " ".join(str(exc).split())) from None
+            raise ConfigError(f"-p {name} {value!r} is not a YAML value: {yaml_error_line(exc)}") from None
     declared = notebook_parameters(args.notebook)
+    effective = {**{k: p.default for k, p in declared.items()}, **check_parameters(params, declared,
+                                                                                      f"{args.notebook}: ")}
+    configs = None
     if all(k in declared for k in REQUIRED):  # a section notebook: every run's TrainConfig checked before the kernel
-        checked = check_parameters(params, declared, f"{args.notebook}: ")
-        point_configs({**{k: p.default for k, p in declared.items()}, **checked})
-    run_notebook(args.notebook, params, output=args.output, cwd=args.cwd, log_output=not args.quiet)
+        check_section_name(effective["section"])
+        configs = point_configs(effective)
+    out = run_notebook(args.notebook, params, output=args.output, cwd=args.cwd, log_output=not args.quiet)
+    if configs is not None:
+        from initmem.results import load_runs
+        from initmem.sweep import point_row
+
+        runs = load_runs(Path(args.cwd or ".") / effective["results_dir"] / effective["section"])
+        row = point_row(runs, out.stem, configs)
+        print(f"point {row.pop('point')}: " + " ".join(f"{k}={v}" for k, v in row.items()))
+    print(f"executed notebook: {out}")
     return 0
 
 
 # --- sweep -------------------------------------------------------------------------------------------------
 def _add_sweep(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("sweep", help="run every point of a section's grid",
-                       description="Expand params files' grids and execute each incomplete point's notebook.")
-    p.add_argument("params", nargs="+", help="params files (or glob patterns), e.g. params/01_optimizers.yaml")
-    p.add_argument("--profile", required=True, help="profile of the params file: smoke, cpu, paper, ...")
-    p.add_argument("--results", help="results folder (default: <repo>/results/<profile>)")
-    p.add_argument("--executor", choices=("local", "slurm"), default="local")
-    p.add_argument("--jobs", type=int, default=1, help="local executor: points run in parallel (one GPU each)")
-    p.add_argument("--dry-run", action="store_true", help="list the points and what would run")
-    p.add_argument("--quiet", action="store_true", help="do not stream the notebooks' output")
+                       description="Expand params files' grids and execute each incomplete point's notebook. Every "
+                                   "file is loaded and checked (every point's runs) before the first point runs.")
+    p.add_argument("params", nargs="+", help="params files or glob patterns, e.g. params/01_optimizers.yaml or "
+                   "'params/*.yaml' (no default; a pattern that matches no file is an error)")
+    p.add_argument("--profile", required=True, help="profile of the params files: smoke, cpu, paper, ... "
+                   "(required, no default)")
+    p.add_argument("--results", help="results folder (default: <repo>/results/<profile>, the repo being the "
+                   "parent of params/)")
+    p.add_argument("--executor", choices=("local", "slurm"), default="local",
+                   help="local: points run on this machine; slurm: one array task per point (default: local)")
+    p.add_argument("--jobs", type=int, default=1, help="local executor: points run in parallel, one GPU each "
+                   "(default: 1)")
+    p.add_argument("--dry-run", action="store_true", help="list the points and what would run, run nothing "
+                   "(default: off)")
+    p.add_argument("--quiet", action="store_true", help="do not stream the notebooks' output (default: off, "
+                   "streamed)")
     g = p.add_argument_group("slurm executor")
-    g.add_argument("--partition")
-    g.add_argument("--gpus", type=int, dest="gpus_per_node", help="GPUs per job")
-    g.add_argument("--time", type=int, help="minutes per job (default 1440)")
-    g.add_argument("--mem", type=float, dest="mem_gb", help="GB of memory per job")
-    g.add_argument("--cpus-per-task", type=int)
-    g.add_argument("--array-parallelism", type=int, help="at most this many jobs at once")
+    g.add_argument("--partition", help="Slurm partition (default: the cluster's default partition)")
+    g.add_argument("--gpus", type=int, dest="gpus_per_node", help="GPUs per job (default: the cluster's default)")
+    g.add_argument("--time", type=int, help="minutes per job (default: 1440)")
+    g.add_argument("--mem", type=float, dest="mem_gb", help="GB of memory per job (default: the cluster's default)")
+    g.add_argument("--cpus-per-task", type=int, help="CPUs per job (default: the cluster's default)")
+    g.add_argument("--array-parallelism", type=int, help="at most this many jobs at once (default: submitit's, 256)")
     p.set_defaults(func=_cmd_sweep)
 
 
 def _cmd_sweep(args: argparse.Namespace) -> int:
-    import glob
+    from initmem.sweep import SLURM_OPTIONS, Progress, load_section, params_files, points_to_run, run_sweep
 
-    from initmem.sweep import SLURM_OPTIONS, run_sweep
-
-    paths = [m for pat in args.params for m in (sorted(glob.glob(pat)) if glob.has_magic(pat) else [pat])]
+    sections = [load_section(path) for path in params_files(args.params)]  # every file checked before any runs
+    for section in sections:
+        section.points(args.profile, args.results)  # an unknown profile in any file fails now
+    overall = None if args.dry_run else Progress(sum(points_to_run(s, args.profile, args.results) for s in sections))
     slurm = {k: getattr(args, k) for k in SLURM_OPTIONS if getattr(args, k, None) is not None}
     code = 0
-    for path in paths:
-        report = run_sweep(path, profile=args.profile, results=args.results, executor=args.executor, jobs=args.jobs,
-                           dry_run=args.dry_run, slurm=slurm, progress=not args.quiet)
+    for section in sections:
+        report = run_sweep(section, profile=args.profile, results=args.results, executor=args.executor,
+                           jobs=args.jobs, dry_run=args.dry_run, slurm=slurm, progress=not args.quiet,
+                           overall=overall)
         code = max(code, report.exit_code)
     return code
 
@@ -195,9 +222,134 @@ def _cmd_report(args: argparse.Namespace) -> int:
     return 0
 
 
+# --- plan --------------------------------------------------------------------------------------------------
+def _add_plan(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("plan", help="what a profile costs before anything trains: runs, steps, clocks, time",
+                       description="Per point and in total: runs, optimiser steps, the forgetting clocks at the end "
+                                   "of training, evaluation work and the expected wall time from a throughput table "
+                                   "(docs/planner.md). --calibrate times the configurations on this device and "
+                                   "stores the table.")
+    p.add_argument("params", nargs="*", help="params files (or glob patterns), e.g. params/*.yaml")
+    p.add_argument("--profile", help="profile of the params files: smoke, cpu, paper, ...")
+    p.add_argument("--device", default="auto", help="auto | cpu | cuda | cuda:N: the device whose table is read "
+                   "from the cache (and, with --calibrate, timed) (default: %(default)s)")
+    p.add_argument("--throughput", metavar="FILE", help="throughput table to read (with --calibrate: to write) "
+                   "instead of <cache>/throughput-<device>.json")
+    p.add_argument("--json", action="store_true", help="print one JSON document instead of tables")
+    p.add_argument("--calibrate", action="store_true", help="time the (arch, width, batch size, precision) the "
+                   "params need (default: the paper profiles' set) on --device and store the table")
+    p.add_argument("--steps", type=int, default=5, help="--calibrate: timed optimiser steps each (default: 5)")
+    p.add_argument("--members", type=int, action="append", metavar="K", help="--calibrate: time populations of K "
+                   "networks trained as one (a point's sigma_w x seed runs); repeat for several (default: 1)")
+    p.set_defaults(func=_cmd_plan)
+
+
+def _cmd_plan(args: argparse.Namespace) -> int:
+    import glob
+    import json
+    from pathlib import Path
+
+    from initmem import plan
+    from initmem.errors import ConfigError
+
+    paths = [m for pat in args.params for m in (sorted(glob.glob(pat)) if glob.has_magic(pat) else [pat])]
+    if args.params and not paths:
+        raise ConfigError(f"params {' '.join(args.params)!r} match no file")
+    if (paths or not args.calibrate) and not args.profile:
+        raise ConfigError("plan needs params files and --profile (or --calibrate alone for the default set)")
+    if not paths and not args.calibrate:
+        raise ConfigError("plan needs at least one params file")
+    if args.calibrate:
+        name, _ = plan.device_name(args.device)
+        plans = [plan.plan_section(p, args.profile) for p in paths]
+        keys = plan.calibration_keys(plans) if plans else list(plan.DEFAULT_SET)
+        print(f"calibrating {len(keys)} configuration(s) on {name} ({args.steps} steps each)", flush=True)
+        args.members = args.members or [1]
+        if args.steps < 1 or min(args.members) < 1:
+            raise ConfigError(f"--steps {args.steps} / --members {args.members} are invalid: positive integers "
+                              "are accepted")
+        table = plan.calibrate(keys, args.device, steps=args.steps, members=tuple(args.members))
+        out = plan.save_throughput(table, args.throughput or plan.default_table_path(name))
+        print(f"initmem plan: {len(table.entries)} entries written to {out}")
+        return 0
+    if args.throughput:
+        table = plan.load_throughput(args.throughput)
+    else:
+        default = plan.default_table_path(plan.device_name(args.device)[0])
+        table = plan.load_throughput(default) if Path(default).is_file() else None
+    plans = [plan.plan_section(p, args.profile, table) for p in paths]
+    if args.json:
+        print(json.dumps(plan.plan_json(plans, table), indent=1))
+    else:
+        print(plan.format_plan(plans, table))
+        if table is None:
+            print(f"(no throughput table for this device: run `initmem plan --calibrate`, or name one with "
+                  f"--throughput; looked for {default})")
+    return 0
+
+
+# --- migrate -----------------------------------------------------------------------------------------------
+def _add_migrate(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("migrate", help="upgrade a results tree's run records to the current schema, then verify it",
+                       description="Upgrade every schema-1 run.json under PATH to schema 2 in place (amp -> "
+                                   "precision, the newer config fields at their defaults, the sha256, rows and "
+                                   "columns of history.csv), keeping every number; history.csv is not touched and a "
+                                   "second run changes nothing. Then verify every run under PATH.")
+    p.add_argument("path", metavar="PATH", help="results tree, section or run folder, e.g. results/cpu")
+    p.set_defaults(func=_cmd_migrate)
+
+
+def _cmd_migrate(args: argparse.Namespace) -> int:
+    from initmem.results import SCHEMA, load_runs, migrate
+
+    upgraded = migrate(args.path)
+    for file in upgraded:
+        print(f"upgraded {file}")
+    runs = load_runs(args.path)  # every run verifies, or one line naming the damaged one
+    print(f"initmem migrate: {len(upgraded)} run record(s) upgraded to schema {SCHEMA}; all {len(runs)} runs under "
+          f"{args.path} verify")
+    return 0
+
+
 # -----------------------------------------------------------------------------------------------------------
+class _Once(argparse.Action):
+    """Mixin: a flag given twice is a usage error naming both values (argparse keeps the last one silently)."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        given = namespace.__dict__.setdefault("_given", {})
+        shown = " ".join([str(option_string), *map(str, values if isinstance(values, list) else [values])])
+        if self.dest in given:
+            raise argparse.ArgumentError(self, f"given twice ({given[self.dest]}, then {shown}): each flag once is "
+                                               "accepted")
+        given[self.dest] = shown
+        super().__call__(parser, namespace, values, option_string)
+
+
+class _StoreOnce(_Once, argparse._StoreAction):
+    pass
+
+
+class _StoreTrueOnce(_Once, argparse._StoreTrueAction):
+    pass
+
+
+class _StoreFalseOnce(_Once, argparse._StoreFalseAction):
+    pass
+
+
+class _BooleanOnce(_Once, argparse.BooleanOptionalAction):
+    pass
+
+
 class _Parser(argparse.ArgumentParser):
-    """argparse whose usage errors are ONE line, like every other initmem error (no usage block)."""
+    """argparse whose usage errors are ONE line, like every other initmem error (no usage block), and whose flags
+    may be given once (subcommand parsers are _Parsers too)."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        for name, cls in ((None, _StoreOnce), ("store", _StoreOnce), ("store_true", _StoreTrueOnce),
+                          ("store_false", _StoreFalseOnce)):
+            self.register("action", name, cls)
 
     def error(self, message: str):
         self.exit(2, f"{self.prog}: error: {message} (see '{self.prog} --help')\n")
@@ -206,7 +358,7 @@ class _Parser(argparse.ArgumentParser):
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="initmem", description="Do deep networks forget initialization?")
     sub = parser.add_subparsers(dest="command", required=True)
-    for add in (_add_train, _add_run, _add_sweep, _add_figures, _add_report):
+    for add in (_add_train, _add_run, _add_sweep, _add_figures, _add_report, _add_plan, _add_migrate):
         add(sub)
     return parser
 
@@ -221,14 +373,30 @@ def main(argv: list[str] | None = None) -> int:
         flags = [s for a in sub._actions for s in a.option_strings if s.startswith("--")]
         close = difflib.get_close_matches(extra[0].split("=")[0], flags, 1, cutoff=0.7)
         sub.error(f"unrecognized arguments: {' '.join(extra)}" + (f" (did you mean {close[0]}?)" if close else ""))
+    vars(args).pop("_given", None)
     try:
         return int(args.func(args) or 0)
     except InitmemError as exc:
         print(f"initmem {args.command}: error: {exc}", file=sys.stderr)
         return 2
+    except (MemoryError, RuntimeError) as exc:
+        if not _out_of_memory(exc):
+            raise
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        print(f"initmem {args.command}: error: out of memory ({type(exc).__name__}: {first}): a smaller --width, "
+              "--batch-size or --eval-batch-size is accepted", file=sys.stderr)
+        return 2
     except KeyboardInterrupt:
         print(f"initmem {args.command}: interrupted", file=sys.stderr)
         return 130
+
+
+def _out_of_memory(exc: BaseException) -> bool:
+    """A MemoryError, torch's OutOfMemoryError (CUDA), or the CPU allocator's RuntimeError."""
+    text = str(exc).lower()
+    return isinstance(exc, MemoryError) or type(exc).__name__ == "OutOfMemoryError" or (
+        isinstance(exc, RuntimeError) and any(s in text for s in ("not enough memory", "can't allocate memory",
+                                                                   "out of memory", "cannot allocate memory")))
 
 
 if __name__ == "__main__":

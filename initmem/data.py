@@ -15,6 +15,7 @@ tar.gz, decode with PIL, write the cache) 8-12 s (22 s with the cores heavily sh
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import hashlib
 import io
@@ -22,6 +23,7 @@ import math
 import os
 import pickle
 import tarfile
+import tempfile
 import time
 import warnings
 import zlib
@@ -153,7 +155,10 @@ def _load_torchvision(root: Path, download: bool) -> Cifar10:
     folder = root if root.name == "cifar-10-batches-py" else root / "cifar-10-batches-py"
     if not folder.is_dir():
         if not download:
-            raise DataError(f"torchvision CIFAR-10 folder {folder} not found; pass download=True to fetch it")
+            raise DataError(f"torchvision CIFAR-10 folder {folder} not found: download it once with `python -c "
+                            f"\"from initmem.data import load_cifar10; load_cifar10('{folder.parent}', "
+                            f"download=True)\"` (README), or use an image archive: --data auto --data-root "
+                            f"<cifar10 .tar.gz> (library: download=True)")
         try:
             import torchvision
 
@@ -298,9 +303,26 @@ def _save_cache(path: Path, key: str, data: Cifar10) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
         torch.save(d, tmp)
         os.replace(tmp, path)  # atomic: a reader sees the old file or the whole new one, never half
-    except OSError as exc:  # a read-only cache must not stop training: it only costs the decode next time
-        tmp.unlink(missing_ok=True)
+    except (OSError, RuntimeError) as exc:  # e.g. the disk filled up after the check: only costs the decode next time
+        with contextlib.suppress(OSError):
+            tmp.unlink(missing_ok=True)
         warnings.warn(f"could not write the CIFAR-10 cache {path}: {exc}", stacklevel=3)
+
+
+def _check_cache_dir(cache: Path, from_env: bool) -> None:
+    """DataError (one line) unless `cache` is a folder this process can write, checked before decoding: a cache
+    that is a file or read-only is a mistake of the setup, better fixed once than paid for on every load."""
+    what = f"INITMEM_CACHE={str(cache)!r}" if from_env else f"cache_dir={str(cache)!r}"
+    fix = "set INITMEM_CACHE to a writable folder, or unset it for ~/.cache/initmem" if from_env else \
+        "a writable folder is accepted"
+    if cache.exists() and not cache.is_dir():
+        raise DataError(f"{what} is a file, not a folder: {fix}")
+    try:
+        cache.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=cache, prefix=".write-test-"):
+            pass
+    except OSError as exc:
+        raise DataError(f"{what} is not a writable folder ({exc.strerror or exc}): {fix}") from None
 
 
 def _load_imagefolder(root: Path, cache_dir: Path | None, progress: bool) -> Cifar10:
@@ -327,6 +349,7 @@ def _load_imagefolder(root: Path, cache_dir: Path | None, progress: bool) -> Cif
     cache_file = cache / f"cifar10-{kind}-{key[:24]}-v{_CACHE_VERSION}.pt"
     if (hit := _load_cache(cache_file, key)) is not None:
         return Cifar10(hit.train_x, hit.train_y, hit.test_x, hit.test_y, hit.classes, source, key)
+    _check_cache_dir(cache, from_env=cache_dir is None and bool(os.environ.get("INITMEM_CACHE")))
     t0 = time.perf_counter()
     entries = ([(s, c, n, f.read_bytes()) for s, c, n, f in files] if kind == "imagefolder" else _read_tar(path))
     d = _assemble(entries, str(path), progress)

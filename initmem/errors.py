@@ -33,3 +33,8 @@ class NotebookError(InitmemError):
 
 class SweepError(InitmemError):
     """A sweep could not be planned or run (bad params file, unknown profile, missing executor)."""
+
+
+class NoResults(ResultsError):
+    """A table or figure has nothing to show (no runs, no history, not the optimiser it needs); a figure notebook
+    turns it into a 'no results' placeholder artefact saying why."""

@@ -1,45 +1,371 @@
-"""One command for every table and figure of the study: execute each figure notebook (`notebooks/figures/*.py`)
-with papermill over a results folder, then index the artefacts in `<out>/README.md`.
+"""Writing the study's artefacts, and one command for all of them. `FigureBook` is what a figure notebook calls:
+it loads a results tree, builds tables (`initmem.tables`) and figures (`initmem.plots`), shows them inline and
+writes them, stamped with where their numbers came from (`Stamp`), as `<out>/<name>.{png,pdf,json}` and
+`<out>/tables/<name>.{md,tex,csv,json}`. `make_figures` executes every figure notebook (`notebooks/figures/`) with
+papermill and indexes the sidecars in `<out>/README.md`.
 
-The executed notebooks go to `<out>/.executed/` (a build product, not to be committed). Each notebook writes its
-artefacts through `plots.Section`, which stamps them and leaves a sidecar `<name>.json`; the index is built from
-those sidecars, so it lists exactly what is on disk.
+Artefacts are byte-stable (no timestamps; no absolute path of the machine for results inside the repository) and
+written atomically (a temp file in the same folder, then `os.replace`): an interrupted run leaves the old file or
+the new one, never a truncated one. Relative paths are relative to the repository root, wherever the caller runs.
 """
 
 from __future__ import annotations
 
+import fnmatch
 import json
+import math
+import os
+import re
+import tempfile
 import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
+from typing import IO
 
-from initmem.errors import ConfigError, ResultsError
+import matplotlib
+import numpy as np
+import pandas as pd
+from matplotlib.figure import Figure
 
-ROOT = Path(__file__).resolve().parent.parent  # the repository: notebooks run with it as working folder
+from initmem import plots
+from initmem.errors import ConfigError, NoResults, ResultsError
+
+ROOT = Path(__file__).resolve().parent.parent  # the repository: params/, notebooks/figures/, results/ live there
 NOTEBOOK_DIR = ROOT / "notebooks" / "figures"
 EXECUTED = ".executed"
+# no software/date entries: regenerating from the same results gives the same bytes
+PNG_METADATA = {"Software": None}
+PDF_METADATA = {"Creator": None, "Producer": None, "CreationDate": None, "ModDate": None}
 
 
+# --- paths and stamps --------------------------------------------------------------------------------------
+def repo_path(path: str | Path) -> Path:
+    """`path` as an absolute path, a relative one taken relative to the repository root (not the working folder)."""
+    p = Path(path).expanduser()
+    return (p if p.is_absolute() else ROOT / p).resolve()
+
+
+def display_path(path: str | Path) -> str:
+    """How stamps name a folder: relative to the repository root when inside it, else as given."""
+    try:
+        return repo_path(path).relative_to(ROOT).as_posix() or "."
+    except ValueError:
+        return str(path)
+
+
+def check_folders(results: str | Path, out: str | Path) -> tuple[Path, Path]:
+    """`results` and `out` as absolute paths (`repo_path`); ResultsError when `results` does not exist, ConfigError
+    when it is a file or `out` is: one line naming the path, before anything is written."""
+    results, out = repo_path(results), repo_path(out)
+    if not results.is_dir():
+        what = "is a file: a results folder is accepted" if results.exists() else "does not exist"
+        raise (ConfigError if results.exists() else ResultsError)(f"results folder {str(results)!r} {what}")
+    if out.exists() and not out.is_dir():
+        raise ConfigError(f"out={str(out)!r} is a file: a folder for the figures is accepted")
+    return results, out
+
+
+@dataclass(frozen=True)
+class Stamp:
+    """Where an artefact's numbers came from: printed as its caption and stored in its sidecar JSON."""
+
+    profile: str
+    n_runs: int
+    data_sources: tuple[str, ...]
+    git_commits: tuple[str, ...]
+    results_dir: str
+    sections: tuple[str, ...]
+
+    @classmethod
+    def of(cls, runs: pd.DataFrame, results_dir: str | Path, sections: Sequence[str]) -> Stamp:
+        """Profile = a `profile` column when load_runs has one, else the results folder's name."""
+        def values(col: str) -> tuple[str, ...]:
+            return tuple(sorted({str(v) for v in runs[col].dropna()})) if col in runs.columns else ()
+
+        profile = ", ".join(values("profile")) or repo_path(results_dir).name
+        return cls(profile, len(runs), values("data_source"), values("git_commit"), display_path(results_dir),
+                   tuple(sections))
+
+    def caption(self) -> str:
+        commits = ", ".join(c[:10] for c in self.git_commits[:3]) or "unknown"
+        if len(self.git_commits) > 3:
+            commits += f" (+{len(self.git_commits) - 3} more)"
+        return (f"profile {self.profile}; {self.n_runs} runs ({', '.join(self.sections) or 'all sections'}); "
+                f"data {', '.join(self.data_sources) or 'unknown'}; commit {commits}; source {self.results_dir}")
+
+    def sidecar(self, name: str, kind: str, title: str, files: Sequence[str], missing: bool = False) -> dict:
+        """The sidecar record of one artefact (no generation time: the same results give the same bytes)."""
+        return {"name": name, "kind": kind, "title": title, "caption": self.caption(), "profile": self.profile,
+                "n_runs": self.n_runs, "sections": list(self.sections), "data_sources": list(self.data_sources),
+                "git_commits": list(self.git_commits), "results_dir": self.results_dir, "files": list(files),
+                "missing": missing}
+
+
+# --- atomic writing ----------------------------------------------------------------------------------------
+def atomic_write(path: str | Path, write: Callable[[IO[bytes]], object]) -> Path:
+    """Call `write(f)` on a temp file beside `path`, fsync it, then rename it over `path`."""
+    path = Path(path)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            write(f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.chmod(tmp, 0o644)  # mkstemp makes 0600 files; artefacts are ordinary files
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return path
+
+
+def write_text(path: str | Path, text: str) -> Path:
+    """Write `text` (UTF-8, '\\n' line ends) to `path` atomically."""
+    return atomic_write(path, lambda f: f.write(text.encode("utf-8")))
+
+
+def write_sidecar(path: str | Path, record: dict) -> Path:
+    """Write an artefact's sidecar JSON atomically."""
+    return write_text(path, json.dumps(record, indent=2) + "\n")
+
+
+def _remove_temp_files(out: Path) -> None:
+    """Temp files a killed run left behind (`.<name>.<random>.tmp`)."""
+    for tmp in [*out.glob(".*.tmp"), *(out / "tables").glob(".*.tmp")]:
+        tmp.unlink(missing_ok=True)
+
+
+# --- tables: md / tex / csv --------------------------------------------------------------------------------
+_HEADERS = {"sigma_w": "σ_w", "tau_interp": "τ_interp", "weight_decay": "wd", "batch_size": "b",
+            "spread_pp": "spread (pp)", "paper_spread_pp": "paper spread (pp)", "norm_ratio_min": "norm ratio min",
+            "norm_ratio_max": "norm ratio max", "radial_slope": "radial slope"}
+
+
+def _header(col: str) -> str:
+    return "σ_w=" + col.split("=", 1)[1] if col.startswith("sigma_w=") else _HEADERS.get(col, col)
+
+
+def _cell(v, fmt: str) -> str:
+    if v is None or (isinstance(v, float) and math.isnan(v)):
+        return "–"
+    if isinstance(v, (bool, np.bool_, str)):
+        return str(v)
+    if isinstance(v, (int, np.integer)) or (isinstance(v, float) and v.is_integer() and fmt == "{:.4g}"):
+        return str(int(v))
+    return fmt.format(v)
+
+
+def display_rows(df: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
+    """Headers and string cells as the md/tex files show them: `c_std` companions folded into 'c ± std'."""
+    formats = df.attrs.get("formats", {})
+    cols = [c for c in df.columns if not (c.endswith("_std") and c[:-4] in df.columns)]
+
+    def fmt(c: str) -> str:
+        return next((f for pat, f in formats.items() if fnmatch.fnmatchcase(c, pat)), "{:.4g}")
+
+    rows = []
+    for r in df.to_dict("records"):
+        cells = []
+        for c in cols:
+            s, sd = _cell(r[c], fmt(c)), r.get(c + "_std")
+            if sd is not None and not (isinstance(sd, float) and math.isnan(sd)) and s != "–":
+                s += " ± " + _cell(sd, fmt(c))
+            cells.append(s)
+        rows.append(cells)
+    return [_header(c) for c in cols], rows
+
+
+_TEX = {"&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#", "_": r"\_", "{": r"\{", "}": r"\}",
+        "~": r"\textasciitilde{}", "^": r"\textasciicircum{}", "\\": r"\textbackslash{}", "σ_w": r"$\sigma_w$",
+        "τ_interp": r"$\tau_\mathrm{interp}$", "σ": r"$\sigma$", "τ": r"$\tau$", "λ": r"$\lambda$", "η": r"$\eta$",
+        "±": r"$\pm$", "×": r"$\times$", "≈": r"$\approx$", "–": "--", "—": "---"}
+_TEX_RE = re.compile("|".join(re.escape(k) for k in sorted(_TEX, key=len, reverse=True)))
+
+
+def tex_escape(text: str) -> str:
+    """LaTeX-safe text: special characters escaped, the study's Greek letters and dashes as LaTeX."""
+    return _TEX_RE.sub(lambda m: _TEX[m.group(0)], str(text))
+
+
+def markdown_table(headers: list[str], rows: list[list[str]]) -> str:
+    def line(cells: Iterable[str]) -> str:
+        return "| " + " | ".join(str(c).replace("|", "\\|") for c in cells) + " |"
+
+    return "\n".join([line(headers), "|" + "|".join("---" for _ in headers) + "|", *map(line, rows)])
+
+
+def tex_table(headers: list[str], rows: list[list[str]], caption: str, label: str) -> str:
+    """A booktabs table (needs \\usepackage{booktabs}); first column left-aligned, the others right."""
+    return "\n".join([
+        r"\begin{table}[htbp]", r"\centering", r"\small", rf"\caption{{{tex_escape(caption)}}}",
+        rf"\label{{tab:{label}}}", rf"\begin{{tabular}}{{l{'r' * (len(headers) - 1)}}}", r"\toprule",
+        " & ".join(map(tex_escape, headers)) + r" \\", r"\midrule",
+        *(" & ".join(map(tex_escape, r)) + r" \\" for r in rows),
+        r"\bottomrule", r"\end{tabular}", r"\end{table}", ""])
+
+
+def save_table(df: pd.DataFrame | None, name: str, out_dir: str | Path, stamp: Stamp, title: str,
+               message: str | None = None) -> list[Path]:
+    """Write `<out_dir>/tables/<name>.{md,tex,csv,json}`; with `message` (and no df) a table that says only that.
+    Returns the paths written."""
+    folder = Path(out_dir) / "tables"
+    folder.mkdir(parents=True, exist_ok=True)
+    caption = f"{title} [{stamp.caption()}]"
+    md, tex, csv, meta = (folder / f"{name}.{ext}" for ext in ("md", "tex", "csv", "json"))
+    if message is not None:
+        body, table = message, (f"% {name}: {message}\n\\begin{{table}}[htbp]\\centering\n"
+                                f"\\caption{{{tex_escape(caption)}}}\\label{{tab:{name}}}\n"
+                                f"\\emph{{{tex_escape(message)}}}\n\\end{{table}}\n")
+        data = pd.DataFrame({"message": [message]}).to_csv(index=False, lineterminator="\n")
+    else:
+        headers, rows = display_rows(df)
+        body = markdown_table(headers, rows)
+        table = (f"% {name}: generated by initmem.figures from {stamp.results_dir}; do not edit\n"
+                 + tex_table(headers, rows, caption, name))
+        data = df.to_csv(index=False, float_format="%.6g", lineterminator="\n")
+    write_text(md, f"**{name}.** {title}\n\n{body}\n\n*{stamp.caption()}*\n")
+    write_text(tex, table)
+    write_text(csv, data)
+    write_sidecar(meta, stamp.sidecar(name, "table", title, [md.name, tex.name, csv.name], missing=message is not None))
+    return [md, tex, csv, meta]
+
+
+# --- figures: png / pdf ------------------------------------------------------------------------------------
+def _savefig(fig: Figure, fmt: str) -> Callable[[IO[bytes]], None]:
+    meta = PNG_METADATA if fmt == "png" else PDF_METADATA
+    return lambda f: fig.savefig(f, format=fmt, dpi=plots.DPI, metadata=meta)
+
+
+def save_figure(fig: Figure, name: str, out_dir: str | Path, stamp: Stamp, title: str, missing: bool = False
+                ) -> list[Path]:
+    """Caption `fig` with `title` and its stamp (`plots.caption_figure`) and write `<out_dir>/<name>.{png,pdf,json}`
+    atomically; returns the paths."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    plots.caption_figure(fig, title, f"{name}: {stamp.caption()}")
+    png, pdf, meta = (out / f"{name}.{ext}" for ext in ("png", "pdf", "json"))
+    with matplotlib.rc_context(plots.STYLE):
+        atomic_write(png, _savefig(fig, "png"))
+        atomic_write(pdf, _savefig(fig, "pdf"))
+    write_sidecar(meta, stamp.sidecar(name, "figure", title, [png.name, pdf.name], missing=missing))
+    return [png, pdf, meta]
+
+
+def png_bytes(fig: Figure) -> bytes:
+    """`fig` as the PNG its artefact holds: what Jupyter shows inline (mime type image/png)."""
+    import io
+
+    buf = io.BytesIO()
+    with matplotlib.rc_context(plots.STYLE):
+        _savefig(fig, "png")(buf)
+    return buf.getvalue()
+
+
+def show_figures_inline() -> bool:
+    """In an IPython kernel (JupyterLab, papermill), display every matplotlib Figure as an image/png output; a
+    pyplot-free Figure otherwise shows only as '<Figure size ...>' text. Returns whether a kernel was found."""
+    try:
+        from IPython import get_ipython
+    except ImportError:
+        return False
+    shell = get_ipython()
+    if shell is None or not hasattr(shell, "display_formatter"):
+        return False
+    shell.display_formatter.formatters["image/png"].for_type(Figure, png_bytes)
+    return True
+
+
+# --- what a figure notebook calls --------------------------------------------------------------------------
+class FigureBook:
+    """One figure notebook's view of a results tree: the runs of `sections` (all when None), their `histories`
+    (loaded on first use), the provenance `stamp`, and `table`/`figure`, which build, save and return an artefact.
+    Relative paths are relative to the repository root; a missing or damaged results folder raises (`check_folders`,
+    `results.load_runs`) before anything is written. A builder is a zero-argument callable (a lambda over
+    `self.runs`/`self.histories`) called only when the section has runs: no runs, or a `NoResults` from the
+    builder, gives a 'no results' placeholder artefact and a printed message."""
+
+    def __init__(self, results_dir: str | Path, out_dir: str | Path, sections: str | Sequence[str] | None = None):
+        from initmem.results import load_runs
+
+        self.results_dir, self.out_dir = check_folders(results_dir, out_dir)
+        self.sections = (sections,) if isinstance(sections, str) else tuple(sections or ())
+        runs = load_runs(self.results_dir)
+        self.runs = (runs[runs["section"].isin(self.sections)] if self.sections else runs).reset_index(drop=True)
+        self.stamp = Stamp.of(self.runs, results_dir, self.sections)
+        where = f"section {', '.join(self.sections)}" if self.sections else "any section"
+        self.message = None if len(self.runs) else f"no results for {where} in {self.stamp.results_dir}"
+        if self.message:
+            print(self.message)
+        self._histories: pd.DataFrame | None = None
+        self.written: list[Path] = []
+        show_figures_inline()
+
+    def param(self, name: str, default=None):
+        """A `fixed` value of this section's params file (`params/<section>.yaml`) in the profile the results
+        came from (02's `epoch_marks`), else `default`: what a section notebook was run with is not in run.json."""
+        import yaml
+
+        try:
+            doc = yaml.safe_load((ROOT / "params" / f"{self.sections[0]}.yaml").read_text(encoding="utf-8"))
+            return doc["profiles"][self.stamp.profile]["fixed"].get(name, default)
+        except (OSError, IndexError, KeyError, TypeError, AttributeError, yaml.YAMLError):
+            return default
+
+    @property
+    def histories(self) -> pd.DataFrame:
+        """The history rows of `self.runs` (`results.load_histories`)."""
+        if self._histories is None:
+            from initmem.results import load_histories
+
+            folders = [self.results_dir / s for s in self.sections] or [self.results_dir]
+            frames = [load_histories(f) for f in folders if f.is_dir()]
+            h = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=["run_id", "epoch"])
+            self._histories = h[h["run_id"].isin(self.runs["run_id"])]
+        return self._histories
+
+    def _build(self, name: str, build: Callable):
+        if self.message:
+            return None, self.message
+        try:
+            return build(), None
+        except NoResults as exc:
+            msg = f"{name}: {exc} in {self.stamp.results_dir} ({', '.join(self.sections) or 'all sections'})"
+            print(msg)
+            return None, msg
+
+    def table(self, name: str, build: Callable[[], pd.DataFrame], title: str) -> pd.DataFrame | str:
+        """Build and save table `name` (`save_table`); returns the DataFrame (or the placeholder message)."""
+        df, msg = self._build(name, build)
+        self.written += save_table(df, name, self.out_dir, self.stamp, title, message=msg)
+        return df if msg is None else msg
+
+    def figure(self, name: str, build: Callable[[], Figure], title: str) -> Figure:
+        """Build and save figure `name` (`save_figure`: PNG + PDF + sidecar); returns the Figure (or the
+        placeholder), which a notebook shows inline."""
+        with matplotlib.rc_context(plots.STYLE):
+            fig, msg = self._build(name, build)
+            if msg is not None:
+                fig = plots.message_figure(msg)
+        self.written += save_figure(fig, name, self.out_dir, self.stamp, title, missing=msg is not None)
+        return fig
+
+
+# --- the index and the command -----------------------------------------------------------------------------
 def figure_notebooks() -> list[Path]:
     """The figure notebooks, in order."""
     return sorted(NOTEBOOK_DIR.glob("[0-9]*.py"))
 
 
 def _select(notebooks: list[str | Path] | None) -> list[Path]:
-    available = figure_notebooks()
+    by_name = {p.stem: p for p in figure_notebooks()}
     if notebooks is None:
-        return available
-    by_name = {p.stem: p for p in available}
-    chosen = []
-    for nb in notebooks:
-        p = Path(nb)
-        if p.suffix == ".py" and p.is_file():
-            chosen.append(p.resolve())
-        elif str(nb) in by_name:
-            chosen.append(by_name[str(nb)])
-        else:
-            raise ConfigError(f"figure notebook {str(nb)!r} is unknown: accepted are a .py path or one of "
-                              f"{', '.join(by_name)}")
-    return chosen
+        return list(by_name.values())
+    if unknown := [str(nb) for nb in notebooks if str(nb) not in by_name and not (
+            Path(nb).suffix == ".py" and Path(nb).is_file())]:
+        raise ConfigError(f"figure notebook {unknown[0]!r} is unknown: accepted are a .py path or one of "
+                          f"{', '.join(by_name)}")
+    return [by_name[str(nb)] if str(nb) in by_name else Path(nb).resolve() for nb in notebooks]
 
 
 def _sidecars(out: Path) -> list[dict]:
@@ -47,7 +373,7 @@ def _sidecars(out: Path) -> list[dict]:
     for path in sorted([*out.glob("*.json"), *(out / "tables").glob("*.json")]):
         try:
             rec = json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, json.JSONDecodeError) as exc:
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
             raise ResultsError(f"artefact sidecar {str(path)!r} is unreadable: {exc}") from None
         if isinstance(rec, dict) and {"name", "kind", "caption", "files"} <= set(rec):
             records.append({**rec, "_dir": path.parent})
@@ -73,30 +399,29 @@ def write_index(out: str | Path) -> Path:
             links = ", ".join(f"[{Path(f).suffix[1:]}]({(rel / Path(f).name).as_posix()})" for f in r["files"])
             flag = " **(no results)**" if r.get("missing") else ""
             lines += [f"- **{r['name']}**{flag} ({links}): {r.get('title', '')}", f"  <br>*{r['caption']}*"]
-            if kind == "figure":
-                png = next((f for f in r["files"] if f.endswith(".png")), None)
-                if png:
-                    lines += ["", f"  ![{r['name']}]({(rel / png).as_posix()})"]
+            png = next((f for f in r["files"] if f.endswith(".png")), None) if kind == "figure" else None
+            if png:
+                lines += ["", f"  ![{r['name']}]({(rel / png).as_posix()})"]
         lines.append("")
-    path = out / "README.md"
-    path.write_text("\n".join(lines), encoding="utf-8")
-    return path
+    return write_text(out / "README.md", "\n".join(lines))
 
 
 def make_figures(results: str | Path = "results/cpu", out: str | Path = "figures",
                  notebooks: list[str | Path] | None = None, progress: bool = True) -> list[Path]:
     """Execute every figure notebook (or those named: stems like '01_optimizers' or .py paths) over `results`,
-    writing artefacts to `out`; return the artefact files written (png, pdf, md, tex, csv, json) and the index.
-
-    A section without results gives 'no results' artefacts, not an error; a failing notebook raises
-    NotebookError naming the cell (its executed copy is in `<out>/.executed/`)."""
+    writing artefacts to `out` (relative paths: to the repository root); return the files written (png, pdf, md,
+    tex, csv, json), then the index `<out>/README.md`. Bad folders fail first (`check_folders`); a section without
+    runs gives 'no results' artefacts; a failing notebook (a damaged results tree included) raises NotebookError
+    naming the cell (its executed copy is in `<out>/.executed/`)."""
     from initmem.notebook import execute_notebook
 
-    results, out = Path(results).resolve(), Path(out).resolve()
-    if results.exists() and not results.is_dir():
-        raise ConfigError(f"results={str(results)!r} is a file: a results folder is accepted")
+    results, out = check_folders(results, out)
     chosen = _select(notebooks)
-    out.mkdir(parents=True, exist_ok=True)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ResultsError(f"cannot create the figures folder {str(out)!r}: {exc.strerror or exc}") from None
+    _remove_temp_files(out)
     start = time.time()
     for nb in chosen:
         t = time.time()
@@ -105,8 +430,10 @@ def make_figures(results: str | Path = "results/cpu", out: str | Path = "figures
         if progress:
             print(f"figures: {nb.stem} done in {time.time() - t:.1f} s", flush=True)
     index = write_index(out)
-    written = [r["_dir"] / f for r in _sidecars(out) for f in [*r["files"], f"{r['name']}.json"]
-               if (r["_dir"] / f).stat().st_mtime >= start - 1]
+    written = sorted({r["_dir"] / f for r in _sidecars(out) for f in [*r["files"], f"{r['name']}.json"]
+                      if (r["_dir"] / f).stat().st_mtime >= start - 1})
+    files = [*written, index]
     if progress:
-        print(f"figures: {len(chosen)} notebook(s), {len(written)} files in {out} ({time.time() - start:.1f} s)")
-    return [*sorted(set(written)), index]
+        print(f"figures: {len(chosen)} notebook(s), {len(files)} files (index included) in {display_path(out)} "
+              f"({time.time() - start:.1f} s)")
+    return files

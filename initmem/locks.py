@@ -8,7 +8,7 @@ cleanup and no timeout to tune. The file holds the holder's host and pid, for me
 (unlinking a flock file lets two processes lock two different inodes under one name). flock works on local
 filesystems and on NFSv4/Lustre mounts that support it (most clusters'); a filesystem that refuses it raises.
 
-Locks are re-entrant within a process: `experiment.run_sigma_sweep` locks a run and then calls `train`, which
+Locks are re-entrant within a process: `point.train_point` locks a run and then calls `train`, which
 locks it again (so that a bare `initmem train` is protected too); only the outermost release unlocks.
 """
 

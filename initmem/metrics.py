@@ -16,6 +16,9 @@ from .errors import ConfigError
 SUMMARY_KEYS = ("best_epoch", "test_acc_at_best", "val_loss_at_best", "val_acc_at_best", "tau_interp", "interpolated",
                 "repair_gap", "init_weight_norm", "final_weight_norm", "norm_ratio", "final_train_acc",
                 "final_test_acc", "T_SGD", "T_L2", "T_adapt", "diverged_epoch", "epochs_run", "steps", "wall_time_s")
+# Summary keys added after the first results: computed where the history has their columns, else None.
+EXTRA_CLOCKS = ("T_SGD_eff", "T_L2_eff", "T_adapt_eff")
+DIAGNOSTIC_KEYS = ("angle_at_best", "angle_final", "Theta_final", *EXTRA_CLOCKS)
 
 
 def _floats(name: str, values) -> np.ndarray:
@@ -66,11 +69,18 @@ def spread(values: Sequence[float]) -> float:
     return 100.0 * d if ((a >= 0) & (a <= 1)).all() else d
 
 
+def _last_finite(h: pd.DataFrame) -> pd.Series:
+    """The last row whose losses are all finite (a diverged run's final row is chance-level noise)."""
+    cols = [c for c in ("train_loss", "val_loss", "test_loss") if c in h.columns]
+    ok = np.isfinite(h[cols].to_numpy(dtype=float)).all(axis=1) if cols else np.ones(len(h), bool)
+    return h[ok].iloc[-1] if ok.any() else h.iloc[-1]
+
+
 def repair_gap(history: pd.DataFrame, threshold: float = 0.995) -> float | None:
-    """val_acc(final epoch) - val_acc(tau_interp), as a fraction; None if the run never interpolated."""
+    """val_acc(last finite epoch) - val_acc(tau_interp), as a fraction; None if the run never interpolated."""
     h = _trained(history)
     tau = interpolation_epoch(h["train_acc"].to_numpy(), threshold)
-    return None if tau is None else float(h["val_acc"].iloc[-1] - h["val_acc"].iloc[tau - 1])
+    return None if tau is None else float(_last_finite(h)["val_acc"] - h["val_acc"].iloc[tau - 1])
 
 
 def radial_memory(initial_norms: Sequence[float], final_norms: Sequence[float]) -> float:
@@ -88,9 +98,18 @@ def radial_memory(initial_norms: Sequence[float], final_norms: Sequence[float]) 
 
 
 # ---------------------------------------------------------------------------------------------------- clocks
+def lr_scale(optimizer: str, momentum: float) -> float:
+    """The factor that turns the lr into the *effective* step size of the momentum-aware clocks: 1 / (1 - beta) for
+    SGD with (heavy-ball, undampened) momentum, whose steady-state step is eta g / (1 - beta); 1 for the others (plain
+    SGD has no momentum; Adam's and Muon's momentum is an average, so their step stays eta-sized)."""
+    return 1.0 / (1.0 - momentum) if optimizer == "sgd_momentum" else 1.0
+
+
 def forgetting_clocks(lrs: Sequence[float], batch_size: int, l2: float = 0.0) -> dict[str, float]:
-    """Cumulative clocks over steps k with learning rate eta_k (math.fsum, exact to rounding):
-    T_SGD = sum eta_k^2 / batch_size, T_L2 = l2 * sum eta_k, T_adapt = sum eta_k."""
+    """Cumulative clocks over steps k with learning rate eta_k (math.fsum, exact to rounding), as STUDY.md defines
+    them: T_SGD = sum eta_k^2 / batch_size, T_L2 = l2 * sum eta_k, T_adapt = sum eta_k. eta_k is the configured
+    (scheduled) lr: momentum is not folded in (see `lr_scale` for the `_eff` variants) and Muon's clocks count the
+    Muon lr, not its AdamW part's."""
     acc = ClockAccumulator(batch_size, l2)  # validates batch_size and l2
     lrs = [float(lr) for lr in lrs]
     s1 = math.fsum(lrs)
@@ -103,12 +122,12 @@ class ClockAccumulator:
     Neumaier-compensated sums, so 10^6+ steps of tiny lr^2 keep full double precision.
     """
 
-    def __init__(self, batch_size: int, l2: float = 0.0):
+    def __init__(self, batch_size: int, l2: float = 0.0, scale: float = 1.0):
         if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
             raise ConfigError(f"batch_size={batch_size!r} is invalid: a positive integer is accepted")
         if isinstance(l2, bool) or not isinstance(l2, (int, float)) or not math.isfinite(l2) or l2 < 0:
             raise ConfigError(f"l2={l2!r} is invalid: a finite real >= 0 is accepted")
-        self.batch_size, self.l2 = batch_size, float(l2)
+        self.batch_size, self.l2, self.scale = batch_size, float(l2), float(scale)
         self.steps, self._s1, self._c1, self._s2, self._c2 = 0, 0.0, 0.0, 0.0, 0.0
 
     def update(self, lr: float) -> None:
@@ -118,8 +137,9 @@ class ClockAccumulator:
         self._s2, self._c2 = _neumaier(self._s2, self._c2, lr * lr)
 
     def totals(self) -> dict[str, float]:
-        s1, s2 = self._s1 + self._c1, self._s2 + self._c2
-        return {"T_SGD": s2 / self.batch_size, "T_L2": self.l2 * s1, "T_adapt": s1}
+        s1, s2, c = self._s1 + self._c1, self._s2 + self._c2, self.scale
+        return {"T_SGD": s2 / self.batch_size, "T_L2": self.l2 * s1, "T_adapt": s1,
+                "T_SGD_eff": c * c * s2 / self.batch_size, "T_L2_eff": c * self.l2 * s1, "T_adapt_eff": c * s1}
 
     def state_dict(self) -> dict:
         return {"batch_size": self.batch_size, "l2": self.l2, "steps": self.steps,
@@ -153,7 +173,9 @@ def summarize_history(history: pd.DataFrame, threshold: float = 0.995) -> dict:
 
     best_epoch = the first epoch with the lowest val_loss (NaN ignored; None if no epoch has one) and the
     *_at_best values are read there; tau_interp = first epoch with train_acc >= threshold; repair_gap =
-    val_acc(last) - val_acc(tau_interp); init_weight_norm from epoch 0; norm_ratio = final / init weight norm;
+    `repair_gap` (to the last finite epoch); DIAGNOSTIC_KEYS: the whole-network angle from initialisation (degrees)
+    at the best epoch and at the last finite epoch, Theta and the momentum-aware clocks there (None where the
+    history lacks the column); init_weight_norm from epoch 0; norm_ratio = final / init weight norm;
     final_* and clocks, steps, wall_time_s from the last row; diverged_epoch = first epoch >= 1 whose train_loss is
     non-finite. Values are Python int/float/bool/None; non-finite floats become None.
     """
@@ -174,7 +196,7 @@ def summarize_history(history: pd.DataFrame, threshold: float = 0.995) -> dict:
         "val_acc_at_best": at_best("val_acc"),
         "tau_interp": None if tau is None else int(trained["epoch"].iloc[tau - 1]),
         "interpolated": tau is not None,
-        "repair_gap": None if tau is None else _num(trained["val_acc"].iloc[-1] - trained["val_acc"].iloc[tau - 1]),
+        "repair_gap": None if tau is None else repair_gap(h, threshold),
         "init_weight_norm": w0,
         "final_weight_norm": w1,
         "norm_ratio": _num(w1 / w0) if w0 and w1 is not None else None,
@@ -187,18 +209,24 @@ def summarize_history(history: pd.DataFrame, threshold: float = 0.995) -> dict:
         "epochs_run": int(h["epoch"].max()),
         "steps": int(last["step"]),
         "wall_time_s": _num(last["wall_time"]),
+        "angle_at_best": at_best("angle") if "angle" in h else None,
+        **{k: _num(_last_finite(trained if len(trained) else h)[c]) if c in h else None
+           for k, c in (("angle_final", "angle"), ("Theta_final", "Theta"), *((c, c) for c in EXTRA_CLOCKS))},
     }
 
 
 # ---------------------------------------------------------------------------------------------------- a point
 def point_summary(df: pd.DataFrame) -> dict:
-    """The point's numbers from its `run_sigma_sweep` rows: the test-accuracy spread across sigma_w (pp, of the
+    """The point's numbers from its `point.run_point` rows: the test-accuracy spread across sigma_w (pp, of the
     per-sigma_w mean over seeds), its seed-to-seed std when there is more than one seed (the spread computed within
-    each seed), which sigma_w is best and worst, and how many runs interpolated or diverged."""
+    each seed), which sigma_w is best and worst, and how many runs interpolated or diverged. A sigma_w without an
+    accuracy (its runs diverged before any finite epoch) cannot enter the spread: it is never dropped silently but
+    listed in `sigma_ws_missing` (and `diverged_sigma_ws` lists every sigma_w with a diverged run), so a spread over
+    a narrower sigma_w range than the point ran is visible wherever the summary is shown."""
     need = {"sigma_w", "seed", "status", "test_acc_at_best", "interpolated"}
     missing = sorted(need - set(df.columns)) if isinstance(df, pd.DataFrame) else sorted(need)
     if missing:
-        raise ConfigError(f"point_summary got rows missing the columns {missing}: the rows of run_sigma_sweep (or "
+        raise ConfigError(f"point_summary got rows missing the columns {missing}: the rows of run_point (or "
                           "load_runs) are accepted")
     acc = pd.to_numeric(df["test_acc_at_best"], errors="coerce")
     by_sigma = acc.groupby(df["sigma_w"]).mean().dropna()
@@ -212,6 +240,8 @@ def point_summary(df: pd.DataFrame) -> dict:
         "best_sigma_w": float(by_sigma.idxmax()) if len(by_sigma) else None,
         "worst_sigma_w": float(by_sigma.idxmin()) if len(by_sigma) else None,
         "test_acc_by_sigma_w": {float(k): float(v) for k, v in by_sigma.items()},
+        "sigma_ws_missing": sorted(float(x) for x in set(df["sigma_w"]) - set(by_sigma.index)),
+        "diverged_sigma_ws": sorted(float(x) for x in df.loc[df["status"] == "diverged", "sigma_w"].unique()),
         "n_interpolated": int(df["interpolated"].eq(True).sum()),
         "n_diverged": int((df["status"] == "diverged").sum()),
         "n_complete": int((df["status"] == "complete").sum()),

@@ -56,6 +56,24 @@ def _check_width(width: object) -> float:
     return float(width)
 
 
+# ---------------------------------------------------------------------------------------------------- global pools
+class SpatialMax(nn.Module):
+    """Global max-pool as a max over the spatial dimensions: the function of AdaptiveMaxPool2d(1), whose CUDA backward
+    is not deterministic; amax's backward is (it splits the gradient between exact ties, which ReLU outputs leave
+    only at 0, where the gradient is 0 anyway)."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x.amax(dim=(2, 3))
+
+
+class SpatialMean(nn.Module):
+    """Global average pool as a mean over the spatial dimensions (adaptive_avg_pool2d's CUDA backward is not
+    deterministic; the mean's is)."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x.mean(dim=(2, 3))
+
+
 # ---------------------------------------------------------------------------------------------------- ResNet-9
 class ConvBN(nn.Module):
     """3x3 bias-free conv -> BatchNorm -> ReLU."""
@@ -94,12 +112,11 @@ class ResNet9(nn.Module):
         self.layer1 = PageLayer(c[0], c[1], residual=True)
         self.layer2 = PageLayer(c[1], c[2], residual=False)
         self.layer3 = PageLayer(c[2], c[3], residual=True)
-        self.pool = nn.AdaptiveMaxPool2d(1)
+        self.pool = SpatialMax()
         self.head = nn.Linear(c[3], num_classes)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x = self.layer3(self.layer2(self.layer1(self.prep(x))))
-        return self.head(self.pool(x).flatten(1))
+        return self.head(self.pool(self.layer3(self.layer2(self.layer1(self.prep(x))))))
 
 
 # ---------------------------------------------------------------------------------------------------- He ResNets
@@ -143,11 +160,11 @@ class CifarResNet(nn.Module):
             stages.append(nn.Sequential(*blocks))
             c_in = c_out
         self.layer1, self.layer2, self.layer3 = stages
+        self.pool = SpatialMean()
         self.head = nn.Linear(c[2], num_classes)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x = self.layer3(self.layer2(self.layer1(F.relu(self.bn1(self.conv1(x))))))
-        return self.head(F.adaptive_avg_pool2d(x, 1).flatten(1))
+        return self.head(self.pool(self.layer3(self.layer2(self.layer1(F.relu(self.bn1(self.conv1(x))))))))
 
 
 # ---------------------------------------------------------------------------------------------------- factories

@@ -4,7 +4,12 @@ The `.py` notebooks are the source of truth; papermill cannot read them, so they
 (`jupytext.read`) and handed to papermill as a NotebookNode. The cell tagged `parameters` holds literal defaults,
 optionally annotated (`n_train: int | None = None`); `notebook_parameters` reads it with `ast` (no kernel), and
 `check_parameters` type-checks values against it before anything runs, because papermill only *warns* on unknown
-names and happily injects a YAML `1e-3` string where a float was meant.
+names and happily injects a YAML `1e-3` string where a float was meant (`1e-3` and the like are accepted as the
+floats they look like). Inside the kernel, `refuse_undeclared(globals())` (the first code cell after the parameters
+cell) does the same checks on what papermill injected, so that plain `papermill -p optimiser adam` fails as
+`initmem run` does instead of training the defaults.
+
+Torch-, papermill- and jupytext-free at import: those are imported inside the functions that need them.
 """
 
 from __future__ import annotations
@@ -12,18 +17,28 @@ from __future__ import annotations
 import ast
 import contextlib
 import difflib
+import hashlib
+import json
 import logging
 import os
+import re
 import sys
 import time
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from initmem.errors import ConfigError, NotebookError
+from initmem.errors import ConfigError, InitmemError, NotebookError, ResultsError
 
 # Kernel start-up failures worth a retry: parallel kernels can race for the same ports.
 _RETRYABLE = ("address already in use", "zmqerror", "kernel didn't respond", "kernel died before replying",
               "timeout waiting for kernel", "kernel_info")
+# The kernel logs "Kernel is running over TCP without encryption" on every start and sometimes "KeyboardInterrupt
+# caught in kernel" at a normal shutdown, straight to the inherited stderr; neither is a problem of the run.
+KERNEL_ARGUMENTS = ["--IPKernelApp.log_level=CRITICAL"]
+SECTION_REQUIRED = ("results_dir", "section", "sigma_ws", "seeds")  # what every section notebook declares
+NOT_IN_ID = ("results_dir", "section", "progress")  # where and how verbosely, not what: not in a point's digest
+INJECTED = "# Parameters\n"  # the first line of papermill's injected-parameters cell (python translator)
+_SCIENTIFIC = re.compile(r"[-+]?(?:[0-9][0-9_]*)(?:\.[0-9_]*)?[eE][-+]?[0-9]+")  # YAML 1.1 reads these as strings
 
 
 class Parameter(NamedTuple):
@@ -66,8 +81,17 @@ def notebook_parameters(path: str | Path) -> dict[str, Parameter]:
     cells = [c for c in nb.cells if "parameters" in c.get("metadata", {}).get("tags", [])]
     if len(cells) != 1:
         raise NotebookError(f"{path}: expected exactly one cell tagged 'parameters', found {len(cells)}")
+    return _parse_parameters(cells[0].source, str(path))
+
+
+def _parse_parameters(source: str, path: str) -> dict[str, Parameter]:
+    try:
+        body = ast.parse(source).body
+    except SyntaxError as exc:
+        raise NotebookError(f"{path}: the parameters cell is not valid Python: line {exc.lineno}: {exc.msg} "
+                            f"({(exc.text or '').strip()!r}); `name = literal` lines are accepted") from None
     out: dict[str, Parameter] = {}
-    for node in ast.parse(cells[0].source).body:
+    for node in body:
         if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
             name, annotation, value = node.targets[0].id, None, node.value
         elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name) and node.value is not None:
@@ -107,6 +131,8 @@ def _coerce(value: Any, node: ast.expr) -> tuple[bool, Any]:
         if name == "int":
             return isinstance(value, int) and not isinstance(value, bool), value
         if name == "float":
+            if isinstance(value, str) and _SCIENTIFIC.fullmatch(value.strip()):  # YAML 1.1's "1e-3"
+                return True, float(value.replace("_", ""))
             ok = isinstance(value, (int, float)) and not isinstance(value, bool)
             return ok, float(value) if ok else value
         if name == "str":
@@ -145,9 +171,7 @@ def check_value(name: str, value: Any, type_: str, where: str = "") -> Any:
     """`value` converted to `type_` (int → float, list → tuple), or ConfigError naming key, value and type."""
     ok, converted = _coerce(value, ast.parse(type_, mode="eval").body)
     if not ok:
-        hint = " (YAML reads 1e-3 as a string: write 1.0e-3)" if isinstance(value, str) and "float" in type_ else ""
-        raise ConfigError(f"{where}parameter {name}={value!r} has type {type(value).__name__}; "
-                          f"expected {type_}{hint}")
+        raise ConfigError(f"{where}parameter {name}={value!r} has type {type(value).__name__}; expected {type_}")
     return converted
 
 
@@ -160,6 +184,54 @@ def check_parameters(params: dict[str, Any], declared: dict[str, Parameter], whe
             raise ConfigError(f"{where}unknown parameter {name!r}" + (f" (did you mean {close[0]!r}?)" if close else "")
                               + f"; accepted: {', '.join(declared)}")
     return {k: check_value(k, v, declared[k].type, where) for k, v in params.items()}
+
+
+def parameters_digest(effective: dict[str, Any]) -> str:
+    """Six hex digits naming a point: the sha256 of its effective parameters (the notebook's defaults overridden by
+    what is injected), without where and how verbosely it runs (`NOT_IN_ID`). Sweep point ids end with it."""
+    key = {k: v for k, v in effective.items() if k not in NOT_IN_ID}
+    return hashlib.sha256(json.dumps(key, sort_keys=True, default=str).encode()).hexdigest()[:6]
+
+
+# --- inside the kernel -------------------------------------------------------------------------------------
+def _one_line(shell, etype, value, tb, tb_offset=None):  # noqa: ARG001 - IPython's custom-exception signature
+    """IPython shows an InitmemError as its one line, as the CLI does (its message names the value and the fix)."""
+    stb = [f"{etype.__name__}: {value}"]
+    shell._showtraceback(etype, value, stb)  # how IPython (and ipykernel: an error output) shows a traceback
+    return stb
+
+
+def refuse_undeclared(namespace: dict[str, Any]) -> None:
+    """Check, in the kernel, the parameters papermill injected: `refuse_undeclared(globals())`, called in the first
+    code cell after the parameters cell.
+
+    papermill injects its parameters as a cell of assignments (first line `# Parameters`) right after the cell
+    tagged `parameters`, and only warns on a name that cell does not declare, so `papermill -p optimiser adam`
+    would train the defaults. IPython keeps the executed cells' sources in `In` (this cell last): when the cell
+    before this one is papermill's, every name it assigns must be declared by the cell before it (ConfigError naming
+    the name, the closest declared one and all of them), and its value must have the declared type; values are
+    converted in `namespace` as `check_parameters` converts them (int → float, YAML's "1e-3" string → 0.001, list →
+    tuple). A section notebook's runs (`config.point_configs`) are then built once, so a bad value fails here. In
+    plain JupyterLab, a script, or a kernel without `In`, nothing was injected and nothing is checked.
+
+    It also makes the kernel show any later InitmemError as its one line, like the `initmem` command.
+    """
+    shell = namespace.get("get_ipython")
+    if callable(shell) and (ip := shell()) is not None and hasattr(ip, "set_custom_exc"):
+        ip.set_custom_exc((InitmemError,), _one_line)
+    sources = namespace.get("In")
+    if not isinstance(sources, list) or len(sources) < 3 or not str(sources[-2]).startswith(INJECTED):
+        return
+    injected, cell = str(sources[-2]), str(sources[-3])
+    declared = _parse_parameters(cell, "the parameters cell")
+    names = [t.id for node in ast.parse(injected).body if isinstance(node, ast.Assign)
+             for t in node.targets if isinstance(t, ast.Name)]
+    checked = check_parameters({n: namespace[n] for n in names if n in namespace}, declared, "papermill parameters: ")
+    namespace.update(checked)
+    if all(k in declared for k in SECTION_REQUIRED):
+        from initmem.config import point_configs
+
+        point_configs({k: namespace[k] for k in declared if k in namespace})
 
 
 # --- execution ---------------------------------------------------------------------------------------------
@@ -218,7 +290,17 @@ def execute_notebook(path: str | Path, output_path: str | Path, parameters: dict
     _quiet_papermill()
     path, output_path = Path(path), Path(output_path)
     parameters = check_parameters(dict(parameters or {}), notebook_parameters(path), f"{path.name}: ")
-    output_path.parent.mkdir(parents=True, exist_ok=True)
+    if cwd is not None and not Path(cwd).is_dir():
+        raise ConfigError(f"cwd={str(cwd)!r} is invalid: an existing folder is accepted (it is not created)")
+    above = next((a for a in output_path.parents if a.exists()), None)
+    if above is not None and not above.is_dir():
+        raise ResultsError(f"executed-notebook path {str(output_path)!r} is under {str(above)!r}, which is a file: a "
+                           "path under a folder is accepted")
+    try:
+        output_path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ResultsError(f"executed-notebook path {str(output_path)!r} is not writable: {exc.strerror or exc} "
+                           f"({exc.filename}); a path under a writable folder is accepted") from None
     streams = {"stdout_file": sys.stdout, "stderr_file": sys.stderr} if log_output else {}
     for attempt in range(retries + 1):
         try:
@@ -226,7 +308,7 @@ def execute_notebook(path: str | Path, output_path: str | Path, parameters: dict
                 return papermill.execute_notebook(
                     _read(path), str(output_path), parameters=parameters, kernel_name=kernel_name,
                     language="python", cwd=str(cwd) if cwd is not None else None, progress_bar=False,
-                    start_timeout=start_timeout, **streams)
+                    start_timeout=start_timeout, extra_arguments=KERNEL_ARGUMENTS, **streams)
         except PapermillExecutionError as exc:
             first = next((ln for ln in exc.source.splitlines() if ln.strip()), "")
             raise NotebookError(f"{path}: cell {exc.cell_index} (In [{exc.exec_count}], {first.strip()!r}) raised "
@@ -240,13 +322,26 @@ def execute_notebook(path: str | Path, output_path: str | Path, parameters: dict
     raise AssertionError("unreachable")
 
 
-def run_notebook(path: str | Path, parameters: dict[str, Any] | None = None, *, output: str | Path | None = None,
-                 cwd: str | Path | None = None, log_output: bool = True):
-    """Execute one notebook with `parameters` (type-checked against its parameters cell): `initmem run`.
-
-    `output` defaults to `results/notebooks/<notebook stem>.ipynb` under `cwd` (default: the current folder).
-    """
-    path = Path(path)
+def default_output(path: str | Path, parameters: dict[str, Any] | None = None, cwd: str | Path | None = None) -> Path:
+    """Where `initmem run` writes the executed copy: `<cwd>/results/notebooks/<notebook stem>-<digest>.ipynb`, the
+    digest naming the point (`parameters_digest` of the notebook's defaults overridden by `parameters`), so
+    executions of different points never overwrite each other."""
+    declared = notebook_parameters(path)
+    checked = check_parameters(dict(parameters or {}), declared, f"{Path(path).name}: ")
+    digest = parameters_digest({**{k: p.default for k, p in declared.items()}, **checked})
     cwd = Path(cwd) if cwd is not None else Path.cwd()
-    output = Path(output) if output is not None else cwd / "results" / "notebooks" / f"{path.stem}.ipynb"
-    return execute_notebook(path.resolve(), output, parameters, cwd=cwd, log_output=log_output)
+    return cwd / "results" / "notebooks" / f"{Path(path).stem}-{digest}.ipynb"
+
+
+def run_notebook(path: str | Path, parameters: dict[str, Any] | None = None, *, output: str | Path | None = None,
+                 cwd: str | Path | None = None, log_output: bool = True) -> Path:
+    """Execute one notebook with `parameters` (type-checked against its parameters cell): `initmem run`. Returns
+    the executed notebook's path: `output`, by default `default_output(path, parameters, cwd)`. `cwd` (default:
+    the current folder) must exist."""
+    path = Path(path)
+    if cwd is not None and not Path(cwd).is_dir():
+        raise ConfigError(f"cwd={str(cwd)!r} is invalid: an existing folder is accepted (it is not created)")
+    output = Path(output) if output is not None else default_output(path, parameters, cwd)
+    execute_notebook(path.resolve(), output, parameters, cwd=Path(cwd) if cwd is not None else Path.cwd(),
+                     log_output=log_output)
+    return output

@@ -26,41 +26,44 @@ NS_COEFFICIENTS = (3.4445, -4.7750, 2.0315)
 
 # ---------------------------------------------------------------------------------------------------- Muon maths
 def newton_schulz(G: torch.Tensor, steps: int = 5, eps: float = 1e-7) -> torch.Tensor:
-    """Approximate U V^T of G = U S V^T by `steps` quintic Newton-Schulz iterations, as torch.optim.Muon does.
+    """Approximate U V^T of each matrix G = U S V^T of a [..., m, n] stack by `steps` quintic Newton-Schulz iterations,
+    as torch.optim.Muon does (leading dimensions are a batch: the K members of a population, or none).
 
     X = G / max(||G||_F, eps) in bfloat16 (transposed if tall, so X X^T is the small Gram matrix), then
     X <- a X + (b A + c A^2) X with A = X X^T, (a, b, c) = (3.4445, -4.7750, 2.0315). The singular values land in
     roughly [0.7, 1.2], not exactly 1: the coefficients trade convergence for slope at zero. Returns bfloat16.
     """
-    if G.ndim != 2:
-        raise ConfigError(f"newton_schulz got a tensor of shape {tuple(G.shape)}: a 2-D matrix is accepted")
+    if G.ndim < 2:
+        raise ConfigError(f"newton_schulz got a tensor of shape {tuple(G.shape)}: a [..., m, n] stack of matrices "
+                          "is accepted")
     a, b, c = NS_COEFFICIENTS
-    X = G.bfloat16()
-    tall = G.size(0) > G.size(1)
+    X = G.bfloat16().reshape(-1, *G.shape[-2:])  # baddbmm on a batch of one is addmm's arithmetic (bitwise, CPU)
+    tall = G.size(-2) > G.size(-1)
     if tall:
-        X = X.T
-    X = X.div(X.norm().clamp(min=eps))  # Frobenius >= spectral norm, so the spectrum starts inside [0, 1]
+        X = X.mT
+    X = X.div(X.norm(dim=(1, 2), keepdim=True).clamp(min=eps))  # Frobenius >= spectral: spectrum inside [0, 1]
     for _ in range(steps):
-        A = X @ X.T
-        B = torch.addmm(A, A, A, beta=b, alpha=c)
-        X = torch.addmm(X, B, X, beta=a)
-    return X.T if tall else X
+        A = X @ X.mT
+        B = torch.baddbmm(A, A, A, beta=b, alpha=c)
+        X = torch.baddbmm(X, B, X, beta=a)
+    return (X.mT if tall else X).reshape(G.shape)
 
 
 def muon_update(grad: torch.Tensor, momentum_buf: torch.Tensor, beta: float = 0.95, nesterov: bool = True,
-                ns_steps: int = 5) -> torch.Tensor:
+                ns_steps: int = 5, members: int = 1) -> torch.Tensor:
     """Muon's orthogonalised update for one parameter (shape of `grad`); updates `momentum_buf` in place.
 
     buf <- beta buf + (1 - beta) grad; u = (1 - beta) grad + beta buf if nesterov else buf (torch.optim.Muon);
-    conv kernels [out, in, k, k] are flattened to [out, in*k*k] for Newton-Schulz and reshaped back.
+    conv kernels [out, in, k, k] are flattened to [out, in*k*k] for Newton-Schulz and reshaped back. A parameter of
+    `members` population members ([K*out, ...], member j in rows j*out...) is orthogonalised member by member.
     """
     momentum_buf.lerp_(grad, 1 - beta)
     u = grad.lerp(momentum_buf, beta) if nesterov else momentum_buf
-    return newton_schulz(u.reshape(len(u), -1), ns_steps).reshape(grad.shape).to(grad.dtype)
+    return newton_schulz(u.reshape(members, len(u) // members, -1), ns_steps).reshape(grad.shape).to(grad.dtype)
 
 
-def _muon_lr_scale(shape: torch.Size) -> float:
-    rows, cols = shape[0], math.prod(shape[1:])
+def _muon_lr_scale(shape: torch.Size, members: int = 1) -> float:
+    rows, cols = shape[0] // members, math.prod(shape[1:])
     return math.sqrt(max(1.0, rows / cols))  # torch's adjust_lr_fn="original" on the flattened matrix
 
 
@@ -130,7 +133,8 @@ class MuonWithAuxAdam(torch.optim.Optimizer):
     MUON_DEFAULTS = dict(lr=0.02, momentum=0.95, nesterov=True, ns_steps=5, weight_decay=0.0)
     ADAM_DEFAULTS = dict(lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0)
 
-    def __init__(self, param_groups: list[dict]):
+    def __init__(self, param_groups: list[dict], members: int = 1):
+        self.members = members  # a population's K: each Muon parameter holds K members' matrices
         groups = []
         for g in param_groups:
             if not isinstance(g, dict) or not isinstance(g.get("use_muon"), bool):
@@ -160,9 +164,10 @@ class MuonWithAuxAdam(torch.optim.Optimizer):
             state = self.state[p]
             if "momentum_buffer" not in state:
                 state["momentum_buffer"] = torch.zeros_like(p.grad, memory_format=torch.preserve_format)
-            u = muon_update(p.grad, state["momentum_buffer"], group["momentum"], group["nesterov"], group["ns_steps"])
+            u = muon_update(p.grad, state["momentum_buffer"], group["momentum"], group["nesterov"], group["ns_steps"],
+                            self.members)
             p.mul_(1 - lr * wd)
-            p.add_(u, alpha=-lr * _muon_lr_scale(p.shape))
+            p.add_(u, alpha=-lr * _muon_lr_scale(p.shape, self.members))
 
     def _adam_step(self, group: dict) -> None:
         # torch.optim.AdamW's multi-tensor arithmetic (capturable=False), so the aux part matches it to rounding.
@@ -231,7 +236,8 @@ def _resolve(name: str, lr: float | None, hparams: dict) -> dict:
     return hp
 
 
-def build_optimizer(name: str, model: nn.Module, lr: float | None = None, **hparams) -> torch.optim.Optimizer:
+def build_optimizer(name: str, model: nn.Module, lr: float | None = None, members: int = 1,
+                    **hparams) -> torch.optim.Optimizer:
     """The optimiser `name` over `model`'s parameters, with STUDY.md defaults for every hyper-parameter left None.
 
     hparams: momentum, weight_decay, betas, eps, nesterov, ns_steps, muon_aux_lr. One that does not apply to `name`
@@ -258,7 +264,7 @@ def build_optimizer(name: str, model: nn.Module, lr: float | None = None, **hpar
                  ns_steps=hp["ns_steps"], weight_decay=hp["weight_decay"]),
             dict(params=aux, use_muon=False, lr=hp["muon_aux_lr"], betas=hp["betas"], eps=hp["eps"],
                  weight_decay=hp["weight_decay"]),
-        ])
+        ], members=members)
     for g in opt.param_groups:
         g["initial_lr"] = g["lr"]
     return opt
@@ -295,9 +301,3 @@ def lr_factor(schedule: str, step: int, total_steps: int, warmup_steps: int = 0,
             _check_real("step_milestones", m, lo_open=True, hi=1.0, hi_open=False)
         return _check_real("step_gamma", gamma, lo_open=True) ** sum(step >= m * total_steps for m in milestones)
     return 1.0
-
-
-def lr_at(schedule: str, base_lr: float, step: int, total_steps: int, warmup_steps: int = 0,
-          milestones: tuple[float, ...] = (0.5, 0.75), gamma: float = 0.1) -> float:
-    """base_lr * lr_factor(...): the learning rate at 0-based `step`."""
-    return base_lr * lr_factor(schedule, step, total_steps, warmup_steps, milestones, gamma)

@@ -1,18 +1,16 @@
-"""The study's figures, and `Section`: what a figure notebook calls to load a results tree and write stamped,
-reproducible artefacts (`<out>/<name>.{png,pdf,json}`, tables through `tables.save_table`).
+"""The study's figures: pure functions from `results.load_runs` / `load_histories` frames to matplotlib Figures.
+Stamping and writing them (PNG, PDF, sidecar) is `initmem.figures`' job.
 
 Figures are plain `matplotlib.figure.Figure`s (no pyplot: no global state, nothing to close, the Agg/PDF
-canvases are picked per file) saved without timestamps, so the same results give byte-identical files. Every
-builder takes load_runs/load_histories frames and raises `tables.NoResults` when it has nothing to draw; `Section`
-turns that, or a missing section, into a placeholder artefact saying so instead of a crash.
+canvases are picked per file). Every builder raises `errors.NoResults` when it has nothing to draw. Build them
+inside `matplotlib.rc_context(STYLE)` to get the study's look.
 """
 
 from __future__ import annotations
 
 import math
 import textwrap
-from collections.abc import Callable, Sequence
-from pathlib import Path
+from collections.abc import Sequence
 
 import matplotlib
 import numpy as np
@@ -20,25 +18,21 @@ import pandas as pd
 from matplotlib import ticker
 from matplotlib.colors import LogNorm, Normalize
 from matplotlib.figure import Figure
+from matplotlib.lines import Line2D
 
 from initmem import tables
-from initmem.tables import NoResults, Stamp
+from initmem.errors import NoResults
 
-ROOT = Path(__file__).resolve().parent.parent  # the repository (params/ lives there)
 DPI = 150
 STYLE = {"font.size": 8, "axes.titlesize": 9, "axes.labelsize": 8, "legend.fontsize": 7, "xtick.labelsize": 7,
          "ytick.labelsize": 7, "axes.spines.top": False, "axes.spines.right": False, "axes.grid": True,
          "grid.alpha": 0.3, "grid.linewidth": 0.5, "lines.linewidth": 1.2, "lines.markersize": 4,
          "savefig.dpi": DPI, "pdf.compression": 6, "svg.hashsalt": "initmem"}
-# no software/date entries: regenerating from the same results gives the same bytes
-PNG_METADATA = {"Software": None}
-PDF_METADATA = {"Creator": None, "Producer": None, "CreationDate": None, "ModDate": None}
 SECTION_COLORS = {"01": "C0", "02": "C1", "03": "C2", "04": "C3", "05": "C4"}
 
 
 def _figure(ncols: int = 1, nrows: int = 1, width: float = 6.4, height: float = 3.2, **kw) -> tuple[Figure, np.ndarray]:
     fig = Figure(figsize=(width, height), layout="constrained")
-    fig.get_layout_engine().set(rect=(0, 0.045, 1, 0.955))  # room for the stamp under the axes
     axes = fig.subplots(nrows, ncols, squeeze=False, **kw)
     return fig, axes.ravel()
 
@@ -72,17 +66,43 @@ def _legend(ax, **kw) -> None:
 
 # --- F1 ----------------------------------------------------------------------------------------------------
 def accuracy_vs_sigma(runs: pd.DataFrame) -> Figure:
-    """F1: test accuracy at the best-validation epoch against σ_w, one line per configuration (optimiser); error
-    bars = std over seeds."""
+    """F1: test accuracy at the best-validation epoch against σ_w, one line per configuration (optimiser), error
+    bars = std over seeds, our spread in the legend. Where the paper reports a spread for a configuration like it
+    (`tables.paper_spread`: SGD 26.5 pp, Muon about 4 pp) a dashed bracket of that height hangs from our best
+    σ_w's accuracy, right of the grid, labelled as the paper's."""
     confs = tables.configurations(runs)
     sigmas = sorted(confs["sigma_w"].unique())
-    fig, (ax,) = _figure(width=4.8, height=3.4)
+    fig, (ax,) = _figure(width=6.4, height=3.6)
+    brackets = []
     for _, g in confs.groupby("config", sort=True):
         acc = 100 * g.groupby("sigma_w")["test_acc_at_best"].agg(["mean", "std"])
-        ax.errorbar(acc.index, acc["mean"], yerr=acc["std"].fillna(0), marker="o", capsize=2, label=g["label"].iloc[0])
+        ours = tables.point_spread(g)[0]
+        label = g["label"].iloc[0] + ("" if math.isnan(ours) else f": {ours:.1f} pp")
+        line = ax.errorbar(acc.index, acc["mean"], yerr=acc["std"].fillna(0), marker="o", capsize=2, label=label)
+        paper = tables.paper_spread(g.iloc[0])
+        if not math.isnan(paper) and acc["mean"].notna().any():
+            brackets.append((g["label"].iloc[0], paper, float(acc["mean"].max()), line.lines[0].get_color()))
     _sigma_axis(ax, sigmas)
+    for k, (name, paper, top, color) in enumerate(brackets):
+        x = max(sigmas) * 1.45 ** (k + 1)
+        ax.annotate("", xy=(x, top - paper), xytext=(x, top),
+                    arrowprops={"arrowstyle": "|-|", "color": color, "linestyle": "--", "linewidth": 1.0,
+                                "shrinkA": 0, "shrinkB": 0, "mutation_scale": 3})
+        ax.annotate(f"paper: {name} {'≈ ' if name == 'muon' else ''}{paper:g} pp", (x, top - paper / 2),
+                    xytext=(3, 0), textcoords="offset points", color=color, rotation=90, va="center", ha="left",
+                    fontsize=6)
+    if brackets:
+        ax.set_xlim(right=max(sigmas) * 1.45 ** (len(brackets) + 0.9))
+        lo, hi = ax.get_ylim()
+        ax.set_ylim(min(lo, min(top - paper for _, paper, top, _ in brackets) - 1), hi)
     ax.set_ylabel("test accuracy at best val. loss (%)")
-    _legend(ax)
+    handles, labels = ax.get_legend_handles_labels()
+    if brackets:
+        handles.append(Line2D([], [], color="0.4", linestyle="--", linewidth=1.0))
+        labels.append(f"the paper's spread\n({tables.PAPER};\nResNet-9, b = 128),\nhung from our best σ_w")
+    if handles:
+        fig.legend(handles, labels, loc="outside right center", frameon=False, title="ours: spread across σ_w",
+                   title_fontsize=7)
     return fig
 
 
@@ -128,7 +148,7 @@ def radial_memory_plot(runs: pd.DataFrame) -> Figure:
         ok = ok[(ok > 0).all(axis=1)].sort_values("init_weight_norm")
         if ok.empty:
             continue
-        slope = tables._radial_slope(g)
+        slope = tables.radial_slope(g)
         label = g["label"].iloc[0] + ("" if math.isnan(slope) else f" (slope {slope:.2f})")
         ax.plot(ok["init_weight_norm"], ok["final_weight_norm"], marker="o", label=label)
     lo, hi = ax.get_xlim()
@@ -146,7 +166,7 @@ def spread_vs_batch_size(runs: pd.DataFrame) -> Figure:
     """F4: spread (pp) against batch size, one line per optimiser; error bars = std over seeds."""
     cs = tables.config_spreads(runs)
     fig, (ax,) = _figure(width=4.6, height=3.4)
-    others = [c for c in dict.fromkeys(["optimizer", *tables._label_columns(cs)])
+    others = [c for c in dict.fromkeys(["optimizer", *tables.label_columns(cs)])
               if c != "batch_size" and c in cs.columns]
     for key, g in cs.groupby(others, sort=False):
         g = g.sort_values("batch_size")
@@ -192,8 +212,8 @@ def depth_interpolation_map(runs: pd.DataFrame) -> Figure:
     """F6: per optimiser, a map architecture × σ_w coloured by test accuracy (%) and marked with the
     interpolation epoch, or ✗ where no seed interpolated (deep nets that fail to train at large σ_w)."""
     confs = tables.configurations(runs)
-    archs = sorted(confs["arch"].unique(), key=lambda a: tables._rank("arch", a))
-    opts = sorted(confs["optimizer"].unique(), key=lambda o: tables._rank("optimizer", o))
+    archs = sorted(confs["arch"].unique(), key=lambda a: tables.order_key("arch", a))
+    opts = sorted(confs["optimizer"].unique(), key=lambda o: tables.order_key("optimizer", o))
     sigmas = sorted(confs["sigma_w"].unique())
     fig, axes = _figure(ncols=len(opts), width=0.55 * len(sigmas) * len(opts) + 1.8, height=0.5 * len(archs) + 1.7)
     norm = Normalize(100 * confs["test_acc_at_best"].min(), 100 * confs["test_acc_at_best"].max())
@@ -218,32 +238,38 @@ def depth_interpolation_map(runs: pd.DataFrame) -> Figure:
 
 
 # --- F7 ----------------------------------------------------------------------------------------------------
+MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*", "h", "<", ">", "p")
+
+
 def spread_vs_clocks(runs: pd.DataFrame) -> Figure:
     """F7: spread (pp) of every configuration of every section against its forgetting clocks T_SGD, T_L2, T_adapt
-    (three log-x panels). A configuration's clock is its value at the end of training (median over its runs):
-    clocks do not depend on σ_w, while the best epoch does. Zero clocks (no L2) cannot sit on a log axis and are
-    counted in a note instead."""
+    (three log-x panels). Colour = section, marker = configuration within its section, so every configuration
+    has its own legend entry. A configuration's clock is its value at the end of training (median over its runs):
+    clocks do not depend on σ_w, while the best epoch does. Zero clocks (no L2) cannot sit on a log axis; how many
+    are left off is said under the panel."""
     cs = tables.config_spreads(runs)
-    fig, axes = _figure(ncols=3, width=9.0, height=3.2, sharey=True)
+    cs = cs.assign(marker=[MARKERS[k % len(MARKERS)] for k in cs.groupby("section", sort=False).cumcount()])
+    fig, axes = _figure(ncols=3, width=10.0, height=0.12 * len(cs) + 1.6 if len(cs) > 16 else 3.4, sharey=True)
     names = {"T_SGD": "T_SGD = Σ η² / b", "T_L2": "T_L2 = λ Σ η", "T_adapt": "T_adapt = Σ η"}
     for ax, clock in zip(axes, tables.CLOCKS, strict=True):
         ok = cs[cs[clock] > 0]
-        for section, g in ok.groupby("section", sort=True):
-            ax.errorbar(g[clock], g["spread_pp"], yerr=g["spread_pp_std"].fillna(0), fmt="o", capsize=2,
-                        color=SECTION_COLORS.get(section[:2]), label=section)
+        for r in ok.itertuples():
+            ax.errorbar(getattr(r, clock), r.spread_pp, yerr=0 if math.isnan(r.spread_pp_std) else r.spread_pp_std,
+                        fmt=r.marker, capsize=2, color=SECTION_COLORS.get(r.section[:2], "C7"), markersize=5.5,
+                        markeredgecolor="white", markeredgewidth=0.4, label=f"{r.section[:2]} {r.label}")
         skipped = int((~(cs[clock] > 0)).sum())
-        if skipped:
-            ax.text(0.02, 0.98, f"{skipped} configuration(s) with {clock} = 0 not shown", transform=ax.transAxes,
-                    va="top", fontsize=6, color="0.4")
+        label = names[clock] + " (end of training)"
         if len(ok):
             ax.set_xscale("log")
             ax.xaxis.set_minor_formatter(ticker.NullFormatter())
-        ax.set_xlabel(names[clock] + " (end of training)")
+        ax.set_xlabel(label + (f"\n{skipped} configuration(s) with {clock} = 0 not shown" if skipped else ""))
     axes[0].set_ylabel("test-accuracy spread across σ_w (pp)")
     axes[0].set_ylim(bottom=-0.5)  # spreads are >= 0; a zero stays visible
     handles = {lab: h for ax in axes for h, lab in zip(*ax.get_legend_handles_labels(), strict=True)}
     if handles:
-        fig.legend(list(handles.values()), list(handles), loc="outside right upper", frameon=False)
+        order = [f"{r.section[:2]} {r.label}" for r in cs.itertuples() if f"{r.section[:2]} {r.label}" in handles]
+        fig.legend([handles[k] for k in order], order, loc="outside right upper", frameon=False, fontsize=6,
+                   ncols=1 if len(order) <= 24 else 2, handletextpad=0.3, labelspacing=0.35)
     return fig
 
 
@@ -307,98 +333,29 @@ def training_curves(runs: pd.DataFrame, histories: pd.DataFrame, sigma_w: float 
     return fig
 
 
-# --- saving ------------------------------------------------------------------------------------------------
+# --- captions and placeholders ------------------------------------------------------------------------------
+FOOTER_PT = 5.0
+
+
+def caption_figure(fig: Figure, title: str, footer: str) -> Figure:
+    """Add `title` (unless it has one) and a small grey `footer` (the provenance stamp), both wrapped to the
+    figure's width, and make room for the footer under the axes."""
+    width, height = fig.get_size_inches()
+    if title and fig.get_suptitle() == "":
+        fig.suptitle(textwrap.fill(title, int(width * 72 / (0.6 * 8))), fontsize=8)
+    # DejaVu Sans averages ~0.5 em per character; 0.6 leaves room for digit-heavy lines
+    lines = textwrap.wrap(footer, int(width * 72 / (0.6 * FOOTER_PT)), break_on_hyphens=False)
+    fig.text(0.005, 0.004, "\n".join(lines), fontsize=FOOTER_PT, color="0.45", ha="left", va="bottom",
+             linespacing=1.2)
+    bottom = (len(lines) * 1.2 * FOOTER_PT + 4) / (72 * height)
+    if fig.get_layout_engine() is not None:
+        fig.get_layout_engine().set(rect=(0, bottom, 1, 1 - bottom))
+    return fig
+
+
 def message_figure(message: str) -> Figure:
     """A figure that says only `message` (a section without results)."""
     fig, (ax,) = _figure(width=6.4, height=2.0)
     ax.set_axis_off()
-    ax.text(0.5, 0.5, message, ha="center", va="center", fontsize=9, wrap=True, transform=ax.transAxes)
+    ax.text(0.5, 0.5, textwrap.fill(message, 90), ha="center", va="center", fontsize=9, transform=ax.transAxes)
     return fig
-
-
-def save_figure(fig: Figure, name: str, out_dir: str | Path, stamp: Stamp, title: str, missing: bool = False
-                ) -> list[Path]:
-    """Stamp `fig` with `title` and the provenance caption, write `<out_dir>/<name>.{png,pdf,json}`."""
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    fig.text(0.005, 0.004, f"{name}: {stamp.caption()}", fontsize=5, color="0.45", ha="left", va="bottom")
-    if title and not fig._suptitle:
-        fig.suptitle(textwrap.fill(title, int(fig.get_figwidth() * 16)), fontsize=8)
-    png, pdf, meta = out / f"{name}.png", out / f"{name}.pdf", out / f"{name}.json"
-    fig.savefig(png, dpi=DPI, metadata=PNG_METADATA)
-    fig.savefig(pdf, metadata=PDF_METADATA)
-    tables.write_sidecar(meta, stamp.sidecar(name, "figure", title, [png.name, pdf.name], missing=missing))
-    return [png, pdf, meta]
-
-
-class Section:
-    """One figure notebook's view of a results tree: the runs of `sections` (all sections when None), their
-    histories (loaded on first use), the provenance stamp, and `table`/`figure` that build and save artefacts.
-
-    A builder is a zero-argument callable (a lambda over `self.runs`/`self.histories`), called only when the
-    section has runs, so a missing section or a `NoResults` from the builder gives a placeholder artefact and a
-    printed message, never an exception.
-    """
-
-    def __init__(self, results_dir: str | Path, out_dir: str | Path, sections: str | Sequence[str] | None = None):
-        from initmem.results import load_runs
-
-        self.results_dir, self.out_dir = Path(results_dir), Path(out_dir)
-        self.sections = (sections,) if isinstance(sections, str) else tuple(sections or ())
-        runs = load_runs(self.results_dir) if self.results_dir.is_dir() else pd.DataFrame(columns=["section"])
-        self.runs = runs[runs["section"].isin(self.sections)] if self.sections else runs
-        self.runs = self.runs.reset_index(drop=True)
-        self.stamp = Stamp.of(self.runs, self.results_dir, self.sections)
-        where = f"section {', '.join(self.sections)}" if self.sections else "any section"
-        self.message = None if len(self.runs) else f"no results for {where} in {self.stamp.results_dir}"
-        if self.message:
-            print(self.message)
-        self._histories: pd.DataFrame | None = None
-        self.written: list[Path] = []
-
-    def param(self, name: str, default=None):
-        """A `fixed` value of this section's params file (`params/<section>.yaml`) in the profile the results
-        came from (02's `epoch_marks`), else `default`: what a section notebook was run with is not in run.json."""
-        import yaml
-
-        try:
-            doc = yaml.safe_load((ROOT / "params" / f"{self.sections[0]}.yaml").read_text(encoding="utf-8"))
-            return doc["profiles"][self.stamp.profile]["fixed"].get(name, default)
-        except (OSError, IndexError, KeyError, TypeError, AttributeError, yaml.YAMLError):
-            return default
-
-    @property
-    def histories(self) -> pd.DataFrame:
-        if self._histories is None:
-            from initmem.results import load_histories
-
-            folders = [self.results_dir / s for s in self.sections] or [self.results_dir]
-            frames = [load_histories(f) for f in folders if f.is_dir()]
-            h = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=["run_id", "epoch"])
-            self._histories = h[h["run_id"].isin(self.runs["run_id"])]
-        return self._histories
-
-    def _build(self, name: str, build: Callable):
-        if self.message:
-            return None, self.message
-        try:
-            return build(), None
-        except NoResults as exc:
-            msg = f"{name}: {exc} in {self.stamp.results_dir} ({', '.join(self.sections) or 'all sections'})"
-            print(msg)
-            return None, msg
-
-    def table(self, name: str, build: Callable[[], pd.DataFrame], title: str) -> pd.DataFrame | str:
-        """Build and save table `name`; returns the DataFrame (or the placeholder message)."""
-        df, msg = self._build(name, build)
-        self.written += tables.save_table(df, name, self.out_dir, self.stamp, title, message=msg)
-        return df if msg is None else msg
-
-    def figure(self, name: str, build: Callable[[], Figure], title: str) -> Figure:
-        """Build and save figure `name` (PNG + PDF + sidecar); returns the Figure (or the placeholder)."""
-        with matplotlib.rc_context(STYLE):
-            fig, msg = self._build(name, build)
-            if msg is not None:
-                fig = message_figure(msg)
-            self.written += save_figure(fig, name, self.out_dir, self.stamp, title, missing=msg is not None)
-        return fig

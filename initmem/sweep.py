@@ -1,13 +1,12 @@
 """Sweeps: a section's params file → grid points → one papermill execution of the section notebook per point.
 
-A params file `params/NN_section.yaml` is `{section, notebook, description, profiles: {name: {fixed, grid}}}`; a
-point's parameters are `fixed` ∪ one element of the cartesian product of `grid`, plus `results_dir` and
-`section`. A point is one configuration of everything except σ_w and seed (its notebook trains every σ_w × seed
-through `experiment.run_sigma_sweep`), so it is complete when all of its runs are: a re-run of a finished sweep
-executes nothing. Every value is type-checked against the notebook's parameters cell when the file is loaded,
-and every point's TrainConfigs are built before the first execution, so a typo fails in a second, not after
-hours. Executors: `local` (in-process, or a pool of `jobs` processes with one GPU each) and `slurm` (submitit,
-one array task per point). Notebooks run with the repository root (the parent of `params/`) as working folder.
+Params files, sections and points live in `initmem.params` (re-exported here): every value is type-checked against
+the notebook's parameters cell and every point's TrainConfigs are built when a file is loaded, so a typo fails in a
+second, not after hours. A point is one configuration of everything except σ_w and seed (its notebook trains every
+σ_w × seed through `experiment.run_sigma_sweep`), so it is complete when all of its runs are: a re-run of a finished
+sweep executes nothing. Executors: `local` (in-process, or a pool of `jobs` processes with one GPU each, which die
+with their parent) and `slurm` (submitit, one array task per point). Notebooks run with the repository root (the
+parent of `params/`) as working folder.
 """
 
 from __future__ import annotations
@@ -15,141 +14,28 @@ from __future__ import annotations
 import concurrent.futures as cf
 import datetime
 import difflib
-import hashlib
-import itertools
 import json
 import multiprocessing as mp
 import os
-import re
 import shutil
+import signal
 import sys
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
 from submitit.helpers import Checkpointable
 
 from initmem.config import point_configs
 from initmem.errors import InitmemError, SweepError
-from initmem.notebook import Parameter, check_parameters, execute_notebook, notebook_parameters
+from initmem.notebook import execute_notebook
+from initmem.params import REQUIRED, Point, Section, load_section, params_files
 
-PROFILE_KEYS = ("fixed", "grid")
-SWEEP_SET = ("results_dir", "section")  # set by the sweep, never by a profile
-REQUIRED = ("results_dir", "section", "sigma_ws", "seeds")  # what every section notebook must declare
+__all__ = ["REQUIRED", "SLURM_OPTIONS", "Point", "Section", "load_section", "params_files", "point_configs",
+           "run_sweep"]
 SLURM_OPTIONS = ("partition", "gpus_per_node", "time", "mem_gb", "cpus_per_task", "array_parallelism", "extra")
-_NOT_IN_ID = ("results_dir", "section", "progress")  # where and how verbosely, not what
-
-
-# --- params files ------------------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class Point:
-    """One configuration (all but σ_w and seed) of a section: what one notebook execution trains."""
-
-    section: str
-    point_id: str
-    parameters: dict[str, Any]  # injected into the notebook: fixed ∪ grid values ∪ results_dir, section
-    grid: dict[str, Any]  # the grid values that tell this point from the others
-
-
-@dataclass
-class Section:
-    """A parsed and type-checked params file."""
-
-    name: str
-    path: Path  # the params file
-    notebook: Path  # absolute
-    root: Path  # repository root: the notebooks' working folder
-    description: str
-    profiles: dict[str, dict[str, dict[str, Any]]]
-    declared: dict[str, Parameter]  # the notebook's parameters cell
-
-    def results_for(self, profile: str, results: str | Path | None = None) -> Path:
-        """Absolute results folder: `results`, or `<root>/results/<profile>` by default."""
-        return Path(results).resolve() if results is not None else self.root / "results" / profile
-
-    def points(self, profile: str, results: str | Path | None = None) -> list[Point]:
-        """The cartesian product of the profile's grid, each point with `fixed` values and where to write."""
-        if profile not in self.profiles:
-            raise SweepError(f"{self.path}: unknown profile {profile!r}; profiles: {', '.join(self.profiles)}")
-        spec = self.profiles[profile]
-        out = self.results_for(profile, results)
-        results_dir = str(out.relative_to(self.root)) if out.is_relative_to(self.root) else str(out)
-        defaults = {k: p.default for k, p in self.declared.items()}
-        grid = spec["grid"]
-        points = []
-        for combo in itertools.product(*grid.values()):
-            values = dict(zip(grid, combo, strict=True))
-            params = {**spec["fixed"], **values, "results_dir": results_dir, "section": self.name}
-            key = {k: v for k, v in {**defaults, **params}.items() if k not in _NOT_IN_ID}
-            digest = hashlib.sha256(json.dumps(key, sort_keys=True, default=str).encode()).hexdigest()[:6]
-            label = "_".join(f"{k}-{_fmt(v)}" for k, v in values.items()) or "base"
-            points.append(Point(self.name, f"{re.sub(r'[^A-Za-z0-9._+-]+', '-', label)[:80]}_{digest}", params, values))
-        return points
-
-    def effective(self, point: Point) -> dict[str, Any]:
-        """The notebook's defaults overridden by the point's parameters: what the notebook actually sees."""
-        return {**{k: p.default for k, p in self.declared.items()}, **point.parameters}
-
-
-def _fmt(v: Any) -> str:
-    return ",".join(map(_fmt, v)) if isinstance(v, (list, tuple)) else f"{v:g}" if isinstance(v, float) else str(v)
-
-
-def load_section(path: str | Path) -> Section:
-    """Parse a params file and type-check every profile against the notebook's parameters cell."""
-    path = Path(path).resolve()
-    try:
-        doc = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise SweepError(f"params file {str(path)!r} does not exist") from None
-    except yaml.YAMLError as exc:  # one line: where, and what the parser expected
-        mark, problem = getattr(exc, "problem_mark", None), getattr(exc, "problem", None)
-        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
-        raise SweepError(f"{path}: not valid YAML{where}: {problem or ' '.join(str(exc).split())}; a params file "
-                         "is a YAML mapping like params/01_optimizers.yaml") from None
-    keys = ("section", "notebook", "description", "profiles")
-    if not isinstance(doc, dict) or set(doc) - set(keys) or not {"section", "notebook", "profiles"} <= set(doc):
-        raise SweepError(f"{path}: a params file is a mapping with keys {', '.join(keys)} (description optional); "
-                         f"found {sorted(doc) if isinstance(doc, dict) else type(doc).__name__}")
-    root = path.parent.parent  # params/ lives in the repository root
-    notebook = (root / doc["notebook"]).resolve()
-    if not notebook.is_file():
-        raise SweepError(f"{path}: notebook {doc['notebook']!r} does not exist (relative to {root})")
-    declared = notebook_parameters(notebook)
-    missing = [k for k in REQUIRED if k not in declared]
-    if missing:
-        raise SweepError(f"{notebook}: the parameters cell lacks {missing}; a section notebook declares {REQUIRED}")
-    profiles = doc["profiles"]
-    if not isinstance(profiles, dict) or not profiles:
-        raise SweepError(f"{path}: 'profiles' must map profile names to {{fixed: ..., grid: ...}}")
-    checked = {}
-    for name, spec in profiles.items():
-        where = f"{path.name} profile {name!r}: "
-        spec = spec or {}
-        if not isinstance(spec, dict) or set(spec) - set(PROFILE_KEYS):
-            raise SweepError(f"{where}a profile holds only {PROFILE_KEYS}; found "
-                             f"{sorted(spec) if isinstance(spec, dict) else type(spec).__name__}")
-        fixed, grid = spec.get("fixed") or {}, spec.get("grid") or {}
-        if not isinstance(fixed, dict) or not isinstance(grid, dict):
-            raise SweepError(f"{where}'fixed' and 'grid' must be mappings")
-        for k in (*fixed, *grid):
-            if k in SWEEP_SET:
-                raise SweepError(f"{where}{k!r} is set by the sweep (--results / the section name), not by a profile")
-        both = set(fixed) & set(grid)
-        if both:
-            raise SweepError(f"{where}{sorted(both)} are both fixed and in the grid; keep each in one place")
-        fixed = check_parameters(fixed, declared, where)
-        new_grid = {}
-        for k, values in grid.items():
-            if not isinstance(values, list) or not values:
-                raise SweepError(f"{where}grid {k!r} must be a non-empty list of values, got {values!r}: "
-                                 "the grid would expand to no point")
-            new_grid[k] = [check_parameters({k: v}, declared, where)[k] for v in values]
-        checked[name] = {"fixed": fixed, "grid": new_grid}
-    return Section(str(doc["section"]), path, notebook, root, str(doc.get("description") or "").strip(), checked,
-                   declared)
 
 
 # --- completion: the same TrainConfigs the notebook builds (config.point_configs) ----------------------
@@ -214,7 +100,30 @@ def _visible_gpus() -> list[str]:
         return []
 
 
-def _init_worker(gpus: mp.Queue) -> None:
+def _die_with_parent(parent: int) -> None:
+    """Make this pool worker die with the sweep that started it, even by SIGKILL (which runs no cleanup and leaves
+    a ProcessPoolExecutor's workers running): Linux's PR_SET_PDEATHSIG sends it SIGKILL when its parent exits; a
+    watchdog thread polling the parent's id covers other systems and a parent that died before the prctl. The
+    notebook kernels a worker starts poll their parent (ipykernel's JPY_PARENT_PID) and exit after it."""
+    if sys.platform.startswith("linux"):
+        try:
+            import ctypes
+
+            ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL, 0, 0, 0)  # 1: PR_SET_PDEATHSIG
+        except (OSError, AttributeError):  # no libc prctl: the watchdog alone
+            pass
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(1.0)
+        os.kill(os.getpid(), signal.SIGKILL)
+
+    threading.Thread(target=watch, name="initmem-parent-watchdog", daemon=True).start()
+
+
+def _init_worker(gpus: mp.Queue, parent: int | None = None) -> None:
+    if parent is not None:
+        _die_with_parent(parent)
     # One GPU per worker process: the kernels it starts inherit the variable.
     gpu = gpus.get()
     if gpu is not None:
@@ -229,7 +138,8 @@ def _run_local(tasks: list[tuple], jobs: int, on_done) -> list[PointReport]:
     n = min(jobs, len(tasks))
     for i in range(n):
         queue.put(gpus[i % len(gpus)] if gpus else None)
-    with cf.ProcessPoolExecutor(n, mp_context=ctx, initializer=_init_worker, initargs=(queue,)) as pool:
+    with cf.ProcessPoolExecutor(n, mp_context=ctx, initializer=_init_worker,
+                                initargs=(queue, os.getpid())) as pool:
         futures = {pool.submit(execute_point, *t): t[0] for t in tasks}
         done = {}
         for fut in cf.as_completed(futures):
@@ -241,10 +151,9 @@ def _run_local(tasks: list[tuple], jobs: int, on_done) -> list[PointReport]:
     return [done[t[0].point_id] for t in tasks]
 
 
-def _run_slurm(tasks: list[tuple], folder: Path, section: str, options: dict[str, Any], on_done) -> list[PointReport]:
-    import submitit
-
-    ex = submitit.AutoExecutor(folder=folder, cluster="slurm")
+def slurm_parameters(section: str, options: dict[str, Any]) -> dict[str, Any]:
+    """The submitit parameters a sweep's Slurm array requests (what `--dry-run` prints); unset ones are the
+    cluster's defaults."""
     params: dict[str, Any] = {"name": f"initmem-{section}", "timeout_min": int(options.get("time") or 24 * 60)}
     for ours, theirs in (("partition", "slurm_partition"), ("gpus_per_node", "gpus_per_node"),
                          ("mem_gb", "mem_gb"), ("cpus_per_task", "cpus_per_task"),
@@ -252,7 +161,14 @@ def _run_slurm(tasks: list[tuple], folder: Path, section: str, options: dict[str
                          ("extra", "slurm_additional_parameters")):
         if options.get(ours) is not None:
             params[theirs] = options[ours]
-    ex.update_parameters(**params)
+    return params
+
+
+def _run_slurm(tasks: list[tuple], folder: Path, section: str, options: dict[str, Any], on_done) -> list[PointReport]:
+    import submitit
+
+    ex = submitit.AutoExecutor(folder=folder, cluster="slurm")
+    ex.update_parameters(**slurm_parameters(section, options))
     jobs = ex.map_array(PointJob(), *zip(*tasks, strict=True))
     print(f"submitted {len(jobs)} Slurm array task(s) (job {jobs[0].job_id.split('_')[0]}); logs in {folder}",
           flush=True)
@@ -290,34 +206,62 @@ def summarize(section: Section, points: list[Point]) -> Any:
     across σ_w (pp, `experiment.point_summary`'s), how many runs interpolated, and the largest tau_interp."""
     import pandas as pd
 
-    from initmem.metrics import point_summary
-    from initmem.results import load_runs, run_id
+    from initmem.results import load_runs
 
     runs = load_runs(_results_path(section, points[0]) / section.name) if points else None
-    rows = []
-    for p in points:
-        ids = {run_id(c) for c in point_configs(section.effective(p))}
-        r = runs[runs["run_id"].isin(ids)]
-        row: dict[str, Any] = {"point": p.point_id, "runs": f"{len(r)}/{len(ids)}"}
-        if len(r):
-            s = point_summary(r)
-            row.update({f"acc@{k:g}": round(100 * v, 1) for k, v in s["test_acc_by_sigma_w"].items()})
-            row["spread_pp"] = round(s["spread_pp"], 1) if s["spread_pp"] is not None else None
-            row["interpolated"] = f"{s['n_interpolated']}/{s['n_runs']}"
-            row["max_tau_interp"] = r["tau_interp"].max()
-        rows.append(row)
-    return pd.DataFrame(rows)
+    return pd.DataFrame([point_row(runs, p.point_id, point_configs(section.effective(p))) for p in points])
 
 
-def run_sweep(params_path: str | Path, *, profile: str, results: str | Path | None = None, executor: str = "local",
-              jobs: int = 1, dry_run: bool = False, slurm: dict[str, Any] | None = None,
-              progress: bool = True) -> SweepReport:
+def point_row(runs: Any, point_id: str, configs: list) -> dict[str, Any]:
+    """One point's row of `summarize` from `load_runs` rows and the point's TrainConfigs."""
+    from initmem.metrics import point_summary
+    from initmem.results import run_id
+
+    ids = {run_id(c) for c in configs}
+    r = runs[runs["run_id"].isin(ids)]
+    row: dict[str, Any] = {"point": point_id, "runs": f"{len(r)}/{len(ids)}"}
+    if len(r):
+        s = point_summary(r)
+        row.update({f"acc@{k:g}": round(100 * v, 1) for k, v in s["test_acc_by_sigma_w"].items()})
+        row["spread_pp"] = round(s["spread_pp"], 1) if s["spread_pp"] is not None else None
+        row["interpolated"] = f"{s['n_interpolated']}/{s['n_runs']}"
+        row["max_tau_interp"] = r["tau_interp"].max()
+    return row
+
+
+class Progress:
+    """Points finished out of all the points one command runs (over every params file), with an ETA from the wall
+    time per point so far (wall time, so points run in parallel count as such)."""
+
+    def __init__(self, total: int):
+        self.total, self.done, self.t0 = total, 0, time.monotonic()
+
+    def step(self) -> str:
+        self.done += 1
+        left = (time.monotonic() - self.t0) / self.done * max(self.total - self.done, 0)
+        return f"[{self.done}/{self.total} points] ETA {_hms(left)}"
+
+
+def _hms(seconds: float) -> str:
+    s = int(round(seconds))
+    return f"{s // 3600:02d}:{s // 60 % 60:02d}:{s % 60:02d}"
+
+
+def points_to_run(section: Section, profile: str, results: str | Path | None = None) -> int:
+    """How many of a profile's points are incomplete (what a sweep would execute)."""
+    return sum(done < total for done, total in (point_progress(section, p) for p in section.points(profile, results)))
+
+
+def run_sweep(params_path: str | Path | Section, *, profile: str, results: str | Path | None = None,
+              executor: str = "local", jobs: int = 1, dry_run: bool = False, slurm: dict[str, Any] | None = None,
+              progress: bool = True, overall: Progress | None = None) -> SweepReport:
     """Run every incomplete point of a section's profile; return per-point statuses and a summary table.
 
     `results` defaults to `<repo>/results/<profile>`; executed notebooks go to
     `<results>/<section>/notebooks/<point_id>.ipynb`. `executor`: `local` (`jobs` points at a time, one GPU per
     worker) or `slurm` (submitit job array; `slurm` options: partition, gpus_per_node, time (minutes), mem_gb,
-    cpus_per_task, array_parallelism, extra). `progress` streams the notebooks' output.
+    cpus_per_task, array_parallelism, extra). `progress` streams the notebooks' output. `params_path` may be a
+    loaded `Section`; `overall` counts the points of several sweeps of one command (default: this sweep's).
     """
     if executor not in ("local", "slurm"):
         raise SweepError(f"executor {executor!r} is unknown; accepted: local, slurm")
@@ -331,7 +275,7 @@ def run_sweep(params_path: str | Path, *, profile: str, results: str | Path | No
                          + f"; accepted: {', '.join(SLURM_OPTIONS)}")
     if executor == "slurm" and not dry_run and shutil.which("sbatch") is None:
         raise SweepError("--executor slurm needs Slurm's sbatch on PATH; it was not found")
-    section = load_section(params_path)
+    section = params_path if isinstance(params_path, Section) else load_section(params_path)
     points = section.points(profile, results)
     out = section.results_for(profile, results)
     report = SweepReport(section.name, profile, out, executor)
@@ -353,15 +297,31 @@ def run_sweep(params_path: str | Path, *, profile: str, results: str | Path | No
     print(f"== {section.name} [{profile}] {len(points)} point(s), {to_run} to run, "
           f"{sum(r.status == 'skipped' for r in plan.values())} complete; results: {out}", flush=True)
     if dry_run:
+        from initmem.plan import plan_point
+
+        sizes = {"runs": 0, "epochs": 0, "steps": 0, "todo_runs": 0, "todo_steps": 0}
         for p in points:
-            r = plan[p.point_id]
+            r, pp = plan[p.point_id], plan_point(p.point_id, p.grid, section.effective(p))
             what = "skip (complete)" if r.status == "skipped" else f"run ({r.runs} runs complete)"
-            print(f"  {p.point_id:<48} {what:<28} {json.dumps(p.grid, default=str)}")
+            todo = pp.runs - int(r.runs.split("/")[0])
+            sizes.update(runs=sizes["runs"] + pp.runs, epochs=sizes["epochs"] + pp.runs * pp.run["epochs"],
+                         steps=sizes["steps"] + pp.steps, todo_runs=sizes["todo_runs"] + todo,
+                         todo_steps=sizes["todo_steps"] + todo * pp.run["steps"])
+            print(f"  {p.point_id:<48} {what:<28} {pp.runs} runs x {pp.run['epochs']} epochs x "
+                  f"{pp.run['steps_per_epoch']} steps = {pp.steps:,} steps {json.dumps(p.grid, default=str)}")
+        print(f"  total: {sizes['runs']} runs, {sizes['epochs']:,} epochs, {sizes['steps']:,} steps; to run: "
+              f"{sizes['todo_runs']} runs, {sizes['todo_steps']:,} steps (`initmem plan` adds clocks and time)")
+        if executor == "slurm":
+            req = slurm_parameters(section.name, slurm)
+            print(f"  slurm: an array of {to_run} task(s) (one per point to run), each requesting "
+                  + ", ".join(f"{k}={v}" for k, v in req.items())
+                  + "; " + (", ".join(k for k in ("slurm_partition", "gpus_per_node", "mem_gb", "cpus_per_task")
+                                      if k not in req) or "nothing") + " left to the cluster's defaults")
     else:
-        counter = itertools.count(1)
+        counter = overall if overall is not None else Progress(len(tasks))
 
         def on_done(r: PointReport) -> PointReport:
-            print(f"[{next(counter)}/{len(tasks)}] {r.point_id}: {r.status} in {r.seconds:.1f} s"
+            print(f"{counter.step()} {section.name} {r.point_id}: {r.status} in {r.seconds:.1f} s"
                   + (f"\n    {r.message}" if r.message else ""), file=sys.stdout, flush=True)
             return r
 

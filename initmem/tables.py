@@ -1,31 +1,30 @@
-"""The study's tables: pure functions from `results.load_runs` / `load_histories` frames to DataFrames, and the
-writer that turns one into `<out>/tables/<name>.{md,tex,csv,json}`, stamped with where its numbers came from.
+"""The study's tables: pure functions from `results.load_runs` / `load_histories` frames to DataFrames. Writing
+them (md, tex, csv and a provenance sidecar) is `initmem.figures`' job.
 
 Vocabulary. A *configuration* is a set of runs sharing everything but σ_w and seed (and the fields that cannot
-change a result, `train.RUN_ID_EXCLUDE`): one sweep point. Its *spread* is `experiment.point_summary`'s, so the
+change a result, `config.RUN_ID_EXCLUDE`): one sweep point. Its *spread* is `metrics.point_summary`'s, so the
 figures and the section notebooks agree: best minus worst across σ_w of the per-σ_w mean over seeds (pp), with
 the seed-to-seed standard deviation of the per-seed spreads in a `<column>_std` companion when there is more than
-one seed. Accuracies in tables are percentages. Every column `c` with a `c_std` companion is
-printed as "c ± c_std" in the md/tex files; the csv keeps the numbers.
+one seed. Accuracies in tables are percentages. A frame's `attrs["formats"]` maps column patterns to the format
+its md/tex rendering uses; every column `c` with a `c_std` companion is shown there as "c ± c_std".
 """
 
 from __future__ import annotations
 
-import fnmatch
-import json
+import dataclasses
 import math
-import re
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
-from datetime import UTC, datetime
 from functools import cache
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
 from initmem import metrics
-from initmem.errors import ResultsError
+from initmem.config import RUN_ID_EXCLUDE, TrainConfig
+from initmem.errors import ConfigError, NoResults, ResultsError
+
+__all__ = ["NoResults", "configurations", "optimizer_table", "long_training_table", "config_spreads",
+           "spread_pivot", "lr_l2_table", "batch_size_table", "depth_table", "run_table", "interpolation_table"]
 
 CLOCKS = ("T_SGD", "T_L2", "T_adapt")
 OPTIMIZER_ORDER = ("sgd", "sgd_momentum", "adam", "adamw", "muon")
@@ -34,19 +33,25 @@ ARCH_ORDER = ("resnet9", "resnet20", "resnet56", "resnet110")
 LABEL_PRIORITY = ("optimizer", "arch", "batch_size", "lr", "weight_decay", "momentum", "width", "epochs",
                   "schedule", "augment", "n_train")
 SHORT = {"batch_size": "b", "weight_decay": "wd", "momentum": "mom", "epochs": "ep", "n_train": "n"}
+# The paper's spreads (pp; STUDY.md findings 1 and 2) and the conditions they were reported under: ResNet-9,
+# b = 128, plain SGD at its low learning rate without L2, Muon "in comparable conditions".
+PAPER_SPREADS = (({"optimizer": "sgd", "arch": "resnet9", "batch_size": 128, "weight_decay": 0.0}, 26.5),
+                 ({"optimizer": "muon", "arch": "resnet9", "batch_size": 128}, 4.0))
+PAPER = "arXiv 2605.29152"
 
 
-class NoResults(ResultsError):
-    """A table or figure has nothing to show; the artefact becomes a 'no results' placeholder saying why."""
+def paper_spread(config: dict | pd.Series) -> float:
+    """The paper's spread (pp) for a configuration like `config` (a run or config_spreads row), NaN when the paper
+    reports none: 26.5 for SGD at ResNet-9, b = 128 (no L2); about 4 for Muon there."""
+    for cond, value in PAPER_SPREADS:
+        if all(k in config and _hashable(config[k]) == v for k, v in cond.items()):
+            return value
+    return math.nan
 
 
 @cache
 def _config_key() -> tuple[str, ...]:
     """TrainConfig fields that tell configurations apart: all but σ_w, seed and the result-neutral ones."""
-    import dataclasses
-
-    from initmem.config import RUN_ID_EXCLUDE, TrainConfig
-
     return tuple(f.name for f in dataclasses.fields(TrainConfig)
                  if f.name not in (*RUN_ID_EXCLUDE, "sigma_w", "seed"))
 
@@ -59,7 +64,9 @@ def _hashable(v):
     return v.item() if isinstance(v, np.generic) else v
 
 
-def _rank(column: str, v) -> tuple:
+def order_key(column: str, v) -> tuple:
+    """Sort key of a config value in display order: optimisers and architectures in study order, numbers by value,
+    then strings; None first."""
     order = {"optimizer": OPTIMIZER_ORDER, "arch": ARCH_ORDER}.get(column, ())
     if v is None:
         return (0, 0.0, "")
@@ -85,7 +92,7 @@ def configurations(runs: pd.DataFrame) -> pd.DataFrame:
         raise NoResults("no runs")
     cols = ["section", *(c for c in _config_key() if c in runs.columns)]
     keys = [tuple(_hashable(r[c]) for c in cols) for r in runs[cols].to_dict("records")]
-    order = sorted(set(keys), key=lambda k: tuple(_rank(c, v) for c, v in zip(cols, k, strict=True)))
+    order = sorted(set(keys), key=lambda k: tuple(order_key(c, v) for c, v in zip(cols, k, strict=True)))
     ids = {k: i for i, k in enumerate(order)}
     labels, label_columns = {}, {}
     for section in dict.fromkeys(k[0] for k in order):
@@ -112,11 +119,13 @@ def configurations(runs: pd.DataFrame) -> pd.DataFrame:
     return out
 
 
-def _label_columns(confs: pd.DataFrame) -> list[str]:
+def label_columns(confs: pd.DataFrame) -> list[str]:
+    """The config fields the labels of a `configurations` (or `config_spreads`) frame use, over all its sections."""
     return list(dict.fromkeys(c for cs in confs.attrs["label_columns"].values() for c in cs)) or ["label"]
 
 
 def sigma_column(sigma_w: float) -> str:
+    """The table column of one σ_w: 'sigma_w=0.5'."""
     return f"sigma_w={sigma_w:g}"
 
 
@@ -128,7 +137,7 @@ def _mean_std(xs: Sequence[float]) -> tuple[float, float]:
 
 
 def point_spread(group: pd.DataFrame) -> tuple[float, float]:
-    """(spread_pp, seed-to-seed std) of one configuration's runs, from `experiment.point_summary`; NaN where it
+    """(spread_pp, seed-to-seed std) of one configuration's runs, from `metrics.point_summary`; NaN where it
     has none (no accuracy, or a single seed)."""
     s = metrics.point_summary(group)
     return tuple(math.nan if s[k] is None else float(s[k]) for k in ("spread_pp", "spread_seed_std_pp"))
@@ -171,23 +180,27 @@ def _finish(df: pd.DataFrame, formats: dict | None = None) -> pd.DataFrame:
 # --- T1 ----------------------------------------------------------------------------------------------------
 def optimizer_table(runs: pd.DataFrame) -> pd.DataFrame:
     """T1: per configuration (section 01: per optimiser) the test accuracy (%) at the best-validation-loss epoch
-    per σ_w, the spread (pp), how many runs interpolated, the median interpolation epoch, the range of the
-    final-to-initial weight-norm ratio and the radial-memory slope (`metrics.radial_memory`)."""
+    per σ_w, the spread (pp), the paper's spread where it reports one (`paper_spread_pp`, NaN elsewhere), how
+    many runs interpolated, the median interpolation epoch, the range of the final-to-initial weight-norm ratio
+    and the radial-memory slope (`metrics.radial_memory`)."""
     confs = configurations(runs)
-    lead, sigmas, multi = _label_columns(confs), sorted(confs["sigma_w"].unique()), _multi_seed(confs)
+    lead, sigmas, multi = label_columns(confs), sorted(confs["sigma_w"].unique()), _multi_seed(confs)
     rows = []
     for _, g in confs.groupby("config", sort=True):
         tau = g["tau_interp"].dropna().astype(float)
         ratio = g["final_weight_norm"].astype(float) / g["init_weight_norm"].astype(float)
         rows.append({**_lead(g, lead), **_sigma_cells(g, sigmas, multi), **_spread_cells(g, multi),
+                     "paper_spread_pp": paper_spread(g.iloc[0]),
                      "interpolated": f"{len(tau)}/{len(g)}",
                      "tau_interp": float(tau.median()) if len(tau) else math.nan,
                      "norm_ratio_min": float(ratio.min()), "norm_ratio_max": float(ratio.max()),
-                     "radial_slope": _radial_slope(g)})
+                     "radial_slope": radial_slope(g)})
     return _finish(pd.DataFrame(rows))
 
 
-def _radial_slope(g: pd.DataFrame) -> float:
+def radial_slope(g: pd.DataFrame) -> float:
+    """`metrics.radial_memory` slope of final against initial weight norm over one configuration's runs; NaN with
+    fewer than two initial scales."""
     ok = g[["init_weight_norm", "final_weight_norm"]].dropna().astype(float)
     ok = ok[(ok > 0).all(axis=1)]
     if ok["init_weight_norm"].nunique() < 2:
@@ -202,21 +215,42 @@ def default_marks(max_epoch: int) -> list[int]:
     return [m for m in marks if max_epoch / 50 <= m < max_epoch] + [int(max_epoch)]
 
 
-def long_training_table(runs: pd.DataFrame, histories: pd.DataFrame, marks: Sequence[int] | None = None
-                        ) -> pd.DataFrame:
+def _check_marks(marks: Sequence[int], longest: int) -> list[int]:
+    if (isinstance(marks, (str, bytes)) or not isinstance(marks, Iterable) or not list(marks)
+            or any(isinstance(m, bool) or not isinstance(m, (int, np.integer)) or m < 1 for m in marks)):
+        raise ConfigError(f"epoch_marks={marks!r} is invalid: a non-empty list of epochs >= 1 is accepted")
+    if max(marks) > longest:
+        raise ConfigError(f"epoch_marks={list(marks)!r} is invalid: the runs trained {longest} epochs; marks <= "
+                          f"{longest} are accepted")
+    return sorted({int(m) for m in marks})
+
+
+def long_training_table(runs: pd.DataFrame, histories: pd.DataFrame | None = None,
+                        marks: Sequence[int] | None = None) -> pd.DataFrame:
     """T2: per configuration and epoch mark m, the test accuracy (%) per σ_w and the spread (pp), as if training
     had stopped at m: each run's accuracy is `metrics.test_at_best(history, upto=m)` (best validation loss among
     epochs 1..m), and T_SGD and T_adapt are the clocks reached at m (mean over runs): time in epochs grows, T_SGD
     stays small.
-    Marks default to `default_marks` of the longest history; a configuration gets the marks up to its own last
-    epoch."""
+
+    `histories` default to the runs' own (`results.load_histories` of each run's `path`). Marks default to
+    `default_marks` of the longest history; given marks must be epochs >= 1 that some run reached (ConfigError
+    otherwise), and a configuration gets the marks up to its own last epoch."""
     confs = configurations(runs)
+    if histories is None:
+        if "path" not in confs.columns:
+            raise ConfigError("long_training_table got runs without a `path` column and no histories: the rows of "
+                              "load_runs (or run_sigma_sweep) are accepted")
+        from initmem.results import load_histories
+
+        frames = [load_histories(p) for p in confs["path"].dropna().unique()]
+        histories = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=["run_id", "epoch"])
     h = histories[histories["run_id"].isin(confs["run_id"]) & (histories["epoch"] >= 1)]
     if h.empty:
         raise NoResults("no training history")
     by_run = {rid: hh.sort_values("epoch") for rid, hh in h.groupby("run_id")}
-    marks = default_marks(int(h["epoch"].max())) if marks is None else sorted({int(m) for m in marks})
-    lead, sigmas, multi = _label_columns(confs), sorted(confs["sigma_w"].unique()), _multi_seed(confs)
+    longest = int(h["epoch"].max())
+    marks = default_marks(longest) if marks is None else _check_marks(marks, longest)
+    lead, sigmas, multi = label_columns(confs), sorted(confs["sigma_w"].unique()), _multi_seed(confs)
     rows = []
     for _, g in confs.groupby("config", sort=True):
         g = g[g["run_id"].isin(by_run)]
@@ -266,9 +300,9 @@ def spread_pivot(runs: pd.DataFrame, index: str, columns: str) -> pd.DataFrame:
     section's configurations apart) and one column per value of `columns` ('wd=0.0001', or the optimiser's name);
     `_std` companions with several seeds."""
     cs = config_spreads(runs)
-    lead = list(dict.fromkeys([index, *(c for c in _label_columns(cs) if c != columns and c in cs.columns)]))
+    lead = list(dict.fromkeys([index, *(c for c in label_columns(cs) if c != columns and c in cs.columns)]))
     multi = bool((cs["n_seeds"] > 1).any())
-    values = sorted(cs[columns].map(_hashable).unique(), key=lambda v: _rank(columns, v))
+    values = sorted(cs[columns].map(_hashable).unique(), key=lambda v: order_key(columns, v))
     name = (lambda v: str(v)) if columns in ("optimizer", "arch") else \
         (lambda v: f"{SHORT.get(columns, columns)}={fmt_value(v)}")
     rows = {}
@@ -283,7 +317,7 @@ def spread_pivot(runs: pd.DataFrame, index: str, columns: str) -> pd.DataFrame:
         row[col] = r["spread_pp"]
         if multi:
             row[col + "_std"] = r["spread_pp_std"]
-    order = sorted(rows, key=lambda k: tuple(_rank(c, v) for c, v in zip(lead, k, strict=True)))
+    order = sorted(rows, key=lambda k: tuple(order_key(c, v) for c, v in zip(lead, k, strict=True)))
     cells = [name(v) + s for v in values for s in (("", "_std") if multi else ("",))]
     df = pd.DataFrame([rows[k] for k in order]).reindex(columns=[*lead, *cells])
     return _finish(df, {name(v) + "*": "{:.1f}" for v in values})
@@ -307,7 +341,7 @@ def depth_table(runs: pd.DataFrame) -> pd.DataFrame:
     interpolated; the median epoch and 'k/n seeds' when only some did), with the count of interpolating runs and
     the spread (pp)."""
     confs = configurations(runs)
-    lead = list(dict.fromkeys(["arch", "optimizer", *_label_columns(confs)]))  # always name both
+    lead = list(dict.fromkeys(["arch", "optimizer", *label_columns(confs)]))  # always name both
     sigmas, multi = sorted(confs["sigma_w"].unique()), _multi_seed(confs)
     rows = []
     for _, g in confs.groupby("config", sort=True):
@@ -327,149 +361,32 @@ def depth_table(runs: pd.DataFrame) -> pd.DataFrame:
     return _finish(pd.DataFrame(rows))
 
 
-# --- stamps ------------------------------------------------------------------------------------------------
-def _display_path(path: str | Path) -> str:
-    """`path` relative to the working folder when inside it (captions must not depend on the machine)."""
-    p = Path(path).resolve()
-    try:
-        return str(p.relative_to(Path.cwd().resolve())) or "."
-    except ValueError:
-        return str(p)
 
 
-@dataclass(frozen=True)
-class Stamp:
-    """Where an artefact's numbers came from: printed as its caption and stored in its sidecar JSON."""
-
-    profile: str
-    n_runs: int
-    data_sources: tuple[str, ...]
-    git_commits: tuple[str, ...]
-    results_dir: str
-    sections: tuple[str, ...]
-
-    @classmethod
-    def of(cls, runs: pd.DataFrame, results_dir: str | Path, sections: Sequence[str]) -> Stamp:
-        """Profile = a `profile` column when load_runs has one, else the results folder's name."""
-        def values(col: str) -> tuple[str, ...]:
-            return tuple(sorted({str(v) for v in runs[col].dropna()})) if col in runs.columns else ()
-
-        profile = ", ".join(values("profile")) or Path(results_dir).resolve().name
-        return cls(profile, len(runs), values("data_source"), values("git_commit"), _display_path(results_dir),
-                   tuple(sections))
-
-    def caption(self) -> str:
-        commits = ", ".join(c[:10] for c in self.git_commits[:3]) or "unknown"
-        if len(self.git_commits) > 3:
-            commits += f" (+{len(self.git_commits) - 3} more)"
-        return (f"profile {self.profile}; {self.n_runs} runs ({', '.join(self.sections) or 'all sections'}); "
-                f"data {', '.join(self.data_sources) or 'unknown'}; commit {commits}; source {self.results_dir}")
-
-    def sidecar(self, name: str, kind: str, title: str, files: Sequence[str], missing: bool = False) -> dict:
-        return {"name": name, "kind": kind, "title": title, "caption": self.caption(), "profile": self.profile,
-                "n_runs": self.n_runs, "sections": list(self.sections), "data_sources": list(self.data_sources),
-                "git_commits": list(self.git_commits), "results_dir": self.results_dir, "files": list(files),
-                "missing": missing, "generated_at": datetime.now(UTC).isoformat(timespec="seconds")}
+# --- per-run tables of the section notebooks ---------------------------------------------------------------
+RUN_COLUMNS = ("sigma_w", "seed", "status", "test_acc_at_best", "best_epoch", "tau_interp", "repair_gap",
+               "init_weight_norm", "final_weight_norm", "norm_ratio", "T_SGD", "T_L2", "T_adapt", "wall_time_s")
+INTERPOLATION_COLUMNS = ("arch", "sigma_w", "seed", "status", "interpolated", "tau_interp", "final_train_acc",
+                         "test_acc_at_best")
 
 
-def write_sidecar(path: Path, record: dict) -> None:
-    path.write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
+def _check_runs(runs: pd.DataFrame, need: Sequence[str]) -> None:
+    if not isinstance(runs, pd.DataFrame) or (missing := set(need) - set(runs.columns)):
+        raise ConfigError(f"got {type(runs).__name__} lacking columns "
+                          f"{sorted(missing) if isinstance(runs, pd.DataFrame) else list(need)}: "
+                          "the rows of run_sigma_sweep (or load_runs) are accepted")
 
 
-# --- writing -----------------------------------------------------------------------------------------------
-_HEADERS = {"sigma_w": "σ_w", "tau_interp": "τ_interp", "weight_decay": "wd", "batch_size": "b",
-            "spread_pp": "spread (pp)", "norm_ratio_min": "norm ratio min", "norm_ratio_max": "norm ratio max",
-            "radial_slope": "radial slope"}
+def run_table(runs: pd.DataFrame) -> pd.DataFrame:
+    """The columns a reader checks first (`RUN_COLUMNS`), one row per run, sorted by σ_w then seed."""
+    _check_runs(runs, RUN_COLUMNS)
+    return runs[list(RUN_COLUMNS)].sort_values(["sigma_w", "seed"]).reset_index(drop=True)
 
 
-def _header(col: str) -> str:
-    if col.startswith("sigma_w="):
-        return "σ_w=" + col.split("=", 1)[1]
-    return _HEADERS.get(col, col)
-
-
-def _cell(v, fmt: str) -> str:
-    if v is None or (isinstance(v, float) and math.isnan(v)):
-        return "–"
-    if isinstance(v, (bool, np.bool_, str)):
-        return str(v)
-    if isinstance(v, (int, np.integer)) or (isinstance(v, float) and v.is_integer() and fmt == "{:.4g}"):
-        return str(int(v))
-    return fmt.format(v)
-
-
-def display_rows(df: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
-    """Headers and string cells as the md/tex files show them: `c_std` companions folded into 'c ± std'."""
-    formats = df.attrs.get("formats", {})
-    cols = [c for c in df.columns if not (c.endswith("_std") and c[:-4] in df.columns)]
-
-    def fmt(c: str) -> str:
-        return next((f for pat, f in formats.items() if fnmatch.fnmatchcase(c, pat)), "{:.4g}")
-
-    rows = []
-    for r in df.to_dict("records"):
-        cells = []
-        for c in cols:
-            s = _cell(r[c], fmt(c))
-            sd = r.get(c + "_std")
-            if sd is not None and not (isinstance(sd, float) and math.isnan(sd)) and s != "–":
-                s += " ± " + _cell(sd, fmt(c))
-            cells.append(s)
-        rows.append(cells)
-    return [_header(c) for c in cols], rows
-
-
-_TEX = {"&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#", "_": r"\_", "{": r"\{", "}": r"\}",
-        "~": r"\textasciitilde{}", "^": r"\textasciicircum{}", "\\": r"\textbackslash{}", "σ_w": r"$\sigma_w$",
-        "τ_interp": r"$\tau_\mathrm{interp}$", "σ": r"$\sigma$", "τ": r"$\tau$", "λ": r"$\lambda$", "η": r"$\eta$",
-        "±": r"$\pm$", "×": r"$\times$", "–": "--", "—": "---"}
-_TEX_RE = re.compile("|".join(re.escape(k) for k in sorted(_TEX, key=len, reverse=True)))
-
-
-def tex_escape(text: str) -> str:
-    """LaTeX-safe text: special characters escaped, the study's Greek letters and dashes as LaTeX."""
-    return _TEX_RE.sub(lambda m: _TEX[m.group(0)], str(text))
-
-
-def markdown_table(headers: list[str], rows: list[list[str]]) -> str:
-    def line(cells: Iterable[str]) -> str:
-        return "| " + " | ".join(str(c).replace("|", "\\|") for c in cells) + " |"
-
-    return "\n".join([line(headers), "|" + "|".join("---" for _ in headers) + "|", *map(line, rows)])
-
-
-def tex_table(headers: list[str], rows: list[list[str]], caption: str, label: str) -> str:
-    """A booktabs table (needs \\usepackage{booktabs}); first column left-aligned, the others right."""
-    spec = "l" + "r" * (len(headers) - 1)
-    return "\n".join([
-        r"\begin{table}[htbp]", r"\centering", r"\small", rf"\caption{{{tex_escape(caption)}}}",
-        rf"\label{{tab:{label}}}", rf"\begin{{tabular}}{{{spec}}}", r"\toprule",
-        " & ".join(map(tex_escape, headers)) + r" \\", r"\midrule",
-        *(" & ".join(map(tex_escape, r)) + r" \\" for r in rows),
-        r"\bottomrule", r"\end{tabular}", r"\end{table}", ""])
-
-
-def save_table(df: pd.DataFrame | None, name: str, out_dir: str | Path, stamp: Stamp, title: str,
-               message: str | None = None) -> list[Path]:
-    """Write `<out_dir>/tables/<name>.{md,tex,csv,json}`; with `message` (and no df) a table that says only that.
-    Returns the paths written."""
-    folder = Path(out_dir) / "tables"
-    folder.mkdir(parents=True, exist_ok=True)
-    caption = f"{title} [{stamp.caption()}]"
-    paths = [folder / f"{name}.{ext}" for ext in ("md", "tex", "csv", "json")]
-    if message is not None:
-        paths[0].write_text(f"**{name}.** {title}\n\n{message}\n\n*{stamp.caption()}*\n", encoding="utf-8")
-        paths[1].write_text(f"% {name}: {message}\n\\begin{{table}}[htbp]\\centering\n"
-                            f"\\caption{{{tex_escape(caption)}}}\\label{{tab:{name}}}\n"
-                            f"\\emph{{{tex_escape(message)}}}\n\\end{{table}}\n", encoding="utf-8")
-        pd.DataFrame({"message": [message]}).to_csv(paths[2], index=False, lineterminator="\n")
-    else:
-        headers, rows = display_rows(df)
-        paths[0].write_text(f"**{name}.** {title}\n\n{markdown_table(headers, rows)}\n\n*{stamp.caption()}*\n",
-                            encoding="utf-8")
-        paths[1].write_text(f"% {name}: generated by initmem.tables from {stamp.results_dir}; do not edit\n"
-                            + tex_table(headers, rows, caption, name), encoding="utf-8")
-        df.to_csv(paths[2], index=False, float_format="%.6g", lineterminator="\n")
-    write_sidecar(paths[3], stamp.sidecar(name, "table", title, [p.name for p in paths[:3]],
-                                          missing=message is not None))
-    return paths
+def interpolation_table(runs: pd.DataFrame) -> pd.DataFrame:
+    """Which runs interpolate (train accuracy >= 99.5 %) and which fail to: one row per run, sorted by arch, σ_w
+    and seed. `failed_to_interpolate` is True for a run that never reached the threshold (a diverged run
+    included): in deep ResNets a large σ_w shows as failure to train rather than as a worse solution."""
+    _check_runs(runs, INTERPOLATION_COLUMNS)
+    t = runs[list(INTERPOLATION_COLUMNS)].sort_values(["arch", "sigma_w", "seed"]).reset_index(drop=True)
+    return t.assign(failed_to_interpolate=~t["interpolated"].eq(True))

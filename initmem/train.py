@@ -1,10 +1,16 @@
-"""One training run: `TrainConfig` → `train()` → `RunResult` (history, summary), optionally written to a run folder.
+"""The training engine: one loop for a single run and for a population of K runs that differ only in sigma_w and
+seed. `train(config)` returns a `RunResult`; `train([c1, ..., cK])` returns one per member, each equal (to float
+rounding) to what `train(c)` returns, from one set of kernels per step (`initmem.members`).
 
 The loop is airbench-style: the whole split lives on the device as one normalised tensor, minibatches are index
-gathers, and nothing is read back to the host inside an epoch (running loss and correct count accumulate as device
-tensors; the lr and the forgetting clocks are Python floats computed from the schedule). Each epoch ends with one
-host sync that reads the epoch's row: running train loss/accuracy, clean eval-mode train/val/test loss and
-accuracy, and the per-layer weight norms.
+gathers, and nothing is read back to the host inside an epoch (running loss and correct counts, the per-step
+angles of `initmem.forgetting`, accumulate as device tensors; the lr and the clocks are Python floats from the
+schedule). A measured epoch ends with one host sync that reads every member's row. Per member: its initialisation
+(from its seed), data order and augmentation stream (the streams a separate run with that seed uses), BatchNorm
+statistics, optimiser state, clocks, history and divergence (a diverged member stops, the others go on unchanged).
+With `out_dir`, the members' run folders are locked, the population is checkpointed every `checkpoint_every`
+epochs (one format for K = 1 and K > 1: a single run's checkpoints live in its run folder, a population's in
+`<out>/<section>/populations/<id>/`) and resumed exactly from the newest valid checkpoint of the same member set.
 """
 
 from __future__ import annotations
@@ -17,145 +23,26 @@ import math
 import os
 import sys
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import pandas as pd
 import torch
-import torch.nn.functional as F
-from torch import nn
 
 from initmem import checkpoint as _ckpt
 from initmem import data as _data
-from initmem import locks as _locks
-from initmem import metrics, models, optim
+from initmem import forgetting, locks, members, metrics, models, optim
 from initmem import results as _results
-from initmem.config import RUN_ID_EXCLUDE, TrainConfig, _bad
+from initmem.config import TrainConfig, _bad, check_members, run_id, shared_fields
 from initmem.errors import CheckpointError, ConfigError, ResultsError
 from initmem.provenance import provenance
+from initmem.results import RunResult
+
+POPULATIONS = "populations"  # <out>/<section>/populations/<id>/checkpoints/: an unfinished population (K > 1)
+_FINITE = ("train_loss", "val_loss", "test_loss", "weight_norm")  # a row with any of these non-finite: diverged
 
 
-@dataclass
-class RunResult:
-    """What `train` returns: the config, its run id, `status` ("complete" | "diverged"), the per-epoch history, the
-    summary (metrics.SUMMARY_KEYS), the run folder (None when nothing was written), provenance and UTC times."""
-
-    config: TrainConfig
-    run_id: str
-    status: str
-    history: pd.DataFrame
-    summary: dict
-    path: Path | None = None
-    provenance: dict = field(default_factory=dict)
-    started_at: str | None = None
-    finished_at: str | None = None
-
-
-@dataclass
-class TrainState:
-    """Everything the loop mutates, in one place: what a checkpoint saves and a resume restores."""
-
-    model: nn.Module
-    optimizer: torch.optim.Optimizer
-    order_gen: torch.Generator  # minibatch order (CPU, so the order is the same on every device)
-    aug_gen: torch.Generator  # augmentation draws (on the training device)
-    clocks: metrics.ClockAccumulator
-    history: list[dict] = field(default_factory=list)
-    epoch: int = 0  # epochs completed
-    step: int = 0  # optimiser steps taken
-    wall_time: float = 0.0  # seconds trained before the current process took over (a resume)
-
-    def state_dict(self) -> dict:
-        return {"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
-                "order_gen": self.order_gen.get_state(), "aug_gen": self.aug_gen.get_state(),
-                "clocks": self.clocks.state_dict(), "history": self.history, "epoch": self.epoch,
-                "step": self.step, "wall_time": self.wall_time}
-
-    def load_state_dict(self, state: dict) -> None:
-        self.model.load_state_dict(state["model"])
-        self.optimizer.load_state_dict(state["optimizer"])
-        self.order_gen.set_state(state["order_gen"])
-        self.aug_gen.set_state(state["aug_gen"])
-        self.clocks.load_state_dict(state["clocks"])
-        self.history = list(state["history"])
-        self.epoch, self.step, self.wall_time = int(state["epoch"]), int(state["step"]), float(state["wall_time"])
-
-
-def _maybe_checkpoint(state: TrainState, config: TrainConfig, run_folder: Path | None, rid: str,
-                      started_at: str, wall_time: float) -> None:
-    """Hook called after every (finite) epoch: save `state` every `config.checkpoint_every` epochs, at the epoch
-    boundary, so a resume starts a fresh epoch whose permutation comes from the restored order generator."""
-    if run_folder is None or not config.checkpoint_every or state.epoch % config.checkpoint_every:
-        return
-    payload = {"run_id": rid, "config": config.to_dict(), "epoch": state.epoch, "rng": _ckpt.rng_state(),
-               "state": {**state.state_dict(), "wall_time": wall_time}, "started_at": started_at,
-               "saved_at": _utcnow()}
-    _ckpt.save(_ckpt.folder_of(run_folder), state.epoch, payload)
-
-
-def _resume(state: TrainState, config: TrainConfig, run_folder: Path, rid: str, say) -> str | None:
-    """Restore `state` and the global RNGs from the run's newest valid checkpoint; return the run's original
-    `started_at`, or None when no checkpoint is usable (`state` is then left as built). A checkpoint of another
-    run or config is refused like a damaged one."""
-    if not _ckpt.checkpoints(_ckpt.folder_of(run_folder)):
-        return None
-    fresh, rng = copy.deepcopy(state.state_dict()), _ckpt.rng_state()  # a failed restore must leave no trace
-    mine = {k: v for k, v in config.to_dict().items() if k not in RUN_ID_EXCLUDE}
-    started: list[str] = []
-
-    def use(payload: dict) -> None:
-        theirs = payload.get("config")
-        theirs = {k: v for k, v in theirs.items() if k not in RUN_ID_EXCLUDE} if isinstance(theirs, dict) else {}
-        if payload.get("run_id") != rid or theirs != mine:
-            diff = sorted(k for k in mine if theirs.get(k) != mine[k])
-            raise CheckpointError(f"checkpoint of run {payload.get('run_id')!r} does not belong to run {rid} "
-                                  f"(config differs in {diff})")
-        try:
-            state.load_state_dict(payload["state"])
-            _ckpt.set_rng_state(payload["rng"])
-        except Exception as exc:  # noqa: BLE001 - shapes, devices, missing keys: this checkpoint is unusable here
-            state.load_state_dict(fresh)
-            _ckpt.set_rng_state(rng)
-            raise CheckpointError(f"checkpoint of epoch {payload.get('epoch')!r} cannot be restored: "
-                                  f"{type(exc).__name__}: {exc}") from None
-        started.append(str(payload.get("started_at") or _utcnow()))
-
-    hit = _ckpt.load_latest(_ckpt.folder_of(run_folder), use, report=say)
-    if hit is None:
-        return None
-    say(f"run {rid}: resumed from {hit[1]} (epoch {hit[0]}/{config.epochs})")
-    return started[-1]
-
-
-_COMPILED: dict[tuple, tuple[nn.Module, Any]] = {}  # (arch, width, device, layout) -> (model, its compiled form)
-
-
-def _model(config: TrainConfig, dev: torch.device) -> tuple[nn.Module, Any]:
-    """The run's freshly initialised model and what the loop calls (the model, or with `compile` its compiled form).
-
-    With `compile`, a process compiles a network shape once: the next run of the same arch, width, device and layout
-    (the other runs of a sweep point) gets the same module re-initialised in place — its state loaded from a freshly
-    built model, so the weights are bitwise those of an uncompiled run — and the same compiled callable, whose
-    guards still hold, so it is not compiled again. One shape is kept (a sweep point has one)."""
-    torch.manual_seed(config.seed)  # the initialisation draws from the global generator
-    fresh = models.build_model(config.arch, config.sigma_w, config.width).to(dev)
-    if config.channels_last:
-        fresh = fresh.to(memory_format=torch.channels_last)
-    if not config.compile:
-        return fresh, fresh
-    key = (config.arch, config.width, str(dev), config.channels_last)
-    if key not in _COMPILED:
-        _COMPILED.clear()
-        _COMPILED[key] = (fresh, torch.compile(fresh))
-        return _COMPILED[key]
-    model, net = _COMPILED[key]
-    with torch.no_grad():
-        model.load_state_dict(fresh.state_dict())  # weights, BatchNorm running stats and counters
-    for p in model.parameters():
-        p.grad = None
-    model.train()
-    return model, net
+def _utcnow() -> str:
+    return _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds")
 
 
 def _stream_seed(seed: int, stream: str) -> int:
@@ -163,200 +50,388 @@ def _stream_seed(seed: int, stream: str) -> int:
     return int.from_bytes(hashlib.sha256(f"initmem-train:{seed}:{stream}".encode()).digest()[:8], "little") >> 1
 
 
-def _utcnow() -> str:
-    return _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds")
-
-
-def _resolve_device(config: TrainConfig) -> torch.device:
+def resolve_device(config: TrainConfig) -> torch.device:
+    """The device `config` runs on; ConfigError for one that is not here or a precision it does not have."""
     dev = _data.resolve_device(config.device)
-    if dev.type == "cuda" and not torch.cuda.is_available():
-        raise _bad("device", config.device, "CUDA is not available here; 'cpu' or 'auto' is accepted")
     if config.precision == "tf32" and dev.type != "cuda":
         raise _bad("precision", config.precision, f"'tf32' is CUDA only (device resolved to {dev.type}); 'fp32' or "
                                                   "'bf16' is accepted")
     return dev
 
 
-@torch.no_grad()
-def _evaluate(net: nn.Module, x: torch.Tensor, y: torch.Tensor, config: TrainConfig, autocast) -> torch.Tensor:
-    """[mean loss, accuracy] as a float64 device tensor (no host sync), in eval mode."""
-    net.eval()
-    total = torch.zeros(2, dtype=torch.float64, device=x.device)
-    for i in range(0, len(x), config.eval_batch_size):
-        xb, yb = x[i : i + config.eval_batch_size], y[i : i + config.eval_batch_size]
-        if config.channels_last:
-            xb = xb.contiguous(memory_format=torch.channels_last)
-        with autocast():
-            out = net(xb).float()
-        total[0] += F.cross_entropy(out, yb, reduction="sum")
-        total[1] += (out.argmax(1) == yb).sum()
-    return total / len(x)
+def engine_settings(config: TrainConfig, dev: torch.device) -> dict:
+    """Set the process-wide numerics `config` asks for and return them (recorded in the run's provenance): fp32 is
+    strict IEEE (PyTorch's default lets cuDNN convolutions run in TF32), tf32 allows TF32 matmuls and convolutions;
+    `deterministic` turns on deterministic algorithms (and the cuBLAS workspace they need), otherwise cuDNN may
+    benchmark its algorithms on CUDA."""
+    tf32 = config.precision == "tf32"
+    torch.backends.cuda.matmul.allow_tf32 = tf32
+    torch.backends.cudnn.allow_tf32 = tf32
+    if config.deterministic:
+        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+    torch.use_deterministic_algorithms(config.deterministic)
+    torch.backends.cudnn.deterministic = config.deterministic
+    torch.backends.cudnn.benchmark = dev.type == "cuda" and not config.deterministic
+    return {"precision": config.precision, "deterministic": config.deterministic, "allow_tf32": tf32,
+            "cudnn_benchmark": torch.backends.cudnn.benchmark}
+
+
+def autocast(config: TrainConfig, dev: torch.device):
+    """bf16 autocast (weights, loss, norms and metrics stay fp32) or nothing."""
+    if config.precision == "bf16":
+        return torch.autocast(dev.type, dtype=torch.bfloat16)
+    return contextlib.nullcontext()
 
 
 def _progress_mode(progress: bool) -> str | None:
-    """None, "bar" (tqdm) or "lines" (one plain line per epoch: papermill and logs, where a bar does not advance).
-    `INITMEM_PROGRESS=lines|bar|off` overrides the TTY test."""
+    """None, "bar" (tqdm: a terminal, or a Jupyter kernel not run by initmem) or "lines" (one plain line per epoch
+    and member: papermill and logs, where a bar does not advance). `INITMEM_PROGRESS=lines|bar|off` decides first
+    (initmem's notebook runner sets lines)."""
     env = os.environ.get("INITMEM_PROGRESS", "").strip().lower()
     if not progress or env in ("off", "0", "none"):
         return None
     if env in ("lines", "bar"):
         return env
-    return "bar" if sys.stderr.isatty() else "lines"
+    return "bar" if sys.stderr.isatty() or "ipykernel" in sys.modules else "lines"
 
 
-def train(config: TrainConfig, *, out_dir: str | Path | None = None, section: str = "adhoc",
-          progress: bool = True) -> RunResult:
-    """Train one run. A non-finite loss marks it "diverged" at that epoch: its history up to and including that epoch
-    is kept and the function returns normally. With `out_dir`, the run is written to `out_dir/section/run_id/`
-    (writability is checked before anything is trained) under the run's lock (ResultsError if another process
-    holds it), saves a checkpoint every `config.checkpoint_every` epochs, and resumes from the newest valid
-    checkpoint of the same run when its folder has one; the checkpoints are deleted once run.json is written."""
-    if not isinstance(config, TrainConfig):
-        raise ConfigError(f"config={type(config).__name__} is invalid: a TrainConfig is accepted")
+def _label(c: TrainConfig) -> str:
+    return f"sigma_w={c.sigma_w:g} seed={c.seed}"
+
+
+_COMPILED: dict[tuple, tuple[members.PlainPopulation, object]] = {}  # one network shape per process
+
+
+def _population(configs: list[TrainConfig], dev: torch.device) -> tuple[members.PlainPopulation, object]:
+    """The members initialised exactly as separate runs initialise them, and what the loop calls (the population's
+    network, or with `compile` its compiled form). With `compile`, a process compiles a network shape once: the next
+    population of the same shape gets the same module re-initialised in place (bitwise the fresh weights) and the
+    same compiled callable, whose guards still hold."""
+    cfg = configs[0]
+    nets = []
+    for c in configs:
+        torch.manual_seed(c.seed)  # the initialisation draws from the global generator
+        try:
+            nets.append(models.build_model(c.arch, c.sigma_w, c.width).to(dev))
+        except (RuntimeError, MemoryError) as exc:
+            if "memory" not in str(exc).lower() and not isinstance(exc, MemoryError):
+                raise
+            raise _bad("width", cfg.width, f"the network does not fit in memory on {dev} ({type(exc).__name__}); a "
+                                           "smaller width is accepted") from None
+    pop = members.population(nets, same_input=len({c.seed for c in configs}) == 1)
+    if cfg.channels_last:
+        pop.model.to(memory_format=torch.channels_last)
+    if not cfg.compile:
+        return pop, pop.model
+    key = (cfg.arch, cfg.width, len(configs), len({c.seed for c in configs}) == 1, str(dev), cfg.channels_last)
+    if key not in _COMPILED:
+        _COMPILED.clear()
+        # dynamic=False: one graph per shape (the full batch, the epoch's partial last batch, the padded eval batch:
+        # three compilations per process and network shape, never one per epoch). On CUDA the graphs are replayed as
+        # CUDA graphs (mode "reduce-overhead"): one launch per step instead of ~100-1,000 kernel launches.
+        mode = "reduce-overhead" if dev.type == "cuda" else None
+        _COMPILED[key] = (pop, torch.compile(pop.model, dynamic=False, mode=mode))
+        return _COMPILED[key]
+    cached, net = _COMPILED[key]
+    with torch.no_grad():
+        cached.model.load_state_dict(pop.model.state_dict())  # weights, BatchNorm running stats and counters
+    for p in cached.model.parameters():
+        p.grad = None
+    cached.model.train()
+    return cached, net
+
+
+def train(configs: TrainConfig | list[TrainConfig], *, out_dir: str | Path | None = None, section: str = "adhoc",
+          progress: bool = True, locked: bool = False) -> RunResult | list[RunResult]:
+    """Train one run, or a population (a list of configs that differ only in sigma_w and seed) as one computation;
+    return its RunResult, or one per member in order. A non-finite row marks a member "diverged" at that epoch: its
+    history up to and including it is kept and the others go on. With `out_dir`, member j is written to
+    `out_dir/section/run_id_j/` (writability checked before anything is trained) under its run lock (ResultsError if
+    another process holds one; `locked=True`: the caller holds them all), checkpointed every `checkpoint_every`
+    epochs and resumed from the newest valid checkpoint of the same member set."""
+    single = isinstance(configs, TrainConfig)
+    configs = check_members([configs] if single else configs)
     if not isinstance(section, str) or not section or section != Path(section).name or section.startswith("."):
         raise ConfigError(f"section={section!r} is invalid: a plain folder name is accepted")
+    resolve_device(configs[0])  # a bad device fails before anything is created on disk
     if out_dir is None:
-        return _train(config, None, section, progress)
-    _resolve_device(config)  # a bad device fails before anything is created on disk
-    _results.check_writable(Path(out_dir) / section)
-    folder = _results.run_dir(out_dir, section, config)
-    lock = _locks.try_lock(folder)
-    if lock is None:
-        raise ResultsError(f"run folder {str(folder)!r} is locked by {_locks.holder(folder)}: that process is "
-                           "training this run; wait for it (or run another config)")
-    with lock:
-        return _train(config, out_dir, section, progress)
+        out = _train(configs, None, section, progress)
+    else:
+        _results.check_writable(Path(out_dir) / section)
+        with contextlib.ExitStack() as held:
+            for c in [] if locked else configs:
+                folder = _results.run_dir(out_dir, section, c)
+                lock = locks.try_lock(folder)
+                if lock is None:
+                    raise ResultsError(f"run folder {str(folder)!r} is locked by {locks.holder(folder)}: that process "
+                                       "is training this run; wait for it (or train the others without it)")
+                held.enter_context(lock)
+            out = _train(configs, out_dir, section, progress)
+    return out[0] if single else out
 
 
-def _train(config: TrainConfig, out_dir: str | Path | None, section: str, progress: bool) -> RunResult:
-    dev = _resolve_device(config)
-    rid, started_at = _results.run_id(config), _utcnow()
-    prov = provenance(str(dev))
+def population_id(configs: list[TrainConfig]) -> str:
+    """12 hex digits naming a member set (order-free); a single run is named by its run id."""
+    ids = sorted(run_id(c) for c in configs)
+    return ids[0] if len(ids) == 1 else hashlib.sha256(" ".join(ids).encode()).hexdigest()[:12]
+
+
+def checkpoint_folder(out_dir: str | Path, section: str, configs: list[TrainConfig]) -> Path:
+    """Where a member set's checkpoints live: a single run's in its run folder, a population's beside the runs."""
+    if len(configs) == 1:
+        return _ckpt.folder_of(_results.run_dir(out_dir, section, configs[0]))
+    return _ckpt.folder_of(Path(out_dir) / section / POPULATIONS / population_id(configs))
+
+
+def _train(configs: list[TrainConfig], out_dir: str | Path | None, section: str, progress: bool,
+           on_step=None) -> list[RunResult]:
+    cfg, k = configs[0], len(configs)
+    dev = resolve_device(cfg)
+    if dev.type == "cpu" and k > 1:
+        members.tune_malloc()
+    rids, started_at, prov = [run_id(c) for c in configs], _utcnow(), provenance(str(dev))
+    prov.update(engine_settings(cfg, dev))
 
     # data: synthetic data is made exactly as large as the splits ask (its default sizes suit no particular split)
-    synthetic_sizes = (config.n_val + (config.n_train or 2000), config.n_test or 500)
-    data = _data.load_cifar10(config.data_root, config.data, progress=progress, synthetic_sizes=synthetic_sizes)
-    splits = _data.make_splits(data, config.n_val, config.n_train, config.n_test, config.split_seed, dev,
-                               config.train_eval_size)
-    prov.update(data_source=data.source, data_hash=data.content_hash)
-    train_eval = (splits.train_x, splits.train_y) if splits.train_eval_idx is None else (
-        splits.train_x[splits.train_eval_idx], splits.train_y[splits.train_eval_idx])
-
-    model, net = _model(config, dev)
-    opt = optim.build_optimizer(config.optimizer, model, lr=config.lr, momentum=config.momentum,
-                                weight_decay=config.weight_decay, betas=config.betas, eps=config.eps,
-                                ns_steps=config.ns_steps, muon_aux_lr=config.muon_aux_lr)
-    state = TrainState(
-        model, opt,
-        order_gen=torch.Generator().manual_seed(_stream_seed(config.seed, "order")),
-        aug_gen=torch.Generator(device=dev).manual_seed(_stream_seed(config.seed, "augment")),
-        clocks=metrics.ClockAccumulator(config.batch_size, config.weight_decay))
-    amp = config.precision == "bf16"
-
-    def autocast():
-        return torch.autocast("cuda", dtype=torch.bfloat16) if amp else contextlib.nullcontext()
-
-    layers = [f"norm:{name}" for name in models.layer_names(model)]
+    synthetic_sizes = (cfg.n_val + (cfg.n_train or 2000), cfg.n_test or 500)
+    data = _data.load_cifar10(cfg.data_root, cfg.data, progress=progress, synthetic_sizes=synthetic_sizes)
+    splits = _data.make_splits(data, cfg.n_val, cfg.n_train, cfg.n_test, cfg.split_seed, dev, cfg.train_eval_size)
+    prov.update(data_source=data.source, data_hash=data.content_hash, **({"population": k} if k > 1 else {}))
+    evals = [(splits.train_x, splits.train_y) if splits.train_eval_idx is None else (
+        splits.train_x[splits.train_eval_idx], splits.train_y[splits.train_eval_idx]),
+        (splits.val_x, splits.val_y), (splits.test_x, splits.test_y)]
     n = len(splits.train_y)
-    if config.batch_size > n:  # TrainConfig cannot know the data size: caught here, before any step
-        raise _bad("batch_size", config.batch_size, f"at most the training split's size {n} (n_train) is accepted")
-    per_epoch = _data.steps_per_epoch(n, config.batch_size)
-    total_steps = per_epoch * config.epochs
-    warmup_steps = min(total_steps, round(config.warmup_epochs * per_epoch))
-    run_folder = None if out_dir is None else _results.run_dir(out_dir, section, config)
+    if cfg.batch_size > n:  # TrainConfig cannot know the data size: caught here, before any step
+        raise _bad("batch_size", cfg.batch_size, f"at most the training split's size {n} (n_train) is accepted")
+    per_epoch = _data.steps_per_epoch(n, cfg.batch_size)
+    total_steps = per_epoch * cfg.epochs
+    warmup_steps = min(total_steps, round(cfg.warmup_epochs * per_epoch))
 
-    def measure(train_sums: torch.Tensor | None, lr: float) -> dict:
-        """The epoch's row, read from the device in one sync."""
-        nan2 = torch.full((2,), math.nan, dtype=torch.float64, device=dev)
-        running = nan2 if train_sums is None else train_sums / n
-        evals = [_evaluate(net, x, y, config, autocast)
-                 for x, y in (train_eval, (splits.val_x, splits.val_y), (splits.test_x, splits.test_y))]
-        norms = models.weight_norms_tensor(model).double()
-        v = torch.cat([running, *evals, norms.square().sum().sqrt()[None], norms]).tolist()
-        row = dict(epoch=state.epoch, step=state.step, lr=lr, train_loss=v[0], train_acc_running=v[1],
-                   train_acc=v[3], val_loss=v[4], val_acc=v[5], test_loss=v[6], test_acc=v[7], weight_norm=v[8],
-                   **state.clocks.totals(), wall_time=state.wall_time + time.perf_counter() - t0)
-        row.update(zip(layers, v[9:], strict=True))
-        return row
+    pop, net = _population(configs, dev)
+    # CUDA graphs reuse their output buffers: a new step must say so, or the last step's outputs would be overwritten
+    step_begin = (torch.compiler.cudagraph_mark_step_begin if cfg.compile and dev.type == "cuda"
+                  and hasattr(torch.compiler, "cudagraph_mark_step_begin") else lambda: None)
+    opt = optim.build_optimizer(cfg.optimizer, pop.model, lr=cfg.lr, members=k, momentum=cfg.momentum,
+                                weight_decay=cfg.weight_decay, betas=cfg.betas, eps=cfg.eps, ns_steps=cfg.ns_steps,
+                                muon_aux_lr=cfg.muon_aux_lr)
+    seeds = sorted({c.seed for c in configs})  # members with equal seeds draw the same minibatches
+    order_gen = {s: torch.Generator().manual_seed(_stream_seed(s, "order")) for s in seeds}
+    aug_gen = {s: torch.Generator(device=dev).manual_seed(_stream_seed(s, "augment")) for s in seeds}
+    clocks = [metrics.ClockAccumulator(c.batch_size, c.weight_decay, metrics.lr_scale(c.optimizer, c.momentum))
+              for c in configs]
+    instruments = forgetting.Instruments(pop.weights, k, pop.layers)
+    columns = [*_results.HISTORY_COLUMNS, *metrics.EXTRA_CLOCKS, *(f"norm:{n}" for n in pop.layers),
+               *instruments.columns()]
+    live = torch.ones(k, device=dev)  # loss mask: 0 for diverged members
+    st = {"alive": list(range(k)), "status": ["complete"] * k, "histories": [[] for _ in range(k)], "epoch": 0,
+          "step": 0, "wall_time": 0.0}  # what the loop mutates besides tensors; wall_time: before this process
+    folder = None if out_dir is None else checkpoint_folder(out_dir, section, configs)
+    pid, shared = population_id(configs), shared_fields(cfg)
+
+    def state() -> dict:
+        return {"model": pop.model.state_dict(), "optimizer": opt.state_dict(),
+                "order_gen": {s: g.get_state() for s, g in order_gen.items()},
+                "aug_gen": {s: g.get_state() for s, g in aug_gen.items()},
+                "clocks": [c.state_dict() for c in clocks], "instruments": instruments.state_dict(),
+                "live": live.clone(), **st, "wall_time": st["wall_time"] + time.perf_counter() - t0}
+
+    def restore(payload: dict) -> None:
+        nonlocal started_at
+        theirs = payload.get("config") if isinstance(payload.get("config"), dict) else {}
+        if payload.get("population") != pid or payload.get("run_ids") != rids or theirs != shared:
+            diff = sorted(k for k in {*shared, *theirs} if theirs.get(k) != shared.get(k))
+            raise CheckpointError(f"checkpoint of run {payload.get('population')!r} does not belong to run {pid} ("
+                                  + (f"config differs in {diff})" if diff else "its members differ)"))
+        s = payload["state"]
+        fresh, rng = copy.deepcopy((pop.model.state_dict(), opt.state_dict(), instruments.state_dict())), \
+            _ckpt.rng_state()
+        try:
+            pop.model.load_state_dict(s["model"])
+            opt.load_state_dict(s["optimizer"])
+            for seed in seeds:
+                order_gen[seed].set_state(s["order_gen"][seed])
+                aug_gen[seed].set_state(s["aug_gen"][seed])
+            for c, cs in zip(clocks, s["clocks"], strict=True):
+                c.load_state_dict(cs)
+            instruments.load_state_dict(s["instruments"])
+            live.copy_(s["live"])
+            _ckpt.set_rng_state(payload["rng"])
+        except Exception as exc:  # noqa: BLE001 - shapes, devices, missing keys: this checkpoint is unusable here
+            pop.model.load_state_dict(fresh[0])
+            opt.load_state_dict(fresh[1])
+            instruments.load_state_dict(fresh[2])
+            _ckpt.set_rng_state(rng)
+            raise CheckpointError(f"checkpoint of epoch {payload.get('epoch')!r} cannot be restored: "
+                                  f"{type(exc).__name__}: {exc}") from None
+        st.update({key: copy.deepcopy(s[key]) for key in ("alive", "status", "histories", "epoch", "step")})
+        st["wall_time"] = float(s["wall_time"])
+        started_at = str(payload.get("started_at") or started_at)
+
+    @torch.no_grad()
+    def measure(sums: torch.Tensor | None, lr: float) -> list[dict]:
+        """Every member's row, read from the device in one sync."""
+        pop.model.eval()
+        parts = [torch.full((k, 2), math.nan, dtype=torch.float64, device=dev) if sums is None else sums / n]
+        for x, y in evals:
+            total = torch.zeros(k, 2, dtype=torch.float64, device=dev)
+            for i in range(0, len(x), cfg.eval_batch_size):
+                xb, yb = x[i:i + cfg.eval_batch_size], y[i:i + cfg.eval_batch_size]
+                if cfg.compile and len(xb) < cfg.eval_batch_size:  # the tail padded to the compiled shape: in eval
+                    xb = torch.cat([xb, xb.new_zeros(cfg.eval_batch_size - len(xb), *xb.shape[1:])])  # mode the
+                if cfg.channels_last:  # rows are independent (BatchNorm uses its running stats), so padding is inert
+                    xb = xb.contiguous(memory_format=torch.channels_last)
+                step_begin()
+                with autocast(cfg, dev):
+                    out = net(xb)[:len(yb)].float()  # evaluation shares one 3-channel input across members
+                total += torch.stack([pop.losses(out, yb, "sum"), pop.correct(out, yb)], 1).double()
+            parts.append(total / len(x))
+        norms = torch.stack([members.member_view(w, k).norm(dim=1) for w in pop.weights], 1).double()  # [K, L]
+        parts += [norms.square().sum(1, keepdim=True).sqrt(), norms, instruments.read()]
+        wall = st["wall_time"] + time.perf_counter() - t0
+        rows = []
+        for i, v in enumerate(torch.cat(parts, 1).tolist()):
+            row = dict(epoch=st["epoch"], step=st["step"], lr=lr, train_loss=v[0], train_acc_running=v[1],
+                       train_acc=v[3], val_loss=v[4], val_acc=v[5], test_loss=v[6], test_acc=v[7],
+                       weight_norm=v[8], **clocks[i].totals(), wall_time=wall)
+            row.update(zip(columns[len(row):], v[9:], strict=True))
+            rows.append(row)
+        return rows
 
     mode = _progress_mode(progress)
-
-    def say(line: str) -> None:  # checkpoint news: in the progress output (papermill, logs, terminal)
-        if mode is not None:
-            print(line, flush=True)
-
-    if mode == "lines":
-        print(f"run {rid}: {config.arch} width={config.width:g} sigma_w={config.sigma_w:g} {config.optimizer} "
-              f"lr={config.lr:g} b={config.batch_size} seed={config.seed}, {config.epochs} epochs x {per_epoch} "
-              f"steps on {dev} ({data.source})", flush=True)
-    resumed = None if run_folder is None else _resume(state, config, run_folder, rid, say)
-    started_at = resumed or started_at
+    say = (lambda line: print(line, flush=True)) if mode is not None else (lambda line: None)
+    what = _label(cfg) if k == 1 else f"population of {k}: " + ", ".join(map(_label, configs))
+    say(f"run {pid}: {what}; {cfg.arch} width={cfg.width:g} {cfg.optimizer} lr={cfg.lr:g} b={cfg.batch_size}, "
+        f"{cfg.epochs} epochs x {per_epoch} steps on {dev} ({data.source}, {cfg.precision})")
     t0 = time.perf_counter()  # wall_time counts training and evaluation, not data loading or set-up
-    if resumed is None:
-        state.history.append(measure(None, math.nan))  # epoch 0: at initialisation, before any step
-    status = "complete"
+    hit = None
+    if folder is not None and _ckpt.checkpoints(folder):
+        hit = _ckpt.load_latest(folder, restore, report=say)
+    if hit is None:
+        for i, row in enumerate(measure(None, math.nan)):  # epoch 0: at initialisation, before any step
+            st["histories"][i].append(row)
+    else:
+        t0 = time.perf_counter()
+        say(f"run {pid}: resumed from {hit[1]} (epoch {hit[0]}/{cfg.epochs})")
     bar = None
     if mode == "bar":
-        from tqdm import tqdm  # a terminal: papermill and logs get "lines"
+        from tqdm.auto import tqdm
 
-        bar = tqdm(total=config.epochs, initial=state.epoch, desc=f"run {rid}", unit="epoch", dynamic_ncols=True)
+        bar = tqdm(total=cfg.epochs, initial=st["epoch"], desc=what if k == 1 else f"{k} runs", unit="epoch",
+                   dynamic_ncols=True)
     try:
-        while state.epoch < config.epochs:
-            net.train()
-            sums = torch.zeros(2, dtype=torch.float64, device=dev)  # [loss * batch, correct] summed over the epoch
+        while st["epoch"] < cfg.epochs and st["alive"]:
+            pop.model.train()
+            sums = torch.zeros(k, 2, dtype=torch.float64, device=dev)  # per member [loss * batch, correct]
             lr = math.nan
-            for idx in _data.batches(n, config.batch_size, state.order_gen, device=dev):
-                factor = optim.lr_factor(config.schedule, state.step, total_steps, warmup_steps,
-                                         config.step_milestones, config.step_gamma)
+            for idxs in zip(*(_data.batches(n, cfg.batch_size, order_gen[s], device=dev) for s in seeds),
+                            strict=True):
+                if on_step is not None:
+                    on_step(st["step"])
+                factor = optim.lr_factor(cfg.schedule, st["step"], total_steps, warmup_steps, cfg.step_milestones,
+                                         cfg.step_gamma)
                 optim.set_lr_factor(opt, factor)
-                lr = config.lr * factor  # the clocks run on the main lr (muon's aux AdamW lr is not a clock)
-                x, y = splits.train_x[idx], splits.train_y[idx]
-                if config.augment:
-                    x = _data.augment_batch(x, state.aug_gen)
-                if config.channels_last:
+                lr = cfg.lr * factor  # the clocks run on the main lr (muon's aux AdamW lr is not a clock)
+                xs = {}
+                for s, idx in zip(seeds, idxs, strict=True):
+                    xs[s] = splits.train_x[idx]
+                    if cfg.augment:
+                        xs[s] = _data.augment_batch(xs[s], aug_gen[s])
+                x = pop.inputs([xs[c.seed] for c in configs] if len(seeds) > 1 else [xs[seeds[0]]])
+                y = splits.train_y[idxs[0]] if len(seeds) == 1 else torch.stack(
+                    [splits.train_y[idxs[seeds.index(c.seed)]] for c in configs], 1)
+                if cfg.channels_last:
                     x = x.contiguous(memory_format=torch.channels_last)
-                with autocast():
+                step_begin()
+                with autocast(cfg, dev):
                     out = net(x).float()
-                loss = F.cross_entropy(out, y)
+                losses = pop.losses(out, y)
                 opt.zero_grad(set_to_none=True)
-                loss.backward()
+                (losses * live).sum().backward()  # member j's gradient = its own mean loss's gradient
+                instruments.before_step()
                 opt.step()
-                sums[0] += loss.detach() * len(idx)
-                sums[1] += (out.detach().argmax(1) == y).sum()
-                state.clocks.update(lr)
-                state.step += 1
-            state.epoch += 1
-            row = measure(sums, lr)
-            state.history.append(row)
-            if not all(math.isfinite(row[k]) for k in ("train_loss", "val_loss", "test_loss", "weight_norm")):
-                status = "diverged"
-            _report(mode, bar, row, config, rid, status)
-            if status == "diverged":
-                break
-            _maybe_checkpoint(state, config, run_folder, rid, started_at,
-                              state.wall_time + time.perf_counter() - t0)
+                instruments.after_step()
+                sums[:, 0] += losses.detach() * len(out)
+                sums[:, 1] += pop.correct(out.detach(), y)
+                for j in st["alive"]:
+                    clocks[j].update(lr)
+                st["step"] += 1
+            st["epoch"] += 1
+            if st["epoch"] % cfg.eval_every and st["epoch"] < cfg.epochs and torch.isfinite(sums).all():
+                if bar is not None:
+                    bar.update(1)
+                continue  # not a measured epoch (a non-finite loss is measured at once)
+            rows = measure(sums, lr)
+            for j in list(st["alive"]):
+                st["histories"][j].append(rows[j])
+                if not all(math.isfinite(rows[j][c]) for c in _FINITE):
+                    st["status"][j] = "diverged"
+                    st["alive"].remove(j)
+                    live[j] = 0.0
+                    pop.silence(opt, j)
+                if mode == "lines":
+                    _report_line(rows[j], configs[j], st["status"][j], k)
+            if folder is not None and cfg.checkpoint_every and st["epoch"] % cfg.checkpoint_every == 0 and st["alive"]:
+                _ckpt.save(folder, st["epoch"], {"population": pid, "run_ids": rids, "config": shared,
+                                                 "epoch": st["epoch"], "rng": _ckpt.rng_state(), "state": state(),
+                                                 "started_at": started_at, "saved_at": _utcnow()})
+            if bar is not None:
+                tests = {_label(configs[j]): f"{rows[j]['test_acc']:.3f}" for j in range(k)}
+                bar.set_postfix(_stats(rows[0]) if k == 1 else {**tests, "alive": f"{len(st['alive'])}/{k}"},
+                                refresh=False)
+                bar.update(1)
     finally:
         if bar is not None:
             bar.close()
-
-    history = pd.DataFrame(state.history, columns=[*_results.HISTORY_COLUMNS, *layers])
-    summary = metrics.summarize_history(history)
-    if status == "diverged":  # summarize_history sees only the train loss; an eval loss may have gone first
-        summary["diverged_epoch"] = state.epoch
-    result = RunResult(config, rid, status, history, summary, None, prov, started_at, _utcnow())
-    if out_dir is not None:
-        result.path = _results.write_run(result, out_dir, section)
-        _ckpt.clear(_ckpt.folder_of(result.path))  # a finished run never resumes
-    return result
+    return _finish(configs, rids, st, columns, prov, started_at, out_dir, section, folder)
 
 
-def _report(mode: str | None, bar, row: dict, config: TrainConfig, rid: str, status: str) -> None:
-    stats = dict(loss=f"{row['train_loss']:.4g}", train=f"{row['train_acc']:.4f}", val=f"{row['val_acc']:.4f}",
-                 test=f"{row['test_acc']:.4f}", norm=f"{row['weight_norm']:.4g}")
-    if mode == "bar":
-        bar.set_postfix(stats, refresh=False)
-        bar.update(1)
-    elif mode == "lines":
-        tail = "  DIVERGED" if status == "diverged" else ""
-        print(f"run {rid} epoch {row['epoch']}/{config.epochs} " + " ".join(f"{k} {v}" for k, v in stats.items())
-              + f" {row['wall_time']:.1f}s{tail}", flush=True)
+def _finish(configs, rids, st, columns, prov, started_at, out_dir, section, folder) -> list[RunResult]:
+    finished_at, out = _utcnow(), []
+    for j, c in enumerate(configs):
+        history = pd.DataFrame(st["histories"][j], columns=columns)
+        summary = metrics.summarize_history(history)
+        if st["status"][j] == "diverged":  # summarize_history sees only the train loss; an eval loss may go first
+            summary["diverged_epoch"] = int(history["epoch"].iloc[-1])
+        result = RunResult(c, rids[j], st["status"][j], history, summary, None, dict(prov), started_at, finished_at)
+        if out_dir is not None:
+            result.path = _results.write_run(result, out_dir, section)
+        out.append(result)
+    if folder is not None:  # every member's run.json is written: the member set never resumes
+        _ckpt.clear(folder)
+        if len(configs) > 1:
+            with contextlib.suppress(OSError):
+                folder.parent.rmdir()
+                folder.parent.parent.rmdir()  # populations/, when no other population is unfinished
+    return out
+
+
+def _stats(row: dict) -> dict:
+    return dict(loss=f"{row['train_loss']:.4g}", train=f"{row['train_acc']:.4f}", val=f"{row['val_acc']:.4f}",
+                test=f"{row['test_acc']:.4f}", norm=f"{row['weight_norm']:.4g}", angle=f"{row['angle']:.1f}")
+
+
+def _report_line(row: dict, config: TrainConfig, status: str, k: int) -> None:
+    tail = "  DIVERGED" if status == "diverged" else ""
+    who = f"run {run_id(config)}" + (f" ({_label(config)})" if k > 1 else "")
+    print(f"{who} epoch {row['epoch']}/{config.epochs} " + " ".join(f"{a} {b}" for a, b in _stats(row).items())
+          + f" {row['wall_time']:.1f}s{tail}", flush=True)
+
+
+def time_steps(config: TrainConfig, steps: int = 5, warmup: int = 2, population: int = 1) -> float:
+    """Median seconds per optimiser step of `config` (a population of `population` members at spread sigma_w),
+    measured by this engine on synthetic data of the right shape: what the planner's throughput table holds."""
+    dev = resolve_device(config)
+    configs = [config.replace(sigma_w=0.1 + i, seed=0, data="synthetic", epochs=1, checkpoint_every=0, eval_every=1,
+                              n_train=config.batch_size * (steps + warmup + 1), n_val=10, n_test=10,
+                              train_eval_size=10, schedule="constant", warmup_epochs=0.0,
+                              step_milestones=(0.5, 0.75), step_gamma=0.1) for i in range(population)]
+    marks: list[float] = []
+
+    def mark(step: int) -> None:  # at the start of every step: the gaps between marks are step times
+        if dev.type == "cuda":
+            torch.cuda.synchronize(dev)
+        marks.append(time.perf_counter())
+
+    _train(configs, None, "adhoc", False, on_step=mark)
+    gaps = sorted(b - a for a, b in zip(marks[warmup:], marks[warmup + 1:], strict=False))
+    return gaps[len(gaps) // 2] if gaps else math.nan

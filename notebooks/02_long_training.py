@@ -33,7 +33,7 @@ results_dir = "results/adhoc"  # runs go to <results_dir>/<section>/<run_id>/
 section = "02_long_training"
 sigma_ws = [0.1, 1.0, 2.5]  # the init scales the spread is taken across
 seeds = [0]
-ensemble = True  # train the missing sigma_w x seed runs as one batched ensemble (False: one by one)
+population = True  # train the missing sigma_w x seed runs as one population (False: one by one)
 progress = True
 # TrainConfig fields, held fixed across sigma_w
 arch = "resnet9"
@@ -61,34 +61,29 @@ channels_last = True
 compile = False
 
 # %%
-from initmem.experiment import point_summary, run_sigma_sweep
-from initmem.sections import run_table, spread_at_marks
-from initmem.train import TrainConfig
+from initmem import metrics, tables
+from initmem.notebook import refuse_undeclared
+from initmem.point import run_point
 
-base = TrainConfig(arch=arch, width=width, optimizer=optimizer, lr=lr, momentum=momentum, weight_decay=weight_decay,
-                   schedule=schedule, batch_size=batch_size, epochs=epochs, data=data, data_root=data_root,
-                   n_train=n_train, n_val=n_val, n_test=n_test, train_eval_size=train_eval_size,
-                   split_seed=split_seed, augment=augment, device=device, precision=precision, channels_last=channels_last,
-                   compile=compile, checkpoint_every=checkpoint_every)
-runs = run_sigma_sweep(base, sigma_ws=sigma_ws, seeds=seeds, results=results_dir, section=section,
-                       ensemble=ensemble, progress=progress)
+refuse_undeclared(globals())  # papermill only warns about a parameter this notebook does not declare
+runs = run_point(globals())  # the point's runs from the parameters above (config.point_configs), as the sweep builds them
 
 # %% [markdown]
 # One row per run: test accuracy at the best-validation epoch, the interpolation epoch, the initial and final
-# weight norms (radial memory) and the forgetting clocks at the end of training.
+# weight norms (radial memory), the angle from initialisation and the forgetting clocks at the end of training.
 
 # %%
-run_table(runs)
+tables.run_table(runs)
 
 # %% [markdown]
 # The point's numbers: the spread across `sigma_w` (pp), which `sigma_w` is best and worst, how many runs
-# interpolated.
+# interpolated or diverged.
 
 # %%
-point_summary(runs)
+metrics.point_summary(runs)
 
 # %% [markdown]
 # The spread at each epoch mark: finding 3 predicts it stays flat as training goes on, while `T_SGD` grows.
 
 # %%
-spread_at_marks(runs, epoch_marks)
+tables.long_training_table(runs, marks=epoch_marks)

@@ -30,7 +30,7 @@ results_dir = "results/adhoc"  # runs go to <results_dir>/<section>/<run_id>/
 section = "05_depth"
 sigma_ws = [0.1, 1.0, 2.5]  # the init scales the spread is taken across
 seeds = [0]
-ensemble = True  # train the missing sigma_w x seed runs as one batched ensemble (False: one by one)
+population = True  # train the missing sigma_w x seed runs as one population (False: one by one)
 progress = True
 # TrainConfig fields, held fixed across sigma_w
 arch = "resnet20"  # resnet9 | resnet20 | resnet56 | resnet110
@@ -57,35 +57,30 @@ compile = False
 checkpoint_every = 0  # epochs between checkpoints (0: none); a killed run resumes from the newest
 
 # %%
-from initmem.experiment import point_summary, run_sigma_sweep
-from initmem.sections import interpolation_table, run_table
-from initmem.train import TrainConfig
+from initmem import metrics, tables
+from initmem.notebook import refuse_undeclared
+from initmem.point import run_point
 
-base = TrainConfig(arch=arch, width=width, optimizer=optimizer, lr=lr, momentum=momentum, weight_decay=weight_decay,
-                   schedule=schedule, batch_size=batch_size, epochs=epochs, data=data, data_root=data_root,
-                   n_train=n_train, n_val=n_val, n_test=n_test, train_eval_size=train_eval_size,
-                   split_seed=split_seed, augment=augment, device=device, precision=precision, channels_last=channels_last,
-                   compile=compile, checkpoint_every=checkpoint_every)
-runs = run_sigma_sweep(base, sigma_ws=sigma_ws, seeds=seeds, results=results_dir, section=section,
-                       ensemble=ensemble, progress=progress)
+refuse_undeclared(globals())  # papermill only warns about a parameter this notebook does not declare
+runs = run_point(globals())  # the point's runs from the parameters above (config.point_configs), as the sweep builds them
 
 # %% [markdown]
 # One row per run: test accuracy at the best-validation epoch, the interpolation epoch, the initial and final
-# weight norms (radial memory) and the forgetting clocks at the end of training.
+# weight norms (radial memory), the angle from initialisation and the forgetting clocks at the end of training.
 
 # %%
-run_table(runs)
+tables.run_table(runs)
 
 # %% [markdown]
 # The point's numbers: the spread across `sigma_w` (pp), which `sigma_w` is best and worst, how many runs
-# interpolated.
+# interpolated or diverged.
 
 # %%
-point_summary(runs)
+metrics.point_summary(runs)
 
 # %% [markdown]
 # Which runs interpolate and which fail to (`failed_to_interpolate`): finding 6 predicts failures at large
 # `sigma_w` in the deep networks.
 
 # %%
-interpolation_table(runs)
+tables.interpolation_table(runs)

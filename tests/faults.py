@@ -127,3 +127,11 @@ def mini_project(root: Path, notebook: str, fixed: dict, grid: dict | None = Non
     doc = {"section": "t", "notebook": "notebooks/t.py", "profiles": {"smoke": {"fixed": fixed, "grid": grid or {}}}}
     params.write_text(yaml.safe_dump(doc, sort_keys=False))
     return params
+
+
+def sweep_point(base: dict, sigma_ws: list[float], results, section: str, seeds=(0,), progress: bool = False):
+    """Train a point's runs one by one through `initmem.point.run_point` (what a notebook calls)."""
+    from initmem.point import run_point
+
+    return run_point({**base, "sigma_ws": list(sigma_ws), "seeds": list(seeds)}, results=results, section=section,
+                     population=False, progress=progress)

@@ -12,6 +12,7 @@ import concurrent.futures as cf
 import io
 import os
 import pickle
+import resource
 import subprocess
 import sys
 import tarfile
@@ -26,7 +27,7 @@ from PIL import Image
 
 from initmem.data import CIFAR10_CLASSES
 from initmem.errors import InitmemError
-from initmem.experiment import run_sigma_sweep
+from initmem.point import run_point
 from initmem.train import TrainConfig, train
 
 NB = str(faults.REPO / "notebooks" / "01_optimizers.py")
@@ -42,11 +43,15 @@ class Case:
     value: str  # the bad value, as the error line must name it
     hint: str  # what is accepted (or expected), as the error line must say it
     env: dict[str, str] = field(default_factory=dict)
+    memory_gb: int | None = None  # an address-space limit: a case that must fail to allocate, not eat the machine
 
 
 def sweep(params: str, *more: str) -> list[str]:
     return ["sweep", f"{{params}}/{params}.yaml", "--profile", "smoke", "--results", "{res}", *more]
 
+
+READONLY = "/sys" if os.geteuid() == 0 else "{tmp}/readonly"  # root writes into a mode-555 folder; not into /sys
+TV = "{tmp}/nothing/cifar-10-batches-py"
 
 CASES = [
     # initmem train: parameters
@@ -58,20 +63,34 @@ CASES = [
     Case("unknown-optimizer", [*TRAIN, "--optimizer", "adagrad"], "'adagrad'", "'sgd', 'sgd_momentum'"),
     Case("unknown-schedule", [*TRAIN, "--schedule", "linear"], "'linear'", "'constant', 'cosine'"),
     Case("negative-lr", [*TRAIN, "--lr", "-0.1"], "lr=-0.1", "a finite real > 0"),
-    Case("batch-size-zero", [*TRAIN, "--batch-size", "0"], "batch_size=0", "an integer >= 1"),
+    Case("batch-size-zero", [*TRAIN, "--batch-size", "0"], "batch_size=0", "an integer in [1, "),
     Case("batch-larger-than-data", [*TRAIN, "--batch-size", "500"], "batch_size=500", "at most the training split"),
-    Case("epochs-zero", [*TRAIN, "--epochs", "0"], "epochs=0", "an integer >= 1"),
+    Case("epochs-zero", [*TRAIN, "--epochs", "0"], "epochs=0", "an integer in [1, "),
     Case("width-too-small", [*TRAIN, "--width", "0.001"], "width=0.001", "width >= "),
     Case("unused-hyperparameter", [*TRAIN, "--optimizer", "adam", "--momentum", "0.9"], "momentum=0.9",
          "only its default 0.0"),
-    Case("n-train-below-classes", [*TRAIN, "--n-train", "5"], "n_train=5", "an integer >= 10"),
+    Case("n-train-below-classes", [*TRAIN, "--n-train", "5"], "n_train=5", "an integer in [10, "),
     Case("train-eval-size-too-big", [*TRAIN, "--train-eval-size", "500"], "train_eval_size=500", "[10, 200]"),
     Case("section-path", [*TRAIN, "--section", "../x"], "'../x'", "a plain folder name"),
+    Case("repeated-flag", [*TRAIN, "--lr", "0.1", "--lr", "0.2"], "--lr 0.1, then --lr 0.2", "each flag once"),
+    Case("repeated-bool-flag", [*TRAIN, "--augment", "--no-augment"], "--augment, then --no-augment",
+         "each flag once"),
+    Case("seed-too-big", [*TRAIN, "--seed", "18446744073709551616"], "seed=18446744073709551616",
+         "an integer in [0, 9223372036854775807]"),
+    Case("width-does-not-fit", [*TRAIN, "--width", "64", "--arch", "resnet9"], "width=64", "a smaller width",
+         memory_gb=8),
     # initmem train: data and folders
     Case("missing-data-folder", [*DATA, "--data", "imagefolder", "--data-root", "{tmp}/nope"], "/nope",
          "expected {tmp}/nope/train + {tmp}/nope/test"),
     Case("no-data-anywhere", [*DATA, "--data", "auto", "--data-root", "{tmp}/nothing"], "/nothing",
          "set INITMEM_DATA"),
+    Case("torchvision-not-downloaded", [*DATA, "--data", "torchvision", "--data-root", "{tmp}/nothing"], TV,
+         "load_cifar10('{tmp}/nothing', download=True)\"` (README), or use an image archive: --data auto --data-root"),
+    Case("cache-is-a-file", [*DATA, "--data", "imagefolder", "--data-root", "{data}/good.tar.gz"],
+         "INITMEM_CACHE='{tmp}/a-file'", "is a file, not a folder: set INITMEM_CACHE to a writable folder",
+         env={"INITMEM_CACHE": "{tmp}/a-file"}),
+    Case("cache-read-only", [*DATA, "--data", "imagefolder", "--data-root", "{data}/good.tar.gz"],
+         f"INITMEM_CACHE='{READONLY}'", "is not a writable folder", env={"INITMEM_CACHE": READONLY}),
     Case("corrupt-archive", [*DATA, "--data", "imagefolder", "--data-root", "{data}/corrupt.tar.gz"],
          "corrupt.tar.gz", "is corrupt or truncated"),
     Case("truncated-archive", [*DATA, "--data", "imagefolder", "--data-root", "{data}/truncated.tar.gz"],
@@ -89,7 +108,19 @@ CASES = [
     Case("sweep-unknown-profile", ["sweep", "{params}/ok.yaml", "--profile", "gpu", "--results", "{res}"], "'gpu'",
          "profiles: smoke"),
     Case("sweep-misspelled-parameter", sweep("misspelled"), "'sigma_wss'", "did you mean 'sigma_ws'"),
-    Case("sweep-yaml-1e-3-string", sweep("yamlstr"), "lr='1e-3'", "write 1.0e-3"),
+    Case("sweep-duplicate-grid-value", sweep("dupgrid"), "repeats 'sgd' (in ['sgd', 'sgd'])",
+         "distinct values are accepted"),
+    Case("sweep-duplicate-key", sweep("dupkey"), "key 'epochs' is repeated (first at line 6)",
+         "at line 7, column 7"),
+    Case("sweep-repeated-sigma-w", sweep("repsigma"), "sigma_ws=[0.5, 0.5]", "distinct values are accepted"),
+    Case("sweep-section-escapes", sweep("escape"), "section='../escape'", "a plain folder name is accepted"),
+    Case("sweep-no-file-matches", ["sweep", "{params}/nomatch*.yaml", "--profile", "smoke", "--results", "{res}"],
+         "'{params}/nomatch*.yaml' matches no file", "a params file or a glob pattern"),
+    Case("sweep-params-is-a-folder", ["sweep", "{params}", "--profile", "smoke", "--results", "{res}"],
+         "'{params}' is a folder", "a YAML file is accepted"),
+    Case("sweep-params-not-utf8", sweep("latin1"), "latin1.yaml' is not UTF-8 text", "a UTF-8 YAML file is accepted"),
+    Case("sweep-second-file-typo", ["sweep", "{params}/ok.yaml", "{params}/misspelled.yaml", "--profile", "smoke",
+                                    "--results", "{res}"], "'sigma_wss'", "did you mean 'sigma_ws'"),
     Case("sweep-sigma-w-negative", sweep("negsigma"), "sigma_w=-1.0", "a finite real > 0"),
     Case("sweep-empty-grid", sweep("emptygrid"), "got []", "a non-empty list of values"),
     Case("sweep-invalid-yaml", sweep("badyaml"), "badyaml.yaml", "not valid YAML at line 3, column 35: expected"),
@@ -106,10 +137,22 @@ CASES = [
          "is not a YAML value"),
     Case("run-sigma-w-nan", ["run", NB, "-p", "sigma_ws", "[0.5, .nan]", "--cwd", "{tmp}", "-p", "results_dir",
                              "{res}"], "sigma_w=nan", "a finite real > 0"),
+    Case("run-unknown-optimizer", ["run", NB, "-p", "optimizer", "adagrad", "--cwd", "{tmp}"], "'adagrad'",
+         "'sgd', 'sgd_momentum'"),
+    Case("run-section-escapes", ["run", NB, "-p", "section", "../x", "--cwd", "{tmp}"], "section='../x'",
+         "a plain folder name"),
+    Case("run-repeated-parameter", ["run", NB, "-p", "lr", "0.1", "-p", "lr", "0.2", "--cwd", "{tmp}"],
+         "-p lr is given twice ('0.1', then '0.2')", "each parameter once"),
+    Case("run-parameters-cell-syntax", ["run", "{tmp}/syntax.py", "--cwd", "{tmp}"], "syntax.py",
+         "the parameters cell is not valid Python: line 2"),
+    Case("run-output-under-a-file", ["run", NB, "--output", "{tmp}/a-file/x.ipynb", "--cwd", "{tmp}"],
+         "'{tmp}/a-file/x.ipynb' is under '{tmp}/a-file', which is a file", "a path under a folder is accepted"),
+    Case("run-cwd-missing", ["run", NB, "--cwd", "{tmp}/missing-cwd"], "'{tmp}/missing-cwd'",
+         "an existing folder is accepted"),
 ]
 
 LIBRARY = [  # (id, call, value, hint): no command takes these arguments
-    ("library-empty-sigma-grid", lambda res: run_sigma_sweep({}, sigma_ws=[], results=res, section="adhoc"),
+    ("library-empty-sigma-grid", lambda res: run_point({"sigma_ws": []}, results=res, section="adhoc"),
      "sigma_ws=[]", "a non-empty list"),
     ("library-unknown-config-key", lambda res: TrainConfig.from_dict({"sigmaw": 1.0}), "'sigmaw'",
      "did you mean 'sigma_w'"),
@@ -162,9 +205,15 @@ def _make_params(d: Path) -> None:
         "yamlstr": "    fixed: {lr: 1e-3}",
         "negsigma": "    fixed: {sigma_ws: [0.5, -1.0]}",
         "emptygrid": "    grid: {optimizer: []}",
+        "dupgrid": "    grid: {optimizer: [sgd, sgd]}",
+        "dupkey": "    fixed:\n      epochs: 1\n      epochs: 2",  # lines 6 and 7
+        "repsigma": "    fixed: {sigma_ws: [0.5, 0.5]}",
     }
     for name, body in bodies.items():
         (d / f"{name}.yaml").write_text(f"section: 01_optimizers\nnotebook: {NB}\nprofiles:\n  smoke:\n{body}\n")
+    (d / "escape.yaml").write_text(f"section: ../escape\nnotebook: {NB}\nprofiles:\n  smoke: {{}}\n")
+    (d / "latin1.yaml").write_bytes(f"section: 01_optimizers\nnotebook: {NB}\ndescription: caf\xe9\n"
+                                    "profiles:\n  smoke: {}\n".encode("latin-1"))
     (d / "badyaml.yaml").write_text(f"section: x\nnotebook: {NB}\nprofiles: {{smoke: {{fixed: {{a: [1, }}}}\n")
 
 
@@ -183,6 +232,8 @@ def world(tmp_path_factory):
     _make_params(tmp / "proj" / "params")
     (tmp / "a-file").write_text("not a folder\n")
     (tmp / "empty-bin").mkdir()
+    (tmp / "readonly").mkdir(mode=0o555)
+    (tmp / "syntax.py").write_text('# %% tags=["parameters"]\nlr = 0.1\noptimizer = "sgd\n\n# %%\nprint(lr)\n')
     res = tmp / "results"
     n = torch.get_num_threads()
     torch.set_num_threads(1)
@@ -207,14 +258,17 @@ def outcomes(world):
     cache = Path(world["tmp"]) / "cache"
 
     def one(i: int, case: Case) -> tuple[str, subprocess.CompletedProcess]:
-        env = faults.env(INITMEM_CACHE=str(cache), INITMEM_DATA="",
-                         **{k: _fill(v, world) for k, v in case.env.items()})
+        env = faults.env(**{"INITMEM_CACHE": str(cache), "INITMEM_DATA": "",
+                            **{k: _fill(v, world) for k, v in case.env.items()}})
         # Each train case gets its own seed, hence its own run folder: two valid configs that differ only in
         # --data-root share a run id, and two at a time they would race for its lock (the loser's one line would
         # rightly name the lock, not the bad archive).
-        seed = ["--seed", str(1000 + i)] if case.argv[0] == "train" else []
+        seed = ["--seed", str(1000 + i)] if case.argv[0] == "train" and "--seed" not in case.argv else []
         cmd = [sys.executable, "-m", "initmem.cli", *(_fill(a, world) for a in case.argv), *seed]
-        return case.id, subprocess.run(cmd, cwd=world["tmp"], env=env, capture_output=True, text=True, timeout=300)
+        limit = None if case.memory_gb is None else (lambda: resource.setrlimit(
+            resource.RLIMIT_AS, (case.memory_gb << 30, case.memory_gb << 30)))
+        return case.id, subprocess.run(cmd, cwd=world["tmp"], env=env, capture_output=True, text=True, timeout=300,
+                                       preexec_fn=limit)
 
     out = {}
     with cf.ThreadPoolExecutor(2) as pool:
@@ -245,6 +299,11 @@ def test_bad_library_arguments_are_one_line_errors(cid, call, value, hint, world
     msg = str(exc.value)
     assert "\n" not in msg and value in msg and hint in msg, msg
     assert _snapshot(Path(world["res"])) == before
+
+
+def test_a_refused_cwd_is_not_created(outcomes, world):
+    assert outcomes["run-cwd-missing"][0].returncode == 2
+    assert not (Path(world["tmp"]) / "missing-cwd").exists()
 
 
 def test_the_table_is_big_enough():

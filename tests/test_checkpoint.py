@@ -20,11 +20,12 @@ import torch
 
 import initmem.train as train_mod
 from initmem import checkpoint as ckpt
-from initmem import experiment
+from initmem import point
+from initmem.config import TrainConfig
 from initmem.errors import CheckpointError, SweepError
-from initmem.experiment import FAILED, run_sigma_sweep
+from initmem.point import FAILED
 from initmem.results import is_complete, read_run, run_dir
-from initmem.train import TrainConfig, train
+from initmem.train import train
 
 CFG = {**faults.TINY, "epochs": 6, "checkpoint_every": 1}
 LOCAL = {**faults.TINY, "epochs": 4, "checkpoint_every": 1, "augment": True}  # in-process runs
@@ -76,15 +77,15 @@ class _Stop(Exception):
 
 
 def _interrupt_at(monkeypatch, epoch: int) -> None:
-    """Make train() raise right after measuring `epoch` (before that epoch's checkpoint)."""
-    report = train_mod._report
+    """Make train() raise right after measuring `epoch` (as it saves that epoch's checkpoint, before writing it)."""
+    save = train_mod._ckpt.save
 
-    def boom(mode, bar, row, *a):
-        if row["epoch"] == epoch:
+    def boom(folder, at, payload, **kw):
+        if at == epoch:
             raise _Stop
-        return report(mode, bar, row, *a)
+        return save(folder, at, payload, **kw)
 
-    monkeypatch.setattr(train_mod, "_report", boom)
+    monkeypatch.setattr(train_mod._ckpt, "save", boom)
 
 
 @pytest.fixture(scope="module")
@@ -147,10 +148,10 @@ def test_checkpoint_every_n_epochs_and_only_without_divergence(tmp_path, monkeyp
     train(TrainConfig(**{**LOCAL, "checkpoint_every": 2}), out_dir=tmp_path, section="s", progress=False)
     assert [e for e, _ in saved] == [2, 4]
     payload = saved[0][1]
-    assert set(payload) >= {"run_id", "config", "epoch", "rng", "state", "started_at"}
-    assert set(payload["state"]) == {"model", "optimizer", "order_gen", "aug_gen", "clocks", "history", "epoch",
-                                     "step", "wall_time"}
-    assert len(payload["state"]["history"]) == 3 and payload["state"]["clocks"]["steps"] == 8
+    assert set(payload) >= {"population", "run_ids", "config", "epoch", "rng", "state", "started_at"}
+    assert set(payload["state"]) == {"model", "optimizer", "order_gen", "aug_gen", "clocks", "instruments", "live",
+                                     "alive", "status", "histories", "epoch", "step", "wall_time"}
+    assert len(payload["state"]["histories"][0]) == 3 and payload["state"]["clocks"][0]["steps"] == 8
     saved.clear()
     train(TrainConfig(**{**LOCAL, "lr": 1e20}), out_dir=tmp_path, section="s", progress=False)
     assert saved == []  # diverged at epoch 1: nothing worth resuming from
@@ -196,7 +197,7 @@ SWEEP = {**faults.TINY, "epochs": 2}
 
 
 def test_a_corrupt_run_json_is_not_complete_and_the_run_is_trained_again(tmp_path, capsys):
-    df = run_sigma_sweep(SWEEP, sigma_ws=[0.5], results=tmp_path, section="s", progress=False)
+    df = faults.sweep_point(SWEEP, sigma_ws=[0.5], results=tmp_path, section="s", progress=False)
     folder = df["path"].iloc[0]
     cfg = TrainConfig(**{**SWEEP, "sigma_w": 0.5})
     before = faults.history(folder)
@@ -204,25 +205,26 @@ def test_a_corrupt_run_json_is_not_complete_and_the_run_is_trained_again(tmp_pat
     (tmp_path / "s" / df["run_id"].iloc[0] / "run.json").write_text(text[: len(text) // 2])
     assert not is_complete(tmp_path, "s", cfg)
     capsys.readouterr()
-    with pytest.warns(UserWarning, match="corrupt or truncated"):
-        again = run_sigma_sweep(SWEEP, sigma_ws=[0.5], results=tmp_path, section="s", progress=False)
-    assert "corrupt or truncated" in capsys.readouterr().out and is_complete(tmp_path, "s", cfg)
+    again = faults.sweep_point(SWEEP, sigma_ws=[0.5], results=tmp_path, section="s", progress=False)
+    assert "moved aside" in capsys.readouterr().out and is_complete(tmp_path, "s", cfg)
+    aside = list((tmp_path / "s" / ".damaged").iterdir())  # the damaged folder was kept, not deleted
+    assert any((d / "run.json").read_text() == text[: len(text) // 2] for d in aside if d.is_dir())
     assert again["status"].tolist() == ["complete"]
     pd.testing.assert_frame_equal(faults.history(folder), before, check_exact=True)
 
 
 def test_a_failed_run_is_recorded_and_retried_by_the_next_call(tmp_path, monkeypatch, capsys):
-    real = experiment.train
+    real = point.train
 
     def flaky(c, **kw):
         if c.sigma_w == 1.0:
             raise RuntimeError("CUDA out of memory (simulated)\nsecond line")
         return real(c, **kw)
 
-    monkeypatch.setattr(experiment, "train", flaky)
+    monkeypatch.setattr(point, "train", flaky)
     with pytest.raises(SweepError, match=r"^1 of 3 run\(s\) of section 's' failed: sigma_w=1 seed=0 .*RuntimeError: "
                                          r"CUDA out of memory \(simulated\); each is recorded"):
-        run_sigma_sweep(SWEEP, sigma_ws=[0.5, 1.0, 2.0], results=tmp_path, section="s", progress=False)
+        faults.sweep_point(SWEEP, sigma_ws=[0.5, 1.0, 2.0], results=tmp_path, section="s", progress=False)
     ok = [TrainConfig(**{**SWEEP, "sigma_w": s}) for s in (0.5, 2.0)]
     bad = TrainConfig(**{**SWEEP, "sigma_w": 1.0})
     assert all(is_complete(tmp_path, "s", c) for c in ok) and not is_complete(tmp_path, "s", bad)  # went on
@@ -230,16 +232,16 @@ def test_a_failed_run_is_recorded_and_retried_by_the_next_call(tmp_path, monkeyp
     assert record["attempts"] == 1 and record["error"] == "RuntimeError: CUDA out of memory (simulated)"
     assert "Traceback" in record["traceback"][0] and record["sigma_w"] == 1.0
 
-    monkeypatch.setattr(experiment, "train", real)
+    monkeypatch.setattr(point, "train", real)
     capsys.readouterr()
-    df = run_sigma_sweep(SWEEP, sigma_ws=[0.5, 1.0, 2.0], results=tmp_path, section="s", progress=False)
+    df = faults.sweep_point(SWEEP, sigma_ws=[0.5, 1.0, 2.0], results=tmp_path, section="s", progress=False)
     out = capsys.readouterr().out
     assert "skipping 2 complete run(s)" in out and "retrying: attempt 1 failed with RuntimeError" in out
     assert df["status"].tolist() == ["complete"] * 3 and not (run_dir(tmp_path, "s", bad) / FAILED).exists()
 
 
 def test_the_sweep_goes_on_after_a_diverged_run(tmp_path, monkeypatch):
-    real = experiment.train
+    real = point.train
     seen = []
 
     def diverge_small(c, **kw):  # sigma_w=0.25 diverges at epoch 1 (a huge lr), the others train normally
@@ -250,8 +252,8 @@ def test_the_sweep_goes_on_after_a_diverged_run(tmp_path, monkeypatch):
                 return real(c, **kw)
         return real(c, **kw)
 
-    monkeypatch.setattr(experiment, "train", diverge_small)
-    df = run_sigma_sweep(SWEEP, sigma_ws=[0.25, 1.0], results=tmp_path, section="s", progress=False)
+    monkeypatch.setattr(point, "train", diverge_small)
+    df = faults.sweep_point(SWEEP, sigma_ws=[0.25, 1.0], results=tmp_path, section="s", progress=False)
     assert seen == [0.25, 1.0]
     assert df["status"].tolist() == ["diverged", "complete"] and df["diverged_epoch"].iloc[0] == 1
     assert pd.isna(df["diverged_epoch"].iloc[1]) and df["epochs_run"].tolist() == [1, 2]

@@ -13,11 +13,11 @@ from collections import Counter
 import faults
 import pytest
 
-from initmem import experiment, locks
+from initmem import locks, point
+from initmem.config import TrainConfig
 from initmem.errors import ResultsError
-from initmem.experiment import run_sigma_sweep
 from initmem.results import is_complete, load_runs, read_run, run_dir
-from initmem.train import TrainConfig, train
+from initmem.train import train
 
 SWEEP = {**faults.TINY, "epochs": 2}
 HOLD = """
@@ -50,7 +50,7 @@ def test_the_lock_is_exclusive_across_processes_and_reentrant_within_one(tmp_pat
     assert lock is not None and locks.lock_path(folder) == tmp_path / "s" / "abc123.lock"
     assert not folder.exists()  # the lock lives beside the run folder: nothing half-made inside
     assert re.fullmatch(rf".+ pid {os.getpid()} since \d{{4}}-.+", locks.holder(folder))
-    inner = locks.try_lock(folder)  # re-entrant: run_sigma_sweep holds it, then train() takes it again
+    inner = locks.try_lock(folder)  # re-entrant: train_point holds it, then train() takes it again
     assert inner is not None
     inner.release()
     assert _probe(folder) == "HELD"  # the outer hold still counts
@@ -93,10 +93,10 @@ def test_the_sweep_skips_a_locked_run_waits_for_it_and_does_not_train_it_again(t
     go = tmp_path / "go.py"
     holder = faults.Child([*faults.python_cmd(HOLD), str(run_dir(tmp_path, "s", locked)), str(go)])
     holder.wait_for("^GOT$")
-    trained, real = [], experiment.train
-    monkeypatch.setattr(experiment, "train", lambda c, **kw: (trained.append(c.sigma_w), real(c, **kw))[1])
+    trained, real = [], point.train
+    monkeypatch.setattr(point, "train", lambda c, **kw: (trained.append(c.sigma_w), real(c, **kw))[1])
     result = {}
-    sweep = threading.Thread(target=lambda: result.update(df=run_sigma_sweep(
+    sweep = threading.Thread(target=lambda: result.update(df=faults.sweep_point(
         SWEEP, sigma_ws=[0.5, 1.0], results=tmp_path, section="s", progress=False)))
     sweep.start()
     deadline = time.monotonic() + 120
@@ -117,15 +117,16 @@ def test_the_sweep_skips_a_locked_run_waits_for_it_and_does_not_train_it_again(t
 
 def test_two_concurrent_sweeps_train_every_run_exactly_once(tmp_path):
     sigma_ws = [0.25, 0.5, 1.0, 2.0]
-    code = (f"from initmem.experiment import run_sigma_sweep\n"
-            f"df = run_sigma_sweep({SWEEP!r}, sigma_ws={sigma_ws!r}, results={str(tmp_path)!r}, section='s')\n"
+    code = (f"from initmem.point import run_point\n"
+            f"df = run_point({{**{SWEEP!r}, 'sigma_ws': {sigma_ws!r}, 'seeds': [0]}}, results={str(tmp_path)!r}, "
+            f"section='s', population=False)\n"
             f"print('ROWS', len(df), ' '.join(df['status']))\n")
     children = [faults.Child(faults.python_cmd(code)) for _ in range(2)]
     outs = [c.finish(timeout=600) for c in children]
     for rc, out in outs:
         assert rc == 0 and "ROWS 4 complete complete complete complete" in out, out
     ids = [run_dir(tmp_path, "s", TrainConfig(**{**SWEEP, "sigma_w": s})).name for s in sigma_ws]
-    headers = Counter(m for _, out in outs for m in re.findall(r"^run (\w{12}): resnet9", out, re.M))
+    headers = Counter(m for _, out in outs for m in re.findall(r"^run (\w{12}): sigma_w=", out, re.M))
     assert headers == Counter(ids), "\n\n".join(out for _, out in outs)  # every run trained once, by one of them
     runs = load_runs(tmp_path)
     assert sorted(runs["run_id"]) == sorted(ids) and (runs["status"] == "complete").all()

@@ -9,11 +9,14 @@ import pytest
 
 from initmem.errors import ConfigError
 from initmem.metrics import (
+    DIAGNOSTIC_KEYS,
+    EXTRA_CLOCKS,
     SUMMARY_KEYS,
     ClockAccumulator,
     best_epoch,
     forgetting_clocks,
     interpolation_epoch,
+    lr_scale,
     radial_memory,
     repair_gap,
     spread,
@@ -85,6 +88,21 @@ def test_repair_gap():
     assert repair_gap(_history(train_acc=[0.1, 0.2, 0.3, 0.4, 0.5])) is None
 
 
+def test_repair_gap_of_a_run_that_interpolates_and_later_diverges_is_read_at_its_last_finite_epoch():
+    # interpolates at epoch 2 (val 0.60), still finite at epoch 3 (val 0.63), diverges at epoch 4 (chance-level
+    # val_acc 0.10 beside NaN losses): the gap is 0.63 - 0.60, not 0.10 - 0.60
+    h = _history(train_acc=[0.1, 0.5, 0.996, 0.998, 0.1], train_loss=[nan, 2.0, 0.1, 0.05, nan],
+                 val_loss=[2.3, 1.5, 1.2, 1.1, nan], test_loss=[2.3, 1.5, 1.2, 1.1, math.inf],
+                 val_acc=[0.1, 0.5, 0.60, 0.63, 0.10])
+    assert repair_gap(h) == pytest.approx(0.63 - 0.60)
+    s = summarize_history(h)
+    assert (s["tau_interp"], s["diverged_epoch"]) == (2, 4) and s["repair_gap"] == pytest.approx(0.03)
+    # only the val loss is non-finite at epoch 4: that row is not finite either
+    h2 = _history(train_acc=[0.1, 0.5, 0.996, 0.998, 0.1], val_loss=[2.3, 1.5, 1.2, 1.1, nan],
+                  val_acc=[0.1, 0.5, 0.60, 0.63, 0.10])
+    assert repair_gap(h2) == pytest.approx(0.03)
+
+
 def test_radial_memory():
     init = np.array([1.0, 2.0, 4.0, 8.0])
     assert radial_memory(init, 3 * init) == pytest.approx(1.0)  # coupled: memory
@@ -117,6 +135,31 @@ def test_clocks_cosine_schedule():
     assert c["T_L2"] == pytest.approx(1e-2 * eta * (K / 2 + 0.5), rel=1e-12)
 
 
+@pytest.mark.parametrize("optimizer, momentum, factor", [("sgd_momentum", 0.9, 10.0), ("sgd_momentum", 0.5, 2.0),
+                                                         ("sgd", 0.0, 1.0), ("adam", 0.0, 1.0), ("adamw", 0.0, 1.0),
+                                                         ("muon", 0.95, 1.0)])
+def test_lr_scale_is_one_over_one_minus_beta_for_heavy_ball_momentum_only(optimizer, momentum, factor):
+    assert lr_scale(optimizer, momentum) == pytest.approx(factor, rel=1e-15)
+
+
+def test_the_eff_clocks_by_hand():
+    # sgd_momentum beta 0.9: effective step 10 eta. 100 steps of eta = 0.01, b = 64, l2 = 1e-3:
+    # T_SGD_eff = 100 (10 * 0.01)^2 / 64 = 0.015625, T_L2_eff = 1e-3 * 100 * 0.1 = 0.01, T_adapt_eff = 100 * 0.1 = 10
+    acc = ClockAccumulator(64, l2=1e-3, scale=lr_scale("sgd_momentum", 0.9))
+    for _ in range(100):
+        acc.update(0.01)
+    t = acc.totals()
+    assert tuple(t) == ("T_SGD", "T_L2", "T_adapt", *EXTRA_CLOCKS)
+    assert t["T_SGD_eff"] == pytest.approx(0.015625, rel=1e-12)
+    assert t["T_L2_eff"] == pytest.approx(0.01, rel=1e-12)
+    assert t["T_adapt_eff"] == pytest.approx(10.0, rel=1e-12)
+    assert (t["T_SGD"], t["T_L2"], t["T_adapt"]) == pytest.approx((0.00015625, 1e-3, 1.0), rel=1e-12)  # unscaled
+    plain = ClockAccumulator(64, l2=1e-3)  # scale 1: the _eff clocks are the plain ones
+    plain.update(0.01)
+    assert [plain.totals()[f"{k}_eff"] for k in ("T_SGD", "T_L2", "T_adapt")] == [
+        plain.totals()[k] for k in ("T_SGD", "T_L2", "T_adapt")]
+
+
 def test_clock_accumulator_matches_and_resumes():
     lrs = [1e-3 * (1 + 0.5 * math.sin(k)) for k in range(20_000)]
     acc = ClockAccumulator(32, l2=1e-4)
@@ -129,7 +172,7 @@ def test_clock_accumulator_matches_and_resumes():
     exact = forgetting_clocks(lrs, 32, 1e-4)
     assert resumed.steps == 20_000
     for k, v in resumed.totals().items():
-        assert v == pytest.approx(exact[k], rel=1e-15)
+        assert v == pytest.approx(exact[k.removesuffix("_eff")], rel=1e-15), k  # scale 1: _eff = plain
     with pytest.raises(ConfigError, match="batch_size=64"):
         ClockAccumulator(64, 1e-4).load_state_dict(acc.state_dict())
 
@@ -147,8 +190,9 @@ def test_clock_accumulator_stays_accurate_over_a_million_steps():
 
 def test_summarize_history():
     s = summarize_history(_history())
-    assert tuple(s) == SUMMARY_KEYS
-    assert s == {
+    assert tuple(s) == (*SUMMARY_KEYS, *DIAGNOSTIC_KEYS)
+    assert all(s[k] is None for k in DIAGNOSTIC_KEYS)  # a history without those columns (schema-1 runs)
+    assert {k: v for k, v in s.items() if k in SUMMARY_KEYS} == {
         "best_epoch": 2, "test_acc_at_best": 0.61, "val_loss_at_best": 1.2, "val_acc_at_best": 0.60,
         "tau_interp": 3, "interpolated": True, "repair_gap": pytest.approx(0.03),
         "init_weight_norm": 10.0, "final_weight_norm": 15.0, "norm_ratio": 1.5,
@@ -157,6 +201,20 @@ def test_summarize_history():
     }
     json.dumps(s, allow_nan=False)
     assert all(type(v) in (int, float, bool, type(None)) for v in s.values())
+
+
+def test_summarize_history_reads_the_diagnostics_at_the_best_and_the_last_finite_epoch():
+    h = _history(angle=[0.0, 10.0, 20.0, 30.0, 40.0], Theta=[0.0, 0.2, 0.4, 0.6, 0.8],
+                 T_SGD_eff=[0.0, 1.0, 2.0, 3.0, 4.0], T_L2_eff=[0.0] * 5, T_adapt_eff=[0.0, 10.0, 20.0, 30.0, 40.0])
+    s = summarize_history(h)
+    assert {k: s[k] for k in DIAGNOSTIC_KEYS} == {"angle_at_best": 20.0, "angle_final": 40.0, "Theta_final": 0.8,
+                                                  "T_SGD_eff": 4.0, "T_L2_eff": 0.0, "T_adapt_eff": 40.0}
+    # diverged at epoch 4 (NaN losses, NaN angle): the final values are epoch 3's
+    bad = h.assign(train_loss=[nan, 2.0, 1.0, 0.5, nan], val_loss=[2.3, 1.5, 1.2, 1.3, nan],
+                   angle=[0.0, 10.0, 20.0, 30.0, nan], Theta=[0.0, 0.2, 0.4, 0.6, nan])
+    s = summarize_history(bad)
+    assert (s["angle_final"], s["Theta_final"], s["T_adapt_eff"], s["diverged_epoch"]) == (30.0, 0.6, 30.0, 4)
+    json.dumps(s, allow_nan=False)
 
 
 def test_summarize_diverged_history():

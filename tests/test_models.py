@@ -11,6 +11,8 @@ from initmem.errors import ConfigError
 from initmem.models import (
     ARCHS,
     ShortcutA,
+    SpatialMax,
+    SpatialMean,
     build_model,
     head_parameters,
     init_weights,
@@ -153,3 +155,28 @@ def test_bad_arch_and_width():
         build_model("resnet20", width=0.02)  # 16 * 0.02 rounds to 0 channels
     with pytest.raises(ConfigError, match="num_classes"):
         build_model("resnet20", width=0.25, num_classes=0)
+
+
+@pytest.mark.parametrize("pool, reference", [(SpatialMax, lambda x: torch.amax(x, dim=(2, 3))),
+                                             (SpatialMean, lambda x: x.sum(dim=(2, 3)) / (x.shape[2] * x.shape[3]))])
+def test_global_pools_are_the_adaptive_pools_forward_and_backward(pool, reference):
+    """SpatialMax / SpatialMean replace AdaptiveMaxPool2d(1) / adaptive_avg_pool2d(1) (whose CUDA backward is not
+    deterministic): the same function and the same gradient."""
+    adaptive = nn.AdaptiveMaxPool2d(1) if pool is SpatialMax else nn.AdaptiveAvgPool2d(1)
+    x = torch.randn(4, 6, 5, 7, generator=torch.Generator().manual_seed(0), requires_grad=True)
+    ours = pool()(x)
+    assert ours.shape == (4, 6)
+    torch.testing.assert_close(ours, adaptive(x).flatten(1), rtol=1e-6, atol=1e-7)
+    torch.testing.assert_close(ours, reference(x), rtol=1e-6, atol=1e-7)
+    g = torch.randn(4, 6)
+    (ours_grad,) = torch.autograd.grad(ours, x, g)
+    (theirs_grad,) = torch.autograd.grad(adaptive(x).flatten(1), x, g)
+    torch.testing.assert_close(ours_grad, theirs_grad, rtol=1e-6, atol=1e-7)
+
+
+def test_the_networks_use_the_deterministic_global_pools():
+    assert isinstance(build_model("resnet9", width=1 / 16).pool, SpatialMax)
+    for arch in ("resnet20", "resnet56", "resnet110"):
+        net = build_model(arch, width=0.25)
+        assert isinstance(net.pool, SpatialMean), arch
+        assert not any(isinstance(m, (nn.AdaptiveMaxPool2d, nn.AdaptiveAvgPool2d)) for m in net.modules()), arch

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import ast
 import dataclasses
-import json
 import math
 from pathlib import Path
 
@@ -18,10 +17,12 @@ import pandas as pd
 import pytest
 import yaml
 
+from initmem import metrics, results
+from initmem.config import TrainConfig, point_configs
+from initmem.params import load_section
 from initmem.results import load_runs, run_id
-from initmem.sections import interpolation_table, spread_at_marks
-from initmem.sweep import load_section, point_configs, run_sweep
-from initmem.train import TrainConfig
+from initmem.sweep import run_sweep
+from initmem.tables import interpolation_table, long_training_table
 
 REPO = Path(__file__).resolve().parent.parent
 SECTIONS = ("01_optimizers", "02_long_training", "03_lr_l2", "04_batch_size", "05_depth")
@@ -40,14 +41,18 @@ def test_notebook_structure(name):
     assert tagged == [1]  # one parameters cell, right after the markdown that says what is tested
     params = load_section(REPO / "params" / f"{name}.yaml").declared
     assert params["section"].default == name
-    # the notebook builds its base TrainConfig from exactly its TrainConfig-named parameters, each passed as
-    # itself: then sweep.point_configs (which filters parameters by field name) predicts the same run ids
-    calls = [n for c in nb.cells if c.cell_type == "code" for n in ast.walk(ast.parse(c.source))
-             if isinstance(n, ast.Call) and getattr(n.func, "id", None) == "TrainConfig"]
-    assert len(calls) == 1
-    kw = {k.arg: k.value for k in calls[0].keywords}
-    assert set(kw) == set(params) & FIELDS and not calls[0].args
-    assert all(isinstance(v, ast.Name) and v.id == k for k, v in kw.items())
+    # the notebook's runs come from its namespace through config.point_configs, the function the sweep uses: one
+    # call, no hand-written TrainConfig(...) to keep in step with the parameters cell
+    code = [c.source for c in nb.cells if c.cell_type == "code"][1:]
+    calls = [n for src in code for n in ast.walk(ast.parse(src)) if isinstance(n, ast.Call)]
+    names = [getattr(n.func, "id", None) for n in calls]
+    assert names.count("run_point") == 1 and names.count("refuse_undeclared") == 1 and "TrainConfig" not in names
+    for n in calls:
+        if getattr(n.func, "id", None) in ("run_point", "refuse_undeclared"):
+            assert [ast.unparse(a) for a in n.args] == ["globals()"] and not n.keywords
+    assert names.index("refuse_undeclared") < names.index("run_point")
+    assert {"population", "progress", "precision"} <= set(params) and set(params) - FIELDS <= {
+        "results_dir", "section", "sigma_ws", "seeds", "population", "progress", "epoch_marks"}
     assert "sigma_w" not in params and "seed" not in params  # swept through sigma_ws / seeds
 
 
@@ -148,7 +153,7 @@ def test_notebook_tables_match_the_results(smoke):
     nb = nbformat.read(p.notebook, as_version=4)
     shown = nb.cells[-1].outputs[0]["data"]["text/plain"]
     marks = nb.metadata.papermill.parameters["epoch_marks"]
-    table = spread_at_marks(load_runs(out / "02_long_training"), marks)
+    table = long_training_table(load_runs(out / "02_long_training"), marks=marks)
     assert table["epoch"].tolist() == marks and shown == repr(table)
     # 05: one row per run of the point, with the failed-to-interpolate flag
     p = reports["05_depth"].points[0]
@@ -160,33 +165,30 @@ def test_notebook_tables_match_the_results(smoke):
 
 
 # --- the section helpers on hand-made runs -----------------------------------------------------------------
-def _fake_run(results: Path, sigma_w: float, val_loss: list[float], test_acc: list[float], t_sgd: list[float]):
+def _fake_run(results_dir: Path, sigma_w: float, val_loss: list[float], test_acc: list[float], t_sgd: list[float]):
     config = TrainConfig(data="synthetic", sigma_w=sigma_w, epochs=len(val_loss) - 1)
-    rid = run_id(config)
-    folder = results / "s" / rid
-    folder.mkdir(parents=True)
     n = len(val_loss)
-    pd.DataFrame({"epoch": range(n), "step": range(n), "lr": 0.01, "train_loss": 1.0, "train_acc_running": 0.5,
-                  "train_acc": [0.1] + [1.0] * (n - 1), "val_loss": val_loss, "val_acc": 0.5, "test_loss": 1.0,
-                  "test_acc": test_acc, "weight_norm": 1.0, "T_SGD": t_sgd, "T_L2": 0.0, "T_adapt": 0.0,
-                  "wall_time": 0.0}).to_csv(folder / "history.csv", index=False)
-    summary = {"epochs_run": n - 1, "interpolated": True, "test_acc_at_best": None}
-    (folder / "run.json").write_text(json.dumps({"schema": 1, "run_id": rid, "section": "s", "status": "complete",
-                                                 "config": config.to_dict(), "summary": summary}))
+    h = pd.DataFrame({"epoch": range(n), "step": range(n), "lr": 0.01, "train_loss": 1.0, "train_acc_running": 0.5,
+                      "train_acc": [0.1] + [1.0] * (n - 1), "val_loss": val_loss, "val_acc": 0.5, "test_loss": 1.0,
+                      "test_acc": test_acc, "weight_norm": 1.0, "T_SGD": t_sgd, "T_L2": 0.0, "T_adapt": 0.0,
+                      "wall_time": 0.0})
+    results.write_run(results.RunResult(config, run_id(config), "complete", h, metrics.summarize_history(h),
+                                        None, {}, "2026-01-01T00:00:00+00:00", "2026-01-01T00:00:01+00:00"),
+                      results_dir, "s")
 
 
-def test_spread_at_marks_reads_each_run_at_its_best_validation_epoch_so_far(tmp_path):
+def test_long_training_table_reads_each_run_at_its_best_validation_epoch_so_far(tmp_path):
     # sigma 0.1: best val at epoch 1 (acc 0.6) until epoch 3 improves it (acc 0.9)
     _fake_run(tmp_path, 0.1, [9, 1.0, 2.0, 0.5], [0.0, 0.6, 0.7, 0.9], [0, 1, 2, 3])
     # sigma 2.5: best val at epoch 2 (acc 0.3) throughout
     _fake_run(tmp_path, 2.5, [9, 3.0, 1.0, 2.0], [0.0, 0.2, 0.3, 0.8], [0, 1, 2, 3])
     runs = load_runs(tmp_path)
-    t = spread_at_marks(runs, [3, 1, 2])
+    t = long_training_table(runs, marks=[3, 1, 2])
     assert t["epoch"].tolist() == [1, 2, 3]
     assert t["spread_pp"].round(6).tolist() == [40.0, 30.0, 60.0]  # |0.6-0.2|, |0.6-0.3|, |0.9-0.3|
     assert t["T_SGD"].tolist() == [1.0, 2.0, 3.0]
-    assert t["acc@0.1"].tolist() == [60.0, 60.0, 90.0]
+    assert t["sigma_w=0.1"].round(6).tolist() == [60.0, 60.0, 90.0]
     with pytest.raises(ValueError, match="epoch_marks=\\[4\\] is invalid: the runs trained 3 epochs"):
-        spread_at_marks(runs, [4])
+        long_training_table(runs, marks=[4])
     with pytest.raises(ValueError, match="epoch_marks=\\[\\] is invalid"):
-        spread_at_marks(runs, [])
+        long_training_table(runs, marks=[])

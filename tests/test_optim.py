@@ -15,7 +15,6 @@ from initmem.optim import (
     Muon,
     MuonWithAuxAdam,
     build_optimizer,
-    lr_at,
     lr_factor,
     muon_update,
     newton_schulz,
@@ -95,12 +94,29 @@ def test_muon_update_is_nesterov_ns_of_flattened_buffer():
     torch.testing.assert_close(u, want, rtol=0, atol=2e-2)  # bf16 rounding of the nesterov mix may differ
 
 
-def test_newton_schulz_transposes_tall_and_checks_rank():
+def test_muon_update_of_a_population_parameter_is_each_members_update_bitwise():
+    # a grouped conv [K*out, in, k, k] holds member j's kernel in rows j*out...(j+1)*out: each orthogonalised alone
+    g = torch.Generator().manual_seed(3)
+    grads, bufs = torch.randn(3, 8, 4, 3, 3, generator=g), torch.randn(3, 8, 4, 3, 3, generator=g)
+    buf = bufs.reshape(24, 4, 3, 3).clone()
+    u = muon_update(grads.reshape(24, 4, 3, 3), buf, beta=0.95, nesterov=True, ns_steps=5, members=3)
+    for j in range(3):
+        own = bufs[j].clone()
+        assert torch.equal(u[8 * j:8 * (j + 1)], muon_update(grads[j], own, 0.95, True, 5)), j
+        assert torch.equal(buf[8 * j:8 * (j + 1)], own), j
+    whole = muon_update(grads.reshape(24, 4, 3, 3), bufs.reshape(24, 4, 3, 3).clone(), 0.95, True, 5)
+    assert not torch.allclose(whole, u, atol=1e-3)  # one [24, 36] matrix is another update
+
+
+def test_newton_schulz_transposes_tall_batches_leading_dims_and_checks_rank():
     G = torch.randn(48, 12)
     torch.testing.assert_close(newton_schulz(G), newton_schulz(G.T).T)
     assert newton_schulz(G).dtype == torch.bfloat16
-    with pytest.raises(ConfigError, match="2-D"):
-        newton_schulz(torch.randn(2, 3, 4))
+    stack = torch.randn(2, 3, 4)  # a stack of matrices is a batch (tests/test_population.py checks it bitwise)
+    assert newton_schulz(stack).shape == (2, 3, 4)
+    for bad in (torch.randn(5), torch.tensor(1.0)):
+        with pytest.raises(ConfigError, match=r"newton_schulz got a tensor of shape .*\[\.\.\., m, n\] stack"):
+            newton_schulz(bad)
 
 
 def test_muon_decoupled_weight_decay_and_rejects_vectors():
@@ -226,7 +242,7 @@ def test_schedules_closed_forms():
     assert [lr_factor("step", s, T) for s in (0, 49, 50, 74, 75, 99)] == pytest.approx(
         [1, 1, 0.1, 0.1, 0.01, 0.01])
     assert lr_factor("step", 30, T, milestones=(0.3,), gamma=0.5) == 0.5
-    assert lr_at("cosine", 0.02, 50, T) == pytest.approx(0.01)
+    assert 0.02 * lr_factor("cosine", 50, T) == pytest.approx(0.01)  # the lr a run uses: base lr x factor
     with pytest.raises(ConfigError, match="schedule='linear'"):
         lr_factor("linear", 0, T)
     with pytest.raises(ConfigError, match="warmup_steps=200"):

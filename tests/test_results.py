@@ -1,11 +1,11 @@
-"""The results tree (write, read, completeness, loaders) and the sweep point built on it (run_sigma_sweep).
-
-Most tests write hand-made runs (no training); the sweep tests train tiny runs (ResNet-9 width 1/16, 1 epoch).
+"""The results tree (write, read, completeness, loaders), point_summary and provenance, on hand-made runs (no
+training). The damaged-results cases, set_aside and migrate are in test_damaged_results.py.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 import math
 import re
@@ -16,9 +16,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from initmem import experiment, metrics
+from initmem import metrics
 from initmem.errors import ConfigError, ResultsError
-from initmem.experiment import point_summary, run_sigma_sweep
+from initmem.metrics import point_summary
 from initmem.provenance import provenance
 from initmem.results import (
     HISTORY_COLUMNS,
@@ -32,12 +32,11 @@ from initmem.results import (
     read_run,
     run_dir,
     run_id,
+    verify_run,
     write_run,
 )
 from initmem.train import RunResult, TrainConfig
 
-TINY = dict(arch="resnet9", width=0.0625, optimizer="sgd", lr=0.05, batch_size=64, epochs=1, data="synthetic",
-            n_train=256, n_val=100, n_test=100, device="cpu")
 CONFIG_FIELDS = [f.name for f in dataclasses.fields(TrainConfig)]
 
 
@@ -67,12 +66,36 @@ def test_write_run_writes_history_and_a_strict_json_record(tmp_path):
     assert sorted(p.name for p in folder.iterdir()) == ["history.csv", "run.json"]  # no temp files left behind
     text = (folder / "run.json").read_text()
     rec = json.loads(text, parse_constant=lambda c: pytest.fail(f"non-standard JSON constant {c}"))
-    assert list(rec) == ["schema", "run_id", "section", "status", "config", "summary", "provenance", "started_at",
-                         "finished_at"]
-    assert rec["schema"] == 1 and rec["section"] == "sec" and rec["status"] == "complete"
+    assert list(rec) == ["schema", "run_id", "section", "status", "config", "summary", "history", "provenance",
+                         "started_at", "finished_at"]
+    assert rec["schema"] == 2 and rec["section"] == "sec" and rec["status"] == "complete"
     assert TrainConfig.from_dict(rec["config"]) == result.config
     assert rec["summary"]["tau_interp"] == 2 and rec["summary"]["best_epoch"] == 2
-    assert read_run(folder) == read_run(folder / "run.json") == rec
+    data = (folder / "history.csv").read_bytes()
+    assert rec["history"] == {"sha256": hashlib.sha256(data).hexdigest(), "rows": 4,
+                              "columns": list(result.history.columns)}
+    assert read_run(folder) == read_run(folder / "run.json") == verify_run(folder) == rec
+
+
+def test_write_run_refuses_a_result_that_would_not_verify(tmp_path):
+    result = fake_result()
+    for bad, what in [(dataclasses.replace(result, status="running"), "status 'running'"),
+                      (dataclasses.replace(result, summary={"best_epoch": 2}), "summary without the keys"),
+                      (dataclasses.replace(result, provenance=None), "provenance=None"),
+                      (dataclasses.replace(result, run_id="0123456789ab"), "hashes to run id")]:
+        with pytest.raises(ResultsError, match=re.escape(what)):
+            write_run(bad, tmp_path, "sec")
+    assert not (tmp_path / "sec").exists()  # refused before anything was created
+    h = result.history
+    nan_epoch = h.assign(epoch=h["epoch"].where(h["epoch"] != 2))
+    for history, what in [(h.iloc[:0], "has no rows"), (h.drop(columns="val_loss"), "lacks the columns ['val_loss']"),
+                          (nan_epoch, "has a row with no epoch on line 4"),
+                          (h.assign(val_acc=["0.1", "x", "0.2", "0.3"]), "non-number in column 'val_acc' on line 3"),
+                          (h.iloc[::-1], "epochs that are not whole numbers increasing from 0")]:
+        with pytest.raises(ResultsError, match=re.escape(what)):
+            write_run(dataclasses.replace(result, history=history), tmp_path, "sec")
+        assert not (run_dir(tmp_path, "sec", result.config) / "run.json").exists()
+        assert not is_complete(tmp_path, "sec", result.config)
 
 
 def test_non_finite_numbers_are_written_as_null(tmp_path):
@@ -91,26 +114,31 @@ def test_is_complete_needs_a_valid_finished_record_and_the_history(tmp_path):
     assert not is_complete(tmp_path, "other", result.config)
     (folder / "history.csv").unlink()
     assert not is_complete(tmp_path, "sec", result.config)
-    write_run(dataclasses.replace(result, status="running"), tmp_path, "sec")
-    assert not is_complete(tmp_path, "sec", result.config)
     write_run(dataclasses.replace(result, status="diverged"), tmp_path, "sec")
     assert is_complete(tmp_path, "sec", result.config)
+    rec = json.loads((folder / "run.json").read_text())
+    (folder / "run.json").write_text(json.dumps({**rec, "status": "running"}))
+    assert not is_complete(tmp_path, "sec", result.config)
 
 
-@pytest.mark.parametrize("content", ['{"schema": 1, "run_id": "x", "sect', "", "[1, 2]", '{"schema": 1}',
+@pytest.mark.parametrize("content", ['{"schema": 2, "run_id": "x", "sect', "", "[1, 2]", '{"schema": 2}',
                                      "\x00\xff garbage"])
-def test_a_corrupt_run_json_is_named_by_read_run_and_skipped_by_the_loaders(tmp_path, content):
+def test_a_corrupt_run_json_is_named_by_read_run_and_the_loaders(tmp_path, content):
     good = write_run(fake_result(sigma_w=0.5), tmp_path, "sec")
     bad = write_run(fake_result(sigma_w=2.0), tmp_path, "sec")
     (bad / "run.json").write_text(content, encoding="latin-1")
-    with pytest.raises(ResultsError, match=re.escape(str(bad / "run.json"))):
+    named = re.escape(str(bad / "run.json"))
+    with pytest.raises(ResultsError, match=named):
         read_run(bad)
     assert not is_complete(tmp_path, "sec", fake_result(sigma_w=2.0).config)
-    with pytest.warns(UserWarning, match=re.escape(str(bad / "run.json"))):
-        runs = load_runs(tmp_path)
-    assert runs["path"].tolist() == [str(good)]
-    with pytest.warns(UserWarning, match=re.escape(str(bad / "run.json"))):
-        assert set(load_histories(tmp_path)["run_id"]) == {good.name}
+    for load in (load_runs, load_histories):
+        with pytest.raises(ResultsError, match=named):
+            load(tmp_path)
+    with pytest.warns(UserWarning, match=named):
+        runs = load_runs(tmp_path, damaged="skip")
+    assert runs["path"].tolist() == [str(good)] and list(runs.attrs["damaged"]) == [str(bad)]
+    with pytest.warns(UserWarning, match=named):
+        assert set(load_histories(tmp_path, damaged="skip")["run_id"]) == {good.name}
 
 
 def test_read_run_names_a_missing_file_and_a_wrong_schema(tmp_path):
@@ -121,6 +149,8 @@ def test_read_run_names_a_missing_file_and_a_wrong_schema(tmp_path):
     (folder / "run.json").write_text(json.dumps({**rec, "schema": 99}))
     with pytest.raises(ResultsError, match="schema 99"):
         read_run(folder)
+    with pytest.raises(ConfigError, match="damaged='ignore' is invalid"):
+        load_runs(tmp_path, damaged="ignore")
 
 
 def test_check_writable_refuses_a_path_under_a_file(tmp_path):
@@ -162,8 +192,8 @@ def test_load_histories_adds_run_and_config_columns_and_keeps_values(tmp_path):
 
 
 def test_an_empty_tree_gives_empty_frames_with_the_columns(tmp_path):
-    runs, hist = load_runs(tmp_path), load_histories(tmp_path / "does-not-exist")
-    assert runs.empty and hist.empty
+    runs, hist = load_runs(tmp_path), load_histories(tmp_path)
+    assert runs.empty and hist.empty and runs.attrs["damaged"] == hist.attrs["damaged"] == {}
     assert set(RUN_COLUMNS) | set(CONFIG_FIELDS) | set(SUMMARY_KEYS) <= set(runs.columns)
     assert {"run_id", "section", *HISTORY_CONFIG_COLUMNS, "epoch", "lr_epoch", "val_loss"} <= set(hist.columns)
     assert "lr" in HISTORY_COLUMNS
@@ -174,46 +204,7 @@ def test_run_id_is_stable_across_sessions():
     assert run_id(TrainConfig()) == run_id(TrainConfig().to_dict()) == "cec40c3ebfe8"
 
 
-# ------------------------------------------------------------------------------------------------ sweep point
-def test_run_sigma_sweep_trains_each_point_once_and_then_skips(tmp_path, capsys, monkeypatch):
-    df = run_sigma_sweep(TINY, sigma_ws=[2.0, 0.5], seeds=[0], results=tmp_path, section="s", progress=False)
-    assert df["sigma_w"].tolist() == [2.0, 0.5] and (df["status"] == "complete").all()
-    assert {"test_acc_at_best", "tau_interp", "init_weight_norm", "final_weight_norm"} <= set(df.columns)
-    assert df["init_weight_norm"].iloc[0] == pytest.approx(4 * df["init_weight_norm"].iloc[1], rel=1e-6)
-    stamps = {p: read_run(p)["finished_at"] for p in df["path"]}
-    capsys.readouterr()
-
-    def no_training(*a, **k):
-        raise AssertionError("a complete run was trained again")
-
-    monkeypatch.setattr(experiment, "train", no_training)
-    again = run_sigma_sweep(TrainConfig(**TINY), sigma_ws=[2.0, 0.5], results=tmp_path, section="s",
-                            progress=False)
-    assert "skipping 2 complete run(s)" in capsys.readouterr().out
-    pd.testing.assert_frame_equal(again, df)
-    assert {p: read_run(p)["finished_at"] for p in again["path"]} == stamps
-
-
-def test_a_diverging_point_is_recorded_and_the_sweep_goes_on(tmp_path, capsys):
-    df = run_sigma_sweep({**TINY, "lr": 1e20}, sigma_ws=[0.5, 1.0], results=tmp_path, section="s",
-                         ensemble=True, progress=False)
-    assert df["status"].tolist() == ["diverged", "diverged"] and df["diverged_epoch"].tolist() == [1, 1]
-    assert "training 2 runs as one ensemble" in capsys.readouterr().out
-    assert point_summary(df)["n_diverged"] == 2
-
-
-def test_run_sigma_sweep_refuses_bad_arguments(tmp_path):
-    with pytest.raises(ConfigError, match=r"TrainConfig\.sigma_w=-1\.0"):
-        run_sigma_sweep(TINY, sigma_ws=[-1.0], results=tmp_path, section="s")
-    with pytest.raises(ConfigError, match="sigma_ws=\\[0.5, 0.5\\]"):
-        run_sigma_sweep(TINY, sigma_ws=[0.5, 0.5], results=tmp_path, section="s")
-    with pytest.raises(ConfigError, match="seeds=\\[\\]"):
-        run_sigma_sweep(TINY, sigma_ws=[0.5], seeds=[], results=tmp_path, section="s")
-    with pytest.raises(ConfigError, match="did you mean 'lr'"):
-        run_sigma_sweep({**TINY, "lrr": 1}, sigma_ws=[0.5], results=tmp_path, section="s")
-    assert not any(tmp_path.iterdir())
-
-
+# ------------------------------------------------------------------------------------------------ a point
 def test_point_summary_averages_seeds_before_the_spread():
     df = pd.DataFrame({
         "sigma_w": [0.5, 0.5, 1.0, 1.0, 2.0, 2.0], "seed": [0, 1, 0, 1, 0, 1],

@@ -72,7 +72,7 @@ def test_points_expand_the_grid_with_fixed_values_and_stable_readable_ids(tmp_pa
 
 @pytest.mark.parametrize("profile, message", [
     ("fixed: {widht: 0.1}", ["unknown parameter 'widht'", "did you mean 'width'", "t.yaml", "accepted:"]),
-    ("fixed: {lr: 1e-3}", ["lr='1e-3'", "str", "float | None", "1.0e-3"]),
+    ("fixed: {lr: fast}", ["lr='fast'", "str", "float | None"]),
     ("fixed: {sigma_ws: [0.1, x]}", ["sigma_ws=[0.1, 'x']", "list[float]"]),
     ("fixed: {epochs: true}", ["epochs=True", "expected int"]),
     ("grid: {n_train: [64, 6.5]}", ["n_train=6.5", "int | None"]),
@@ -85,6 +85,12 @@ def test_a_bad_name_or_type_fails_on_load_naming_key_value_and_type(tmp_path, pr
         assert m in str(e.value)
     assert "\n" not in str(e.value)
     assert not (tmp_path / "out").exists()  # failed before anything ran
+
+
+def test_yaml_1e_3_is_the_float_it_looks_like(tmp_path):
+    path = _repo(tmp_path, "smoke:\n  fixed: {lr: 1e-3, sigma_ws: [0.5]}\n  grid: {weight_decay: [5e-4, 1E-2]}\n")
+    points = load_section(path).points("smoke")
+    assert [(p.parameters["lr"], p.parameters["weight_decay"]) for p in points] == [(0.001, 0.0005), (0.001, 0.01)]
 
 
 @pytest.mark.parametrize("profiles, profile, message", [
@@ -245,13 +251,18 @@ def test_cli_run_type_checks_yaml_values_and_executes(tmp_path, capsys):
         # %%
         print("lr", lr, "marks", marks)
         """)
-    assert cli.main(["run", str(nb), "-p", "lr", "1e-3"]) == 2
-    assert "lr='1e-3'" in capsys.readouterr().err
+    assert cli.main(["run", str(nb), "-p", "lr", "fast", "--cwd", str(tmp_path)]) == 2
+    assert "lr='fast'" in capsys.readouterr().err
     out = tmp_path / "o.ipynb"
     assert cli.main(["run", str(nb), "-p", "lr", "1", "-p", "marks", "[2, 3]", "--output", str(out),
                      "--cwd", str(tmp_path), "--quiet"]) == 0
     executed = nbformat.read(out, as_version=4)
     assert "lr 1.0 marks [2, 3]" in executed.cells[-1].outputs[0].text
+    assert capsys.readouterr().out.splitlines()[-1] == f"executed notebook: {out}"
+    assert cli.main(["run", str(nb), "-p", "lr", "1e-3", "--cwd", str(tmp_path), "--quiet"]) == 0  # YAML 1.1's str
+    printed = Path(capsys.readouterr().out.splitlines()[-1].removeprefix("executed notebook: "))
+    assert printed.parent == tmp_path / "results" / "notebooks" and printed.name.startswith("nb-")
+    assert "lr 0.001 marks [1]" in nbformat.read(printed, as_version=4).cells[-1].outputs[0].text
 
 
 def test_local_pool_gives_each_worker_one_gpu(tmp_path, monkeypatch):

@@ -15,10 +15,15 @@
 #
 # ResNet-9, b = 128, the σ_w grid × SGD / SGD+momentum / Adam / AdamW / Muon (`params/01_optimizers.yaml`).
 # Regenerates **T1** (test accuracy at the best-validation-loss epoch per optimiser and σ_w, with the spread,
-# interpolation epoch and norm ratio), **F1** (accuracy against σ_w), **F2** (weight norm over training, SGD beside
-# Adam), **F3** (final against initial norm, with the radial-memory slope) and **F9** (training and validation
-# curves of an SGD/Adam pair). All computation lives in `initmem.tables` and `initmem.plots`; run every figure
-# notebook with `initmem figures --results results/cpu --out figures`.
+# interpolation epoch and norm ratio, and the paper's spread beside ours), **F1** (accuracy against σ_w, the
+# paper's spreads drawn beside ours), **F2** (weight norm over training, SGD beside Adam), **F3** (final against
+# initial norm, with the radial-memory slope) and **F9** (training and validation curves of an SGD/Adam pair). All computation lives in `initmem.tables` and `initmem.plots`, the writing in
+# `initmem.figures`; run every figure notebook with `initmem figures --results results/cpu --out figures`.
+#
+# Relative `results_dir` and `out_dir` are relative to the repository root, however the notebook runs (JupyterLab,
+# whose working folder is `notebooks/figures/`; papermill; `initmem figures`): `results/cpu` is the committed
+# results, `figures` the committed figures, which this notebook overwrites. A `results_dir` that does not exist is
+# an error; a section without runs gives 'no results' placeholders.
 
 # %% tags=["parameters"]
 results_dir = "results/cpu"
@@ -26,19 +31,22 @@ out_dir = "figures"
 
 # %%
 from initmem import plots, tables
+from initmem.figures import FigureBook
 
-s = plots.Section(results_dir, out_dir, "01_optimizers")
+s = FigureBook(results_dir, out_dir, "01_optimizers")
 s.stamp.caption()
 
 # %%
 s.table("T1_optimizers", lambda: tables.optimizer_table(s.runs),
         "Test accuracy (%) at the best-validation-loss epoch by optimiser and σ_w, spread across σ_w (pp; mean ± "
-        "std over seeds when several), runs that interpolated, median interpolation epoch, final/initial weight-"
-        "norm ratio and radial-memory slope")
+        "std over seeds when several), the paper's spread where it reports one (paper spread: arXiv 2605.29152, "
+        "ResNet-9, b = 128; Muon 'about 4'), runs that interpolated, median interpolation epoch, final/initial "
+        "weight-norm ratio and radial-memory slope")
 
 # %%
 s.figure("F1_accuracy_vs_sigma", lambda: plots.accuracy_vs_sigma(s.runs),
-         "test accuracy at the best-validation epoch against σ_w, per optimiser")
+         "test accuracy at the best-validation epoch against σ_w, per optimiser, with our spreads and the paper's "
+         "(dashed brackets)")
 
 # %%
 s.figure("F2_weight_norm", lambda: plots.weight_norm_curves(s.runs, s.histories, optimizers=("sgd", "adam")),

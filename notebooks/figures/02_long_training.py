@@ -17,15 +17,21 @@
 # **T2** gives the test-accuracy spread across σ_w as if training had stopped at each epoch mark m: every run's
 # accuracy is read at its best-validation-loss epoch among epochs 1..m (`metrics.test_at_best(history, upto=m)`). The marks are the
 # section's `epoch_marks` in the params profile the results came from (a 1-2-5 series when unknown).
+#
+# Relative `results_dir` and `out_dir` are relative to the repository root, however the notebook runs (JupyterLab,
+# whose working folder is `notebooks/figures/`; papermill; `initmem figures`): `results/cpu` is the committed
+# results, `figures` the committed figures, which this notebook overwrites. A `results_dir` that does not exist is
+# an error; a section without runs gives 'no results' placeholders.
 
 # %% tags=["parameters"]
 results_dir = "results/cpu"
 out_dir = "figures"
 
 # %%
-from initmem import plots, tables
+from initmem import tables
+from initmem.figures import FigureBook
 
-s = plots.Section(results_dir, out_dir, "02_long_training")
+s = FigureBook(results_dir, out_dir, "02_long_training")
 s.stamp.caption()
 
 # %%

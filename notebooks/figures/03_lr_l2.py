@@ -15,6 +15,11 @@
 #
 # SGD over a learning-rate × weight-decay grid (`params/03_lr_l2.yaml`): **T3** the spread across σ_w per cell,
 # **F5** the same as a heatmap.
+#
+# Relative `results_dir` and `out_dir` are relative to the repository root, however the notebook runs (JupyterLab,
+# whose working folder is `notebooks/figures/`; papermill; `initmem figures`): `results/cpu` is the committed
+# results, `figures` the committed figures, which this notebook overwrites. A `results_dir` that does not exist is
+# an error; a section without runs gives 'no results' placeholders.
 
 # %% tags=["parameters"]
 results_dir = "results/cpu"
@@ -22,8 +27,9 @@ out_dir = "figures"
 
 # %%
 from initmem import plots, tables
+from initmem.figures import FigureBook
 
-s = plots.Section(results_dir, out_dir, "03_lr_l2")
+s = FigureBook(results_dir, out_dir, "03_lr_l2")
 s.stamp.caption()
 
 # %%

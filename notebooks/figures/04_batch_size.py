@@ -15,6 +15,11 @@
 #
 # Batch size × {SGD, Adam} (`params/04_batch_size.yaml`): **T4** the spread across σ_w by batch size, **F4** the
 # same as lines.
+#
+# Relative `results_dir` and `out_dir` are relative to the repository root, however the notebook runs (JupyterLab,
+# whose working folder is `notebooks/figures/`; papermill; `initmem figures`): `results/cpu` is the committed
+# results, `figures` the committed figures, which this notebook overwrites. A `results_dir` that does not exist is
+# an error; a section without runs gives 'no results' placeholders.
 
 # %% tags=["parameters"]
 results_dir = "results/cpu"
@@ -22,8 +27,9 @@ out_dir = "figures"
 
 # %%
 from initmem import plots, tables
+from initmem.figures import FigureBook
 
-s = plots.Section(results_dir, out_dir, "04_batch_size")
+s = FigureBook(results_dir, out_dir, "04_batch_size")
 s.stamp.caption()
 
 # %%

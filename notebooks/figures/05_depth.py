@@ -15,6 +15,11 @@
 #
 # ResNet-9/20/56/110 × {SGD, Adam} (`params/05_depth.yaml`): **T5** per architecture and σ_w whether and when
 # the run interpolated and its test accuracy, **F6** the same as a map.
+#
+# Relative `results_dir` and `out_dir` are relative to the repository root, however the notebook runs (JupyterLab,
+# whose working folder is `notebooks/figures/`; papermill; `initmem figures`): `results/cpu` is the committed
+# results, `figures` the committed figures, which this notebook overwrites. A `results_dir` that does not exist is
+# an error; a section without runs gives 'no results' placeholders.
 
 # %% tags=["parameters"]
 results_dir = "results/cpu"
@@ -22,8 +27,9 @@ out_dir = "figures"
 
 # %%
 from initmem import plots, tables
+from initmem.figures import FigureBook
 
-s = plots.Section(results_dir, out_dir, "05_depth")
+s = FigureBook(results_dir, out_dir, "05_depth")
 s.stamp.caption()
 
 # %%

@@ -17,6 +17,11 @@
 # the forgetting clocks T_SGD = Σ η²/b, T_L2 = λ Σ η and T_adapt = Σ η, taken at the end of training (they do not
 # depend on σ_w; the best epoch does); zero clocks are left off the log axes and counted in a note. **F8**: its
 # repair gap (validation accuracy at the end minus at the interpolation epoch).
+#
+# Relative `results_dir` and `out_dir` are relative to the repository root, however the notebook runs (JupyterLab,
+# whose working folder is `notebooks/figures/`; papermill; `initmem figures`): `results/cpu` is the committed
+# results, `figures` the committed figures, which this notebook overwrites. A `results_dir` that does not exist is
+# an error; a section without runs gives 'no results' placeholders.
 
 # %% tags=["parameters"]
 results_dir = "results/cpu"
@@ -24,8 +29,9 @@ out_dir = "figures"
 
 # %%
 from initmem import plots
+from initmem.figures import FigureBook
 
-s = plots.Section(results_dir, out_dir)
+s = FigureBook(results_dir, out_dir)
 s.stamp.caption()
 
 # %%

@@ -1,0 +1,339 @@
+"""Device check: is initmem's engine right and fast on this device? One command, at most `--budget-s` seconds.
+
+    PYTHONPATH=. python3 benchmarks/device_check.py --device cuda --out docs/gpu/<date>-<gpu>   # a GPU box, ~8 min
+    PYTHONPATH=. python3 benchmarks/device_check.py --device cpu --tiny --out /tmp/dc           # CI: seconds a step
+    make device-check ARGS="--device cuda --out docs/gpu/2026-12-01-h200"
+
+Steps (benchmarks/device_steps.py; docs/gpu/README.md says what each measures and its tolerance): env; parity_fp32,
+parity_tf32, parity_bf16, parity_muon (device against CPU fp32 on a short deterministic run); rerun (two
+deterministic runs bit-identical); resume (a run SIGKILLed mid-checkpoint and resumed, identical to the
+uninterrupted one); epoch_eager, epoch_compile (epoch times, train and eval, peak memory); population (K members as
+one population vs K separate runs vs K concurrent processes); paper (SGD and Adam populations at sigma_w 0.1 and
+2.5 on the full split, as many epochs as the budget leaves). Each runs in its own process under a time limit (its
+cap, and never more than the budget leaves after the later steps' minimums); a step that fails or times out is
+recorded with its error (and whatever it had measured) and the others go on. With `--device cpu` the CPU stands in
+for CUDA (CPU against CPU; tf32 skipped) so that every branch runs in CI.
+
+Writes to `--out`: `device_check.json`, `device_check.md`, `throughput.json` (the planner's table:
+`initmem plan params/*.yaml --profile paper --throughput <out>/throughput.json`) and `logs/<step>.log`.
+
+device_check.json: {"schema": 1, "tool", "created", "finished", "seconds", "args": {...}, "settings": {device,
+mode, data, data_root, precision, ...}, "device_name", "kind", "stand_in": null | "<what stands in>",
+"counts": {"ok", "failed", "timed_out", "skipped"}, "checks": {"passed": [...], "failed": [...]},
+"throughput": {"path", "entries"}, "steps": [{"name", "title", "status": ok|failed|timed_out|skipped, "pass":
+true|false|null, "seconds", "limit_s", "error", "reason", "results": {...}}]}.
+
+Test hooks: `--fail STEP` makes a step raise at once, `--hang STEP` makes it sleep past its limit, `--limit
+STEP=SECONDS` overrides a step's cap, `--only STEP` runs a subset (env always runs).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import math
+import os
+import signal
+import subprocess
+import sys
+import time
+import traceback
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path[:0] = [str(REPO), str(Path(__file__).resolve().parent)]  # a checkout, without installing
+
+import device_steps as ds  # noqa: E402
+
+SCHEMA = 1
+ARCHIVES = (REPO.parent / "shared" / "data" / "cifar10-jpeg.tar.gz", REPO / "data" / "cifar10-jpeg.tar.gz")
+# seconds: (cap on CUDA, cap with --tiny, minimum worth starting); "paper" takes what is left
+LIMITS = {"env": (120, 60, 10), "parity_fp32": (45, 60, 10), "parity_tf32": (45, 60, 10), "parity_bf16": (45, 60, 10),
+          "parity_muon": (45, 60, 10), "rerun": (45, 60, 10), "resume": (60, 90, 15), "epoch_eager": (90, 90, 20),
+          "epoch_compile": (90, 120, 20), "population": (75, 120, 20), "paper": (math.inf, 60, 30)}
+REPORT_S = 5  # kept back for writing the report
+GRACE_S = 3  # a step's own deadline is its limit minus this: it stops starting new work, then it is killed
+
+
+def _now() -> str:
+    return dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
+
+
+# ------------------------------------------------------------------------------------------------ one step
+def run_step(name: str, settings: dict, limit: float, out: Path, hang: bool, fail: bool) -> dict[str, Any]:
+    """Run one step in a fresh process (own session: killed with its helpers at `limit`); its record."""
+    logs = out / "logs"
+    logs.mkdir(parents=True, exist_ok=True)
+    result, ctxfile = logs / f"{name}.result.json", logs / f"{name}.ctx.json"
+    result.unlink(missing_ok=True)
+    ctxfile.write_text(json.dumps({"settings": settings, "deadline": time.time() + limit - GRACE_S,
+                                   "result": str(result), "args": {"hang": hang, "fail": fail}}), encoding="utf-8")
+    t0 = time.time()
+    with open(logs / f"{name}.log", "w") as log:
+        proc = subprocess.Popen([sys.executable, str(Path(__file__).resolve()), "--worker", name, "--ctx",
+                                 str(ctxfile)], stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+                                env={**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, (
+                                    str(REPO), os.environ.get("PYTHONPATH"))))})
+        try:
+            rc = proc.wait(timeout=limit)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+            rc = None
+    doc = json.loads(result.read_text(encoding="utf-8")) if result.is_file() else {}
+    rec = {"name": name, "title": ds.STEPS[name][0], "status": doc.get("status", "failed"), "pass": doc.get("pass"),
+           "seconds": round(time.time() - t0, 2), "limit_s": round(limit, 1), "error": doc.get("error"),
+           "reason": doc.get("reason"), "results": doc.get("results", {})}
+    if rc is None:
+        rec.update(status="timed_out", error=f"timed out: exceeded its limit of {limit:.0f} s (killed)")
+    elif rc != 0 and rec["status"] == "ok":
+        rec.update(status="failed", error=f"exit code {rc}")
+    elif rc != 0 and not rec["error"]:
+        tail = (logs / f"{name}.log").read_text(errors="replace").strip().splitlines()[-3:]
+        rec["error"] = f"exit code {rc}: " + " | ".join(tail)
+    return rec
+
+
+def worker(name: str, ctxfile: str) -> int:
+    """The step (or helper) `name` in this process; writes its status into its results file."""
+    ctx = ds.Ctx(ctxfile)
+    if threads := ctx.s.get("threads"):
+        import torch
+
+        torch.set_num_threads(threads)
+    if name in ds.HELPERS:
+        ds.HELPERS[name](ctx)
+        return 0
+    try:
+        if ctx.args.get("fail"):
+            raise RuntimeError(f"injected failure (--fail {name})")
+        if ctx.args.get("hang"):
+            time.sleep(10**6)
+        verdict = ds.STEPS[name][1](ctx)
+        ctx.write(status="ok", **({"pass": verdict} if verdict is not None else {}))
+    except ds.Skip as why:
+        ctx.write(status="skipped", reason=str(why))
+    except Exception as exc:  # noqa: BLE001 - recorded; the runner goes on with the next step
+        traceback.print_exc()
+        ctx.write(status="failed", error=f"{type(exc).__name__}: {exc}")
+        return 1
+    return 0
+
+
+# ------------------------------------------------------------------------------------------------ all steps
+def settings_for(args: argparse.Namespace) -> tuple[dict[str, Any], list[str]]:
+    notes = []
+    mode = "tiny" if args.tiny else "full"
+    archive = args.archive or next((str(p) for p in ARCHIVES if p.is_file()), None)
+    if args.tiny:
+        data, root = "synthetic", "data"
+    elif archive and Path(archive).is_file():
+        data, root = "auto", str(Path(archive).resolve())
+    else:
+        data, root = "synthetic", "data"
+        notes.append(f"CIFAR-10 archive not found ({archive or ', '.join(map(str, ARCHIVES))}): synthetic data")
+    s = {"device": args.device, "mode": mode, "data": data, "data_root": root, "precision": args.precision,
+         "paper_epochs": args.paper_epochs, "threads": args.threads or (1 if args.tiny else None)}
+    return s, notes
+
+
+def run_all(args: argparse.Namespace) -> dict[str, Any]:
+    """Every selected step in order under the budget; the report document."""
+    t_start, created = time.time(), _now()
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    settings, notes = settings_for(args)
+    names = [n for n in ds.STEPS if n == "env" or not args.only or n in args.only]
+    overrides = dict(args.limit)
+    steps: list[dict[str, Any]] = []
+    stop: str | None = None
+    for i, name in enumerate(names):
+        cap = overrides.get(name, LIMITS[name][1 if args.tiny else 0])
+        later = sum(LIMITS[n][2] for n in names[i + 1:])
+        left = args.budget_s - (time.time() - t_start) - REPORT_S
+        limit = min(cap, left - later if name != "paper" else left)
+        if stop or limit < min(LIMITS[name][2], cap):
+            why = stop or f"no time left in --budget-s {args.budget_s:g} ({left:.0f} s left, {later} s kept for later)"
+            steps.append({"name": name, "title": ds.STEPS[name][0], "status": "skipped", "pass": None, "seconds": 0.0,
+                          "limit_s": 0.0, "error": None, "reason": why, "results": {}})
+        else:
+            print(f"[{time.time() - t_start:5.0f} s] {name} (limit {limit:.0f} s) ...", flush=True)
+            steps.append(run_step(name, settings, limit, out, name in args.hang, name in args.fail))
+        rec = steps[-1]
+        print(f"[{time.time() - t_start:5.0f} s] {name}: {rec['status']}" + (f", pass={rec['pass']}" if rec[
+            "pass"] is not None else "") + (f": {rec['error'] or rec['reason']}" if rec["status"] != "ok" else ""),
+              flush=True)
+        if name == "env":
+            res = rec["results"]
+            if res.get("device_ok") is False:
+                stop = f"the device is not usable: {rec['error']}"
+            if res.get("data_error") and settings["data"] != "synthetic":
+                settings.update(data="synthetic", data_root="data")
+                notes.append(f"the archive did not load ({res['data_error']}): synthetic data for the other steps")
+    env = steps[0]["results"]
+    doc = {"schema": SCHEMA, "tool": "benchmarks/device_check.py", "created": created, "finished": _now(),
+           "seconds": round(time.time() - t_start, 1),
+           "args": {k: v for k, v in vars(args).items() if k not in ("worker", "ctx")}, "settings": settings,
+           "notes": notes, "device_name": env.get("device_name"), "kind": env.get("kind"),
+           "torch": env.get("env", {}).get("torch"),
+           "stand_in": None if args.device == "cuda" else "CPU stands in for CUDA: every device-vs-CPU comparison "
+                                                          "is CPU against CPU; tf32 is skipped",
+           "counts": {s: sum(r["status"] == s for r in steps) for s in ("ok", "failed", "timed_out", "skipped")},
+           "checks": {"passed": [r["name"] for r in steps if r["pass"] is True],
+                      "failed": [r["name"] for r in steps if r["pass"] is False]},
+           "steps": steps}
+    table = throughput(doc)
+    doc["throughput"] = {"path": "throughput.json", "entries": len(table["entries"])}
+    (out / "throughput.json").write_text(json.dumps(table, indent=1) + "\n", encoding="utf-8")
+    (out / "device_check.json").write_text(json.dumps(doc, indent=1, default=str) + "\n", encoding="utf-8")
+    (out / "device_check.md").write_text(markdown(doc), encoding="utf-8")
+    return doc
+
+
+# ------------------------------------------------------------------------------------------------ outputs
+def throughput(doc: dict[str, Any]) -> dict[str, Any]:
+    """The planner's table (docs/planner.md) from the eager epoch times (members 1) and the population step."""
+    from dataclasses import asdict
+
+    from initmem.plan import Entry
+
+    step = {r["name"]: r["results"] for r in doc["steps"]}
+    entries: dict[tuple, Entry] = {}
+    eval_of: dict[tuple, float] = {}
+    for r in step.get("epoch_eager", {}).get("runs", []):
+        e = Entry(r["arch"], float(r["width"]), r["batch_size"], r["precision"], 1, r["step_s"], r["eval_image_s"])
+        entries[(e.arch, e.width, e.batch_size, e.precision, 1)] = e
+        eval_of.setdefault((e.arch, e.width, e.precision), e.eval_image_s)
+    pop = step.get("population", {})
+    setup = pop.get("setup", {})
+    for r in pop.get("rows", []):
+        ev = eval_of.get((setup["arch"], float(setup["width"]), setup["precision"]))
+        if ev is None:
+            continue
+        for k, s in ((setup["members"], r["population_step_s"]), (1, r["single_step_s"])):
+            key = (setup["arch"], float(setup["width"]), r["batch_size"], setup["precision"], k)
+            entries.setdefault(key, Entry(*key, s, k * ev))
+    return {"device": doc["device_name"] or doc["settings"]["device"], "kind": doc["kind"] or doc["settings"]["device"],
+            "torch": doc["torch"], "created": doc["finished"], "entries": [asdict(e) for e in entries.values()]}
+
+
+def _g(x: Any, fmt: str = ".3g") -> str:
+    return "–" if x is None else format(x, fmt) if isinstance(x, (int, float)) else str(x)
+
+
+def headline(rec: dict[str, Any]) -> str:
+    """One line of what a step found."""
+    r, n = rec["results"], rec["name"]
+    if rec["status"] == "skipped":
+        return rec["reason"] or ""
+    if n == "env":
+        data = r.get("data", {})
+        return (f"{r.get('device_name')}, torch {r.get('env', {}).get('torch')}, data {data.get('source')} "
+                f"({_g(data.get('load_s'), '.1f')} s)" + (f"; data error: {r['data_error']}" if "data_error" in r else ""))
+    if n.startswith("parity") and "differences" in r:
+        d, s = r["differences"], r["setup"]
+        return (f"{s['target']} vs {s['reference']}: max rel loss diff {_g(d['loss_rel_max'])} "
+                f"(tolerance {s['tolerance_loss_rel']:g}), weight norm {_g(d['weight_norm'])}, "
+                f"test acc {_g(d['test_acc'])}")
+    if n == "rerun" and "deterministic" in r:
+        return (f"deterministic: identical={r['deterministic']['identical']}; deterministic=False: identical="
+                f"{r.get('nondeterministic', {}).get('identical')}")
+    if n == "resume" and "resumed_vs_straight" in r:
+        k = r["killed"]
+        return (f"SIGKILL at epoch 2's checkpoint (rc {k['returncode']}), left {k['left_behind']}; resumed "
+                f"identical={r['resumed_vs_straight']['identical']}")
+    if n.startswith("epoch") and "runs" in r:
+        return f"{len(r['runs'])} configs timed, {len(r.get('not_reached', []))} not reached"
+    if n == "population" and "rows" in r:
+        return "; ".join(f"b={x['batch_size']}: population {x['population_vs_separate']:.2f}x separate" + (
+            f", concurrent {x['concurrent_vs_separate']:.2f}x" if "concurrent_vs_separate" in x else "")
+            for x in r["rows"])
+    if n == "paper" and "populations" in r:
+        return "; ".join(f"{p['optimizer']}: {p['epochs']} epochs, spread {_g(p['spread_pp_at_best'], '.1f')} pp"
+                         for p in r["populations"])
+    return rec["error"] or ""
+
+
+def markdown(doc: dict[str, Any]) -> str:
+    """The Markdown summary: the step table, then each measurement's table."""
+    st = {r["name"]: r for r in doc["steps"]}
+    lines = [f"# Device check: {doc['device_name']}", "",
+             f"{doc['created']} – {doc['finished']}, {doc['seconds']:.0f} s of --budget-s {doc['args']['budget_s']:g}; "
+             f"torch {doc['torch']}; mode {doc['settings']['mode']}, data {doc['settings']['data']}, "
+             f"speed precision {doc['settings']['precision']}.", ""]
+    lines += [f"> {x}" for x in ([doc["stand_in"]] if doc["stand_in"] else []) + doc["notes"]]
+    c = doc["counts"]
+    lines += ["", f"Steps: {c['ok']} ok, {c['failed']} failed, {c['timed_out']} timed out, {c['skipped']} skipped; "
+              f"checks passed: {', '.join(doc['checks']['passed']) or 'none'}; failed: "
+              f"{', '.join(doc['checks']['failed']) or 'none'}.", "",
+              "| step | status | pass | s (limit) | result |", "|---|---|---|---|---|"]
+    for r in doc["steps"]:
+        text = headline(r) if r["status"] in ("ok", "skipped") else f"**{r['error']}** " + headline(r)
+        lines.append(f"| {r['name']} | {r['status']} | {_g(r['pass'])} | {r['seconds']:.0f} ({r['limit_s']:.0f}) | "
+                     f"{text.replace('|', '/')} |")
+    runs = [x for n in ("epoch_eager", "epoch_compile") for x in st.get(n, {}).get("results", {}).get("runs", [])]
+    if runs:
+        lines += ["", "## Epoch times (full split)", "", "| arch | b | precision | compile | train epoch s | "
+                  "eval s (images) | epoch s | first epoch s | train img/s | peak memory GiB |", "|---|---|---|---|"
+                  "---|---|---|---|---|---|"]
+        lines += [f"| {x['arch']} | {x['batch_size']} | {x['precision']} | {x['compile']} | {x['train_epoch_s']:.2f} | "
+                  f"{x['eval_s']:.2f} ({x['eval_images']}) | {x['epoch_s']:.2f} | {x['first_epoch_s']:.2f} | "
+                  f"{x['train_images_per_s']:.0f} | {x['peak_memory_bytes'] / 2**30:.2f} |" for x in runs]
+    rows = st.get("population", {}).get("results", {}).get("rows", [])
+    if rows:
+        k = st["population"]["results"]["setup"]["members"]
+        lines += ["", f"## K = {k}: member-steps per second", "", "| b | population | separate | concurrent "
+                  "(overlap) | population / separate | concurrent / separate |", "|---|---|---|---|---|---|"]
+        lines += [f"| {x['batch_size']} | {x['population_member_steps_per_s']:.1f} | "
+                  f"{x['separate_member_steps_per_s']:.1f} | {_g(x.get('concurrent_member_steps_per_s'), '.1f')} "
+                  f"({_g(x.get('concurrent_overlap'), '.2f')}) | {x['population_vs_separate']:.2f} | "
+                  f"{_g(x.get('concurrent_vs_separate'), '.2f')} |" for x in rows]
+    pops = st.get("paper", {}).get("results", {}).get("populations", [])
+    if pops:
+        lines += ["", "## Paper-scale point", "", "| optimizer | sigma_w | epochs | best epoch | test acc at best | "
+                  "final test acc | final train acc | norm ratio | angle (deg) |", "|---|---|---|---|---|---|---|---|---|"]
+        for p in pops:
+            lines += [f"| {p['optimizer']} | {m['sigma_w']:g} | {m['epochs']} | {_g(m['best_epoch'])} | "
+                      f"{_g(m['test_acc_at_best'], '.4f')} | {_g(m['final_test_acc'], '.4f')} | "
+                      f"{_g(m['final_train_acc'], '.4f')} | {_g(m['norm_ratio'])} | {_g(m['angle'], '.1f')} |"
+                      for m in p["members"]]
+        lines += [""] + [f"- {p['optimizer']}: spread {_g(p['spread_pp_at_best'], '.1f')} pp at the best val loss, "
+                         f"{_g(p['spread_pp_final'], '.1f')} pp at the last epoch; angle gap {_g(p['angle_gap_deg'], '.1f')}"
+                         f" deg; {p['stopped']} after {p['seconds']:.0f} s" for p in pops]
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--device", choices=("cuda", "cpu"), default="cuda")
+    ap.add_argument("--archive", default=None, help="CIFAR-10 .tar.gz (default: ../shared/data/cifar10-jpeg.tar.gz "
+                                                    "or data/cifar10-jpeg.tar.gz)")
+    ap.add_argument("--tiny", action="store_true", help="seconds on a CPU: synthetic data, width 1/16, few steps")
+    ap.add_argument("--out", default="device_check", help="output folder")
+    ap.add_argument("--budget-s", type=float, default=480.0, help="wall-clock budget of the whole check")
+    ap.add_argument("--precision", choices=("fp32", "tf32", "bf16"), default="fp32",
+                    help="precision of the population and paper steps (the study's default fp32)")
+    ap.add_argument("--paper-epochs", type=int, default=200, help="most epochs of the paper step (it stops at its time)")
+    ap.add_argument("--threads", type=int, default=None, help="torch threads per step (--tiny: 1)")
+    ap.add_argument("--only", action="append", default=[], help="run only this step (repeatable; env always runs)")
+    ap.add_argument("--fail", action="append", default=[], help="test hook: this step raises at once")
+    ap.add_argument("--hang", action="append", default=[], help="test hook: this step sleeps past its limit")
+    ap.add_argument("--limit", action="append", default=[], type=lambda s: (s.split("=")[0], float(s.split("=")[1])),
+                    help="STEP=SECONDS: this step's cap")
+    ap.add_argument("--worker", help=argparse.SUPPRESS)
+    ap.add_argument("--ctx", help=argparse.SUPPRESS)
+    args = ap.parse_args(argv)
+    if args.worker:
+        return worker(args.worker, args.ctx)
+    if unknown := [n for n in [*args.only, *args.fail, *args.hang, *(k for k, _ in args.limit)] if n not in ds.STEPS]:
+        ap.error(f"unknown step(s) {unknown}: one of {', '.join(ds.STEPS)}")
+    doc = run_all(args)
+    print(f"wrote {args.out}/device_check.json, device_check.md, throughput.json ({doc['throughput']['entries']} "
+          f"entries) in {doc['seconds']:.0f} s: {doc['counts']}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

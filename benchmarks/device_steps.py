@@ -1,0 +1,457 @@
+"""The steps of `benchmarks/device_check.py`, each run in its own process by `device_check.py --worker NAME`.
+
+A step function takes a `Ctx` (the settings, its deadline, `put`/`add` to record results as it goes: a step killed
+at its limit keeps what it had recorded) and returns a verdict: True / False (a check passed or not) or None (a
+pure measurement). It raises `Skip` when it does not apply here (tf32 on a CPU) and anything else when it fails.
+Imports only the training stack (`initmem.train`, `.config`, `.plan`, `.checkpoint`, `.metrics`): no papermill,
+jupytext or submitit.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+TOLERANCES = {"fp32": 1e-4, "tf32": 1e-2, "bf16": 5e-2, "muon": 5e-2}  # max relative loss difference, 2 epochs
+LOSSES = ("train_loss", "val_loss", "test_loss")
+ABSOLUTE = ("train_acc", "val_acc", "test_acc", "angle")  # compared as absolute differences (fractions, degrees)
+SIZES = {  # per mode: the parity runs, the speed runs' split, batch sizes, population size, timed steps
+    "full": {"parity": dict(arch="resnet9", width=0.25, n_train=512, n_val=500, n_test=500, train_eval_size=512,
+                            batch_size=128, epochs=2),
+             "split": dict(width=1.0, n_train=None, n_val=5000, n_test=None, train_eval_size=None),
+             "batches": (128, 512), "deep": "resnet56", "pop_batches": (32, 128, 512), "members": 7,
+             "steps": 20, "warmup": 5, "paper_cap_s": None},
+    "tiny": {"parity": dict(arch="resnet9", width=0.0625, n_train=256, n_val=100, n_test=100, train_eval_size=100,
+                            batch_size=64, epochs=2),
+             "split": dict(width=0.0625, n_train=1024, n_val=100, n_test=100, train_eval_size=200),
+             "batches": (64, 256), "deep": "resnet56", "pop_batches": (16, 32, 64), "members": 3,
+             "steps": 3, "warmup": 1, "paper_cap_s": 24.0},
+}
+
+
+class Skip(Exception):
+    """The step does not apply on this device (recorded as skipped, with the reason)."""
+
+
+class Ctx:
+    """A worker's view: settings `s`, its wall-clock deadline, and the results file it keeps up to date."""
+
+    def __init__(self, path: str | Path):
+        doc = json.loads(Path(path).read_text(encoding="utf-8"))
+        self.s: dict[str, Any] = doc["settings"]
+        self.args: dict[str, Any] = doc.get("args", {})
+        self.deadline: float = doc["deadline"]
+        self.path = Path(doc["result"])
+        self.res: dict[str, Any] = {}
+
+    @property
+    def cuda(self) -> bool:
+        return self.s["device"] == "cuda"
+
+    def left(self) -> float:
+        return self.deadline - time.time()
+
+    def put(self, key: str, value: Any) -> None:
+        self.res[key] = value
+        self.write()
+
+    def add(self, key: str, item: Any) -> None:
+        self.res.setdefault(key, []).append(item)
+        self.write()
+
+    def write(self, **extra: Any) -> None:
+        tmp = self.path.with_name(self.path.name + ".tmp")
+        tmp.write_text(json.dumps({"results": self.res, **extra}, default=_plain), encoding="utf-8")
+        os.replace(tmp, self.path)
+
+
+def _plain(x: Any) -> Any:
+    return x.item() if hasattr(x, "item") else str(x)
+
+
+def _num(x: Any) -> float | None:
+    x = float(x)
+    return x if math.isfinite(x) else None
+
+
+# ------------------------------------------------------------------------------------------------ configs
+def config(ctx: Ctx, kind: str, **changes: Any):
+    """The TrainConfig of a step: `kind` "parity" (short deterministic run) or "split" (the full split)."""
+    from initmem.config import TrainConfig
+
+    s, size = ctx.s, dict(SIZES[ctx.s["mode"]][kind])
+    data = dict(data=s["data"], data_root=s["data_root"])
+    if kind == "split" and s["data"] == "synthetic" and s["mode"] == "full":  # no archive: synthetic of full size
+        size.update(n_train=45000, n_test=10000)
+    return TrainConfig(**{"arch": "resnet9", "device": s["device"], **data, **size, **changes})
+
+
+def spawn(ctx: Ctx, worker: str, args: dict, log: Path, env: dict | None = None) -> subprocess.Popen:
+    """Start `device_check.py --worker <worker>` (a helper process of this step) with `args`."""
+    ctxfile = log.with_suffix(".ctx.json")
+    ctxfile.write_text(json.dumps({"settings": ctx.s, "args": args, "deadline": ctx.deadline,
+                                   "result": str(log.with_suffix(".result.json"))}), encoding="utf-8")
+    cmd = [sys.executable, str(Path(__file__).with_name("device_check.py")), "--worker", worker, "--ctx", str(ctxfile)]
+    with open(log, "w") as out:
+        return subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env={**os.environ, **(env or {})})
+
+
+def child_result(log: Path) -> dict:
+    p = log.with_suffix(".result.json")
+    return json.loads(p.read_text(encoding="utf-8")).get("results", {}) if p.is_file() else {}
+
+
+# ------------------------------------------------------------------------------------------------ comparisons
+def compare(ref: pd.DataFrame, got: pd.DataFrame) -> dict[str, float | None]:
+    """Max difference per column over the measured epochs: relative for losses and the weight norm, absolute for
+    accuracies and the angle; `loss_rel_max` over the three losses."""
+    out: dict[str, float | None] = {}
+    for col in (*LOSSES, "weight_norm", *ABSOLUTE):
+        a, b = ref[col].to_numpy(float), got[col].to_numpy(float)
+        both = np.isfinite(a) & np.isfinite(b)
+        if (np.isfinite(a) != np.isfinite(b)).any():
+            out[col] = math.inf
+            continue
+        d = np.abs(a - b)[both] if col in ABSOLUTE else (np.abs(a - b) / np.maximum(np.abs(a), 1e-12))[both]
+        out[col] = float(d.max()) if len(d) else 0.0
+    out["loss_rel_max"] = max(out[c] for c in LOSSES)
+    return {k: (None if v is not None and math.isinf(v) else v) for k, v in out.items()} | {
+        "nonfinite_mismatch": [k for k, v in out.items() if v is not None and math.isinf(v)]}
+
+
+def identical(a: pd.DataFrame, b: pd.DataFrame) -> dict[str, Any]:
+    """Whether two histories are bitwise equal in every column but wall_time, and which columns differ."""
+    cols = [c for c in a.columns if c != "wall_time"]
+    if list(a.columns) != list(b.columns) or len(a) != len(b):
+        return {"identical": False, "differing": ["<shape>"], "max_abs_diff": None}
+    diff = [c for c in cols if not np.array_equal(a[c].to_numpy(float), b[c].to_numpy(float), equal_nan=True)]
+    gap = max((float(np.nanmax(np.abs(a[c].to_numpy(float) - b[c].to_numpy(float)))) for c in diff), default=0.0)
+    return {"identical": not diff, "differing": diff, "max_abs_diff": gap, "columns": len(cols), "rows": len(a)}
+
+
+# ------------------------------------------------------------------------------------------------ steps
+def step_env(ctx: Ctx) -> bool:
+    """Versions, the device, the modules present, and the data loaded once (warming the decoded cache)."""
+    import importlib.util
+    import platform
+
+    import torch
+
+    from initmem.plan import device_name
+
+    info = {"python": sys.version.split()[0], "torch": torch.__version__, "cuda_build": torch.version.cuda,
+            "cuda_available": torch.cuda.is_available(), "platform": platform.platform(), "cpus": os.cpu_count(),
+            "torch_threads": torch.get_num_threads(),
+            "modules": {m: importlib.util.find_spec(m) is not None for m in
+                        ("numpy", "pandas", "yaml", "tqdm", "PIL", "papermill", "jupytext", "submitit")}}
+    ctx.put("env", info)
+    ctx.put("device_ok", not ctx.cuda or torch.cuda.is_available())
+    if ctx.cuda and not torch.cuda.is_available():
+        raise RuntimeError("--device cuda but torch.cuda.is_available() is False")
+    if ctx.cuda:
+        p = torch.cuda.get_device_properties(0)
+        ctx.put("gpu", {"name": p.name, "capability": f"{p.major}.{p.minor}", "memory_gib": p.total_memory / 2**30,
+                        "multiprocessors": p.multi_processor_count, "cudnn": torch.backends.cudnn.version(),
+                        "bf16_supported": torch.cuda.is_bf16_supported()})
+    name, kind = device_name(ctx.s["device"])
+    ctx.put("device_name", name)
+    ctx.put("kind", kind)
+    from initmem.data import load_cifar10
+
+    t0 = time.perf_counter()
+    try:
+        data = load_cifar10(ctx.s["data_root"], "synthetic" if ctx.s["data"] == "synthetic" else "auto")
+        ctx.put("data", {"source": data.source, "hash": data.content_hash, "train": len(data.train_y),
+                         "test": len(data.test_y), "load_s": time.perf_counter() - t0})
+    except Exception as exc:  # noqa: BLE001 - the later steps fall back to synthetic data, and say so
+        ctx.put("data_error", f"{type(exc).__name__}: {exc}")
+        return False
+    return True
+
+
+def step_parity(ctx: Ctx, precision: str, optimizer: str = "sgd") -> bool:
+    """The same short deterministic run on the CPU in fp32 (the reference) and on the device at `precision`."""
+    from initmem.train import train
+
+    if precision == "tf32" and not ctx.cuda:
+        raise Skip("tf32 is CUDA only: a CPU has no TF32 to compare")
+    cfg = config(ctx, "parity", optimizer=optimizer, deterministic=True)
+    tol = TOLERANCES["muon" if optimizer == "muon" else precision]
+    ctx.put("setup", {"reference": "cpu fp32", "target": f"{ctx.s['device']} {precision}", "optimizer": optimizer,
+                      "tolerance_loss_rel": tol, "config": cfg.to_dict(),
+                      "stand_in": None if ctx.cuda else "CPU stands in for CUDA: CPU against CPU"})
+    ref = train(cfg.replace(device="cpu", precision="fp32"), progress=False)
+    got = train(cfg.replace(precision=precision), progress=False)
+    d = compare(ref.history, got.history)
+    ctx.put("differences", d)
+    ctx.put("final", {"reference_train_loss": _num(ref.history["train_loss"].iloc[-1]),
+                      "target_train_loss": _num(got.history["train_loss"].iloc[-1])})
+    return d["loss_rel_max"] is not None and d["loss_rel_max"] <= tol
+
+
+def step_rerun(ctx: Ctx) -> bool:
+    """Two identical device runs under deterministic=True: bitwise equal histories (and, for the record, two
+    runs with deterministic=False)."""
+    from initmem.train import train
+
+    cfg = config(ctx, "parity", deterministic=True)
+    ctx.put("deterministic", identical(train(cfg, progress=False).history, train(cfg, progress=False).history))
+    loose = cfg.replace(deterministic=False)
+    ctx.put("nondeterministic", identical(train(loose, progress=False).history, train(loose, progress=False).history))
+    return ctx.res["deterministic"]["identical"]
+
+
+def step_resume(ctx: Ctx) -> bool:
+    """A run killed (SIGKILL, in a helper process) while writing epoch 2's checkpoint, then resumed in the same
+    out_dir, against the uninterrupted run: bitwise equal histories (deterministic=True, checkpoint_every=1)."""
+    from initmem import checkpoint
+    from initmem.train import checkpoint_folder, train
+
+    cfg = config(ctx, "parity", deterministic=True, epochs=3, checkpoint_every=1)
+    tmp = Path(tempfile.mkdtemp(prefix="device-check-resume-"))
+    straight = train(cfg, out_dir=tmp / "straight", progress=False)
+    child = spawn(ctx, "_train_child", {"configs": [cfg.to_dict()], "out_dir": str(tmp / "killed")},
+                  tmp / "killed.log", env={checkpoint.FAULT_ENV: "kill_during_checkpoint_write@2"})
+    rc = child.wait(timeout=max(1.0, ctx.left() - 10))
+    folder = checkpoint_folder(tmp / "killed", "adhoc", [cfg])
+    left = sorted(p.name for p in folder.iterdir()) if folder.is_dir() else []
+    ctx.put("killed", {"returncode": rc, "sigkill": rc == -signal.SIGKILL, "left_behind": left})
+    resumed = train(cfg, out_dir=tmp / "killed", progress=False)
+    ctx.put("resumed_vs_straight", identical(straight.history, resumed.history))
+    return rc == -signal.SIGKILL and "epoch-000001.ckpt" in left and ctx.res["resumed_vs_straight"]["identical"]
+
+
+def _timed_epochs(cfg) -> dict[str, Any]:
+    """Two epochs of `cfg` through the engine's loop, with a synchronised mark at steps 0, P and 2P-1 (P steps an
+    epoch): step time from epoch 2's steps, eval time from the end of epoch 2's measurement, epoch time from the
+    history's wall_time (train + eval)."""
+    import resource
+
+    import torch
+
+    from initmem.plan import split_sizes
+    from initmem.train import _train, resolve_device
+
+    dev, sizes = resolve_device(cfg), split_sizes(cfg)
+    p = math.ceil(sizes["train"] / cfg.batch_size)
+    if p < 2:
+        raise ValueError(f"{p} step per epoch: at least 2 are needed to time a step")
+    marks: dict[int, float] = {}
+
+    def mark(step: int) -> None:
+        if step in (0, p, 2 * p - 1):
+            if dev.type == "cuda":
+                torch.cuda.synchronize(dev)
+            marks[step] = time.perf_counter()
+
+    if dev.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(dev)
+    hist = _train([cfg], None, "adhoc", False, on_step=mark)[0].history.set_index("epoch")["wall_time"]
+    step_s = (marks[2 * p - 1] - marks[p]) / (p - 1)
+    t0 = marks[0] - hist[0]  # the loop's clock starts just before the epoch-0 measurement that precedes step 0
+    eval_s = max(0.0, t0 + hist[2] - marks[2 * p - 1] - step_s)
+    evals = sizes["train_eval"] + sizes["val"] + sizes["test"]
+    peak = (torch.cuda.max_memory_allocated(dev) if dev.type == "cuda"
+            else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024)
+    return {"arch": cfg.arch, "width": cfg.width, "batch_size": cfg.batch_size, "precision": cfg.precision,
+            "compile": cfg.compile, "steps_per_epoch": p, "step_s": step_s, "train_epoch_s": p * step_s,
+            "train_images_per_s": sizes["train"] / (p * step_s), "eval_s": eval_s, "eval_images": evals,
+            "eval_image_s": eval_s / evals, "epoch_s": float(hist[2] - hist[1]),
+            "first_epoch_s": float(hist[1] - hist[0]), "init_eval_s": float(hist[0]),
+            "peak_memory_bytes": peak, "peak_memory_kind": "cuda max_memory_allocated" if dev.type == "cuda"
+            else "process max RSS (CPU)"}
+
+
+def step_epochs(ctx: Ctx, compile: bool) -> None:
+    """Epoch times on the full split, in priority order, until the step's deadline."""
+    import torch
+
+    size = SIZES[ctx.s["mode"]]
+    if compile and ctx.s["mode"] == "tiny":  # inductor takes 15-40 s a graph on a CPU: dynamo alone here
+        real = torch.compile
+        torch.compile = lambda model, **kw: real(model, **{**kw, "backend": "eager"})
+        ctx.put("compile_backend", "eager (--tiny: inductor would take minutes on a CPU)")
+    elif compile:
+        ctx.put("compile_backend", "inductor (default)")
+    grid = [("resnet9", b, p) for b in size["batches"] for p in ("fp32", "tf32", "bf16")]
+    grid += [(size["deep"], 128 if ctx.s["mode"] == "full" else size["batches"][0], p) for p in ("fp32", "tf32", "bf16")]
+    last: dict[str, float] = {}
+    for arch, b, precision in grid:
+        key = {"arch": arch, "batch_size": b, "precision": precision}
+        if precision == "tf32" and not ctx.cuda:
+            ctx.add("skipped", {**key, "reason": "tf32 is CUDA only"})
+            continue
+        if ctx.left() < 1.3 * last.get(arch, 0.0) + 3:
+            ctx.add("not_reached", {**key, "reason": f"{ctx.left():.0f} s left in the step"})
+            continue
+        if compile:
+            torch._dynamo.reset()  # every entry pays (and reports) its own compilation
+        t0 = time.perf_counter()
+        ctx.add("runs", _timed_epochs(config(ctx, "split", arch=arch, batch_size=b, precision=precision,
+                                             compile=compile)))
+        last[arch] = time.perf_counter() - t0
+
+
+def step_population(ctx: Ctx) -> None:
+    """K sigma_w members as one population, K separate runs one after another, and K concurrent processes on the
+    one device, at each batch size: member-steps per second (K per population step)."""
+    from initmem.train import time_steps
+
+    size = SIZES[ctx.s["mode"]]
+    k, steps, warmup, prec = size["members"], size["steps"], size["warmup"], ctx.s["precision"]
+    ctx.put("setup", {"members": k, "steps": steps, "warmup": warmup, "precision": prec,
+                      "width": size["split"]["width"], "arch": "resnet9"})
+    rows = {}
+    for b in size["pop_batches"]:
+        cfg = config(ctx, "split", batch_size=b, precision=prec)
+        pop, one = time_steps(cfg, steps, warmup, population=k), time_steps(cfg, steps, warmup, population=1)
+        rows[b] = {"batch_size": b, "population_step_s": pop, "single_step_s": one,
+                   "population_member_steps_per_s": k / pop, "separate_member_steps_per_s": 1 / one,
+                   "population_vs_separate": k * one / pop}
+        ctx.put("rows", list(rows.values()))
+    barrier = Path(tempfile.mkdtemp(prefix="device-check-barrier-"))
+    kids = [spawn(ctx, "_steps_child", {"batches": list(size["pop_batches"]), "barrier": str(barrier), "index": i,
+                                        "threads": max(1, (os.cpu_count() or 1) // k)}, barrier / f"child{i}.log")
+            for i in range(k)]
+    try:
+        for b in size["pop_batches"]:
+            _wait_files([barrier / f"ready-{b}-{i}" for i in range(k)], ctx, kids)
+            (barrier / f"go-{b}").touch()
+            got = [json.loads(p.read_text()) for p in _wait_files([barrier / f"res-{b}-{i}.json" for i in range(k)],
+                                                                   ctx, kids)]
+            span = max(g["end"] for g in got) - min(g["start"] for g in got)
+            overlap = max(0.0, min(g["end"] for g in got) - max(g["start"] for g in got)) / span if span else 1.0
+            rate = sum(1 / g["step_s"] for g in got)
+            rows[b].update(concurrent_member_steps_per_s=rate, concurrent_vs_separate=rate * rows[b]["single_step_s"],
+                           concurrent_overlap=overlap, concurrent_step_s=[g["step_s"] for g in got])
+            ctx.put("rows", list(rows.values()))
+    finally:
+        for p in kids:
+            if p.poll() is None:
+                p.kill()
+
+
+def _wait_files(paths: list[Path], ctx: Ctx, kids: list[subprocess.Popen]) -> list[Path]:
+    while not all(p.is_file() for p in paths):
+        if dead := [p.args[-1] for p in kids if p.poll() not in (None, 0)]:
+            raise RuntimeError(f"a concurrent process failed: {dead[0]} (see its .log beside it)")
+        if ctx.left() < 2:
+            raise TimeoutError(f"the concurrent processes did not finish before the step's deadline ({paths[0].name})")
+        time.sleep(0.01)
+    return paths
+
+
+def step_paper(ctx: Ctx) -> bool:
+    """The paper's setting in the minutes left: full split, width 1, b = 128, SGD and Adam each as a population
+    of sigma_w 0.1 and 2.5, as many epochs as fit (a helper process per optimiser, stopped at its share of the
+    time; its epochs are read from its newest checkpoint when it had to be stopped)."""
+    opts, tmp = ("sgd", "adam"), Path(tempfile.mkdtemp(prefix="device-check-paper-"))
+    cap = SIZES[ctx.s["mode"]]["paper_cap_s"]
+    end = time.time() + min(ctx.left() - 5, cap or math.inf)
+    for i, opt in enumerate(opts):
+        configs = [config(ctx, "split", batch_size=128, optimizer=opt, sigma_w=s, precision=ctx.s["precision"],
+                          epochs=ctx.s["paper_epochs"], checkpoint_every=1) for s in (0.1, 2.5)]
+        share = (end - time.time()) / (len(opts) - i)
+        ctx.add("populations", _paper_population(ctx, configs, tmp / opt, share))
+    return all(p["epochs"] >= 1 for p in ctx.res["populations"])
+
+
+def _paper_population(ctx: Ctx, configs: list, out: Path, seconds: float) -> dict[str, Any]:
+    from initmem import checkpoint, metrics
+    from initmem.train import checkpoint_folder
+
+    t0 = time.time()
+    child = spawn(ctx, "_train_child", {"configs": [c.to_dict() for c in configs], "out_dir": str(out)},
+                  out.with_suffix(".log"))
+    try:
+        child.wait(timeout=max(1.0, seconds))
+        stopped = "finished" if child.returncode == 0 else f"failed (exit {child.returncode})"
+    except subprocess.TimeoutExpired:
+        child.kill()
+        child.wait()
+        stopped = "stopped at its share of the time"
+    done = child_result(out.with_suffix(".log")).get("histories")
+    if done is None:
+        done = []
+        for path in checkpoint.checkpoints(checkpoint_folder(out, "adhoc", configs)):
+            try:
+                done = checkpoint.load(path)["state"]["histories"]
+                break
+            except Exception:  # noqa: BLE001 - a half-written newest checkpoint: the previous one
+                continue
+    members = []
+    for c, rows in zip(configs, done or [[] for _ in configs], strict=True):
+        h = pd.DataFrame(rows)
+        s = metrics.summarize_history(h) if len(h) > 1 else {}
+        last = h.iloc[-1] if len(h) else {}
+        members.append({"sigma_w": c.sigma_w, "epochs": int(h["epoch"].max()) if len(h) else 0,
+                        "test_acc_at_best": s.get("test_acc_at_best"), "best_epoch": s.get("best_epoch"),
+                        "final_test_acc": s.get("final_test_acc"), "final_train_acc": s.get("final_train_acc"),
+                        "norm_ratio": s.get("norm_ratio"), "angle": _num(last["angle"]) if len(h) else None,
+                        "wall_time_s": _num(last["wall_time"]) if len(h) else None})
+    best = [m["test_acc_at_best"] for m in members if m["test_acc_at_best"] is not None]
+    final = [m["final_test_acc"] for m in members if m["final_test_acc"] is not None]
+    return {"optimizer": configs[0].optimizer, "lr": configs[0].lr, "seconds": time.time() - t0, "stopped": stopped,
+            "epochs": min(m["epochs"] for m in members), "members": members,
+            "spread_pp_at_best": 100 * (max(best) - min(best)) if len(best) == len(members) else None,
+            "spread_pp_final": 100 * (max(final) - min(final)) if len(final) == len(members) else None,
+            "angle_gap_deg": (max(m["angle"] for m in members) - min(m["angle"] for m in members))
+            if all(m["angle"] is not None for m in members) else None}
+
+
+# ------------------------------------------------------------------------------------------------ helper processes
+def child_train(ctx: Ctx) -> None:
+    """Train `args.configs` (one run or a population) into `args.out_dir`; record the histories when done."""
+    from initmem.config import TrainConfig
+    from initmem.train import train
+
+    configs = [TrainConfig.from_dict(d) for d in ctx.args["configs"]]
+    out = train(configs, out_dir=ctx.args["out_dir"], progress=False)
+    ctx.put("histories", [r.history.to_dict("records") for r in out])
+
+
+def child_steps(ctx: Ctx) -> None:
+    """One of the K concurrent processes: at each batch size, signal ready, wait for go, time one run's steps."""
+    import torch
+
+    from initmem.train import time_steps
+
+    torch.set_num_threads(ctx.args["threads"])
+    barrier, i, size = Path(ctx.args["barrier"]), ctx.args["index"], SIZES[ctx.s["mode"]]
+    for b in ctx.args["batches"]:
+        cfg = config(ctx, "split", batch_size=b, precision=ctx.s["precision"])
+        (barrier / f"ready-{b}-{i}").touch()
+        while not (barrier / f"go-{b}").exists():
+            time.sleep(0.005)
+        start = time.time()
+        step_s = time_steps(cfg, size["steps"], size["warmup"], population=1)
+        res = {"step_s": step_s, "start": start, "end": time.time()}
+        (barrier / f"res-{b}-{i}.json.tmp").write_text(json.dumps(res))
+        os.replace(barrier / f"res-{b}-{i}.json.tmp", barrier / f"res-{b}-{i}.json")
+
+
+STEPS = {  # name -> (title, function); the order is the run order
+    "env": ("environment, device and data", step_env),
+    "parity_fp32": ("device vs CPU, fp32", lambda c: step_parity(c, "fp32")),
+    "parity_tf32": ("device vs CPU, tf32", lambda c: step_parity(c, "tf32")),
+    "parity_bf16": ("device vs CPU, bf16", lambda c: step_parity(c, "bf16")),
+    "parity_muon": ("device vs CPU, Muon (fp32)", lambda c: step_parity(c, "fp32", "muon")),
+    "rerun": ("two deterministic runs bit-identical", step_rerun),
+    "resume": ("killed and resumed run identical", step_resume),
+    "epoch_eager": ("epoch times, eager", lambda c: step_epochs(c, False)),
+    "epoch_compile": ("epoch times, torch.compile", lambda c: step_epochs(c, True)),
+    "population": ("population vs separate vs concurrent", step_population),
+    "paper": ("paper-scale point", step_paper),
+}
+HELPERS = {"_train_child": child_train, "_steps_child": child_steps}

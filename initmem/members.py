@@ -1,0 +1,223 @@
+"""The members of a population: K networks that differ only in sigma_w and seed, held so that one training step
+serves all of them. `population(configs, device)` returns a `Population`; the training loop calls only its methods
+(forward, per-member losses and correct counts, per-member views of the weights, silencing a diverged member), so it
+does not know which implementation it runs.
+
+- K = 1: the plain network (`PlainPopulation`), exactly what a single run trains.
+- K > 1: **grouped modules** (`GroupedPopulation`). The K members become one "wide" network whose channels are K
+  groups: every conv has groups=K, every BatchNorm K*C channels (batch statistics and running stats per member by
+  construction), ReLU, pools and residual adds are channel-wise, option-A shortcuts zero-pad each group, and the head
+  is a batched matmul over a [K, 10, C] weight. It is made by module surgery on member 0's network, so every layer
+  keeps its module name (`norm:<layer>` columns match a single run's). The loss is the sum of the members' mean
+  cross-entropies, so each member's gradient is exactly its own. Member k sees its own minibatch (its seed fixes its
+  data order and augmentation); when every member has the same seed the stem conv takes the one shared 3-channel
+  batch with groups=1 (the same arithmetic, without K copies of the input); evaluation always does that.
+  Why grouped modules and not torch.func (`stack_module_state` + `functional_call` + `vmap`, which would batch any
+  architecture without surgery): measured on this CPU, `benchmarks/bench_members.py`, see docs/performance.md.
+
+Members share no arithmetic (every op is per channel group), so a NaN in one never reaches another; a diverged
+member is silenced (`silence`: parameters, BatchNorm stats and optimiser state zeroed, its loss masked out) and the
+others train on unchanged.
+"""
+
+from __future__ import annotations
+
+import copy
+import ctypes
+import os
+import platform
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from initmem import models
+from initmem.errors import ConfigError
+
+_CHANNELWISE = (nn.MaxPool2d, nn.Identity, nn.ReLU, models.SpatialMax, models.SpatialMean)
+
+
+# ---------------------------------------------------------------------------------------------------- grouped layers
+class StemConv(nn.Conv2d):
+    """The first conv of K members, weight [K*c_out, 3, k, k]. A 3-channel input (shared by all members) runs with
+    groups=1, a 3K-channel input (member k's images in channels 3k..3k+2) with groups=K: the same weight either way."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        groups = x.shape[1] // self.weight.shape[1]
+        return F.conv2d(x, self.weight, None, self.stride, self.padding, self.dilation, groups)
+
+
+class GroupedHead(nn.Module):
+    """K linear heads: [b, K*C] -> [b, K, out] with weight [K, out, C] and bias [K, out]."""
+
+    def __init__(self, members: int, in_features: int, out_features: int):
+        super().__init__()
+        self.members = members
+        self.weight = nn.Parameter(torch.empty(members, out_features, in_features))
+        self.bias = nn.Parameter(torch.empty(members, out_features))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.einsum("bkc,koc->bko", x.reshape(len(x), self.members, -1), self.weight) + self.bias
+
+
+class GroupedShortcutA(nn.Module):
+    """Option-A shortcut per member: subsample, zero-pad each member's channel group from c_in to c_out."""
+
+    def __init__(self, members: int, stride: int, pad_lo: int, pad_hi: int):
+        super().__init__()
+        self.members, self.stride, self.pad_lo, self.pad_hi = members, stride, pad_lo, pad_hi
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = x[:, :, ::self.stride, ::self.stride]
+        b, _, h, w = x.shape
+        x = F.pad(x.reshape(b, self.members, -1, h, w), (0, 0, 0, 0, self.pad_lo, self.pad_hi))
+        return x.reshape(b, -1, h, w)
+
+
+def _grouped_leaf(m: nn.Module, k: int, arch: str, name: str, stem: bool) -> nn.Module:
+    if isinstance(m, nn.Conv2d):
+        if m.groups != 1 or m.bias is not None:
+            raise ConfigError(f"arch={arch!r} is not supported by grouped populations: layer {name} is a grouped or "
+                              "biased conv; train its runs one by one")
+        cls = StemConv if stem else nn.Conv2d
+        return torch.nn.utils.skip_init(cls, m.in_channels * k, m.out_channels * k, m.kernel_size, m.stride,
+                                        m.padding, m.dilation, groups=k, bias=False)
+    if isinstance(m, nn.BatchNorm2d):
+        return torch.nn.utils.skip_init(nn.BatchNorm2d, m.num_features * k, m.eps, m.momentum, m.affine,
+                                        m.track_running_stats)
+    if isinstance(m, nn.Linear) and name == "head":
+        return GroupedHead(k, m.in_features, m.out_features)
+    if isinstance(m, models.ShortcutA):
+        return GroupedShortcutA(k, m.stride, m.pad_lo, m.pad_hi)
+    if isinstance(m, _CHANNELWISE):
+        return copy.deepcopy(m)
+    raise ConfigError(f"arch={arch!r} is not supported by grouped populations: layer {name} "
+                      f"({type(m).__name__}) has no grouped form; train its runs one by one")
+
+
+@torch.no_grad()
+def build_grouped(members: list[nn.Module], arch: str = "?") -> nn.Module:
+    """One wide network holding `members` (same architecture, any weights) as channel groups, with their weights,
+    biases and BatchNorm buffers copied in. Module names are the members', so `norm:<layer>` columns match."""
+    k, template = len(members), members[0]
+    grouped = copy.deepcopy(template)  # keeps the container classes, so their forward() runs unchanged
+    first = models.layer_names(template)[0]
+    for name, m in template.named_modules():
+        if name and not list(m.children()):
+            parent, _, child = name.rpartition(".")
+            setattr(grouped.get_submodule(parent), child, _grouped_leaf(m, k, arch, name, stem=name == first))
+    sources = [dict(m.state_dict()) for m in members]
+    for key, target in grouped.state_dict().items():
+        parts = [s[key] for s in sources]
+        if target.numel() == k * parts[0].numel():
+            target.copy_(torch.stack(parts).reshape(target.shape))
+        else:  # scalar buffers (BatchNorm's num_batches_tracked): identical across members
+            target.copy_(parts[0])
+    return grouped
+
+
+def member_state_dict(grouped: nn.Module, template: nn.Module, member: int) -> dict[str, torch.Tensor]:
+    """One member's weights and buffers from `grouped`, shaped as the separate model `template`'s state_dict (so
+    `models.build_model(...).load_state_dict(...)` gives that member as a plain network)."""
+    shapes = {key: t.shape for key, t in template.state_dict().items()}
+    return {key: (t.reshape(-1, *shapes[key])[member] if t.ndim else t).clone()
+            for key, t in grouped.state_dict().items()}
+
+# ---------------------------------------------------------------------------------------------------- populations
+class PlainPopulation:
+    """One member: the plain network. Outputs [b, C]; per-member quantities are length-1 tensors."""
+
+    k = 1
+
+    def __init__(self, model: nn.Module, layers: list[str] | None = None):
+        self.model = model
+        self.layers = layers or models.layer_names(model)  # conv/linear layers, in module order
+        self.weights = [model.get_submodule(n).weight for n in self.layers]
+
+    def inputs(self, xs: list[torch.Tensor]) -> torch.Tensor:
+        return xs[0]
+
+    def losses(self, out: torch.Tensor, y: torch.Tensor, reduction: str = "mean") -> torch.Tensor:
+        return F.cross_entropy(out, y, reduction=reduction)[None]
+
+    def correct(self, out: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        return (out.argmax(1) == y).sum()[None]
+
+    def member_state_dict(self, member: int) -> dict[str, torch.Tensor]:
+        return {k: v.clone() for k, v in self.model.state_dict().items()}
+
+    def silence(self, optimizer: torch.optim.Optimizer, member: int) -> None:
+        """Nothing to do: a diverged single run stops."""
+
+
+class GroupedPopulation(PlainPopulation):
+    """K members as channel groups of one network (see the module docstring). Outputs [b, K, C]."""
+
+    def __init__(self, nets: list[nn.Module], same_input: bool):
+        self.template = copy.deepcopy(nets[0])
+        super().__init__(build_grouped(nets), models.layer_names(nets[0]))  # GroupedHead is the member's Linear
+        self.k, self.same_input = len(nets), same_input
+
+    def inputs(self, xs: list[torch.Tensor]) -> torch.Tensor:
+        # one shared batch: the stem runs with groups=1; otherwise member j's images in channels 3j..3j+2
+        return xs[0] if self.same_input else torch.cat(xs, 1)
+
+    def _labels(self, y: torch.Tensor) -> torch.Tensor:
+        return y[:, None].expand(-1, self.k) if y.ndim == 1 else y
+
+    def losses(self, out: torch.Tensor, y: torch.Tensor, reduction: str = "mean") -> torch.Tensor:
+        losses = F.cross_entropy(out.transpose(1, 2), self._labels(y), reduction="none")  # [b, K]
+        return losses.mean(0) if reduction == "mean" else losses.sum(0)
+
+    def correct(self, out: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        return (out.argmax(2) == self._labels(y)).sum(0)
+
+    def member_state_dict(self, member: int) -> dict[str, torch.Tensor]:
+        return member_state_dict(self.model, self.template, member)
+
+    @torch.no_grad()
+    def silence(self, optimizer: torch.optim.Optimizer, member: int) -> None:
+        """Zero `member`'s slice of every parameter, BatchNorm stat and optimiser state: finite, inert."""
+        for key, t in self.model.state_dict().items():
+            if t.ndim:
+                t.unflatten(0, (self.k, -1))[member] = 1.0 if key.endswith("running_var") else 0.0
+        for p, state in optimizer.state.items():
+            for v in state.values():
+                if isinstance(v, torch.Tensor) and v.shape == p.shape:
+                    v.unflatten(0, (self.k, -1))[member] = 0.0
+
+
+def member_view(t: torch.Tensor, k: int) -> torch.Tensor:
+    """[K, -1]: member j's part of a (grouped) parameter in row j (grouped convs split output channels in order)."""
+    return t.reshape(k, -1)
+
+
+def population(nets: list[nn.Module], same_input: bool = True) -> PlainPopulation:
+    """The population of `nets` (same architecture, already initialised): plain for one, grouped for several."""
+    return PlainPopulation(nets[0]) if len(nets) == 1 else GroupedPopulation(nets, same_input)
+
+
+# ---------------------------------------------------------------------------------------------------- CPU memory
+_MALLOC_TUNED: list[bool] = []
+
+
+def tune_malloc() -> bool:
+    """Make glibc keep freed memory for reuse: every block from the heap (M_MMAP_MAX=0), no trimming below 2 GiB
+    (M_TRIM_THRESHOLD). Why: glibc serves a block above its mmap threshold (at most 32 MiB) by a fresh mmap and
+    unmaps it on free, so each large activation of each step is page-faulted in anew. A K-member population's
+    activations are K times larger and cross that size at width 0.25 already. Measured on one core: ReLU of 48 MiB
+    25.5 ms by default, 4.4 ms tuned; ResNet-9 b=128 K=3 population step -14% at width 0.25, -24% at width 0.5 (a
+    single run at width 0.5: -10%). The price: the process keeps its peak memory. Process-wide and once; a no-op
+    off glibc and under `INITMEM_MALLOC=default`. Returns whether the setting is in force."""
+    if not _MALLOC_TUNED:
+        ok = False
+        if os.environ.get("INITMEM_MALLOC", "") != "default" and platform.libc_ver()[0] == "glibc":
+            try:
+                libc = ctypes.CDLL("libc.so.6")
+                ok = libc.mallopt(-4, 0) == 1 and libc.mallopt(-1, 2**31 - 1) == 1  # M_MMAP_MAX, M_TRIM_THRESHOLD
+            except (OSError, AttributeError):
+                ok = False
+        _MALLOC_TUNED.append(ok)
+    return _MALLOC_TUNED[0]
+
+

@@ -1,0 +1,388 @@
+"""The planner: what a params file's profile will cost before anything trains (`initmem plan`, docs/planner.md).
+
+Per point and in total: runs, optimiser steps (from the split sizes and the batch size, as `train` counts them), the
+forgetting clocks at the end of training (exact for the schedule: the per-step lrs summed with `math.fsum`),
+evaluation work and, from a throughput table, the expected wall time. Torch-free except `calibrate` and naming a
+CUDA device.
+"""
+
+from __future__ import annotations
+
+import datetime
+import functools
+import json
+import math
+import os
+import platform
+import re
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from initmem.config import TrainConfig, point_configs
+from initmem.errors import ConfigError
+from initmem.metrics import lr_scale
+
+CIFAR_TRAIN, CIFAR_TEST = 50_000, 10_000
+SYNTHETIC_TRAIN, SYNTHETIC_TEST = 2000, 500  # train.py's synthetic_sizes when n_train / n_test are None
+KEY_FIELDS = ("arch", "width", "batch_size", "precision")
+# forward multiply-accumulates per 32x32 image at width 1 (conv layers; width w scales them by about w^2)
+ARCH_MACS = {"resnet9": 379e6, "resnet20": 41e6, "resnet56": 125e6, "resnet110": 253e6}
+# what `plan --calibrate` times without params: the paper profiles' networks and batch sizes
+DEFAULT_SET = tuple(("resnet9", 1.0, b, "fp32") for b in (16, 32, 64, 128, 256)) + (
+    ("resnet56", 1.0, 128, "fp32"), ("resnet110", 1.0, 128, "fp32"))
+
+
+# --------------------------------------------------------------------------------------------- sizes and clocks
+def split_sizes(config: TrainConfig) -> dict[str, int]:
+    """Images in the train split, validation, test and the train-eval subset, as `train` makes them."""
+    if config.data == "synthetic":
+        train, test = config.n_train or SYNTHETIC_TRAIN, config.n_test or SYNTHETIC_TEST
+    else:
+        train, test = config.n_train or CIFAR_TRAIN - config.n_val, config.n_test or CIFAR_TEST
+    return {"train": train, "val": config.n_val, "test": test, "train_eval": config.train_eval_size or train}
+
+
+def measured_epochs(config: TrainConfig) -> int:
+    """Epochs at which train/val/test are measured: 0 (initialisation), every `eval_every`-th and the last."""
+    return 1 + config.epochs // config.eval_every + (config.epochs % config.eval_every != 0)
+
+
+@functools.lru_cache(maxsize=256)
+def _lr_sums(schedule: str, lr: float, total: int, warmup: int, milestones: tuple[float, ...],
+             gamma: float) -> tuple[float, float]:
+    """(fsum eta_k, fsum eta_k^2) over the `total` steps, eta_k = lr * optim.lr_factor(...) step by step."""
+    if schedule == "constant" and warmup == 0:  # fsum of n equal terms is the correctly rounded n * term
+        return total * lr, total * (lr * lr)
+    k = np.arange(total, dtype=np.int64)
+    if schedule == "cosine":
+        t = np.minimum(1.0, (k - warmup) / max(1, total - warmup))
+        f = 0.5 * (1.0 + np.cos(math.pi * t))
+    elif schedule == "step":
+        levels = np.array([gamma ** j for j in range(len(milestones) + 1)])
+        f = levels[sum((k >= m * total).astype(np.int64) for m in milestones)] if milestones else np.ones(total)
+    else:
+        f = np.ones(total)
+    f[:warmup] = (k[:warmup] + 1) / warmup
+    eta = lr * f
+    return math.fsum(eta.tolist()), math.fsum((eta * eta).tolist())
+
+
+def run_plan(config: TrainConfig) -> dict[str, Any]:
+    """Steps, clocks and evaluation work of one run (every run of a point has the same)."""
+    sizes = split_sizes(config)
+    per_epoch = math.ceil(sizes["train"] / config.batch_size)  # data.steps_per_epoch (drop_last False)
+    total = per_epoch * config.epochs
+    warmup = min(total, round(config.warmup_epochs * per_epoch))
+    s1, s2 = _lr_sums(config.schedule, config.lr, total, warmup, config.step_milestones, config.step_gamma)
+    b, l2 = config.batch_size, config.weight_decay
+    c = lr_scale(config.optimizer, config.momentum)  # eta_eff = c * eta: 1 / (1 - beta) for sgd_momentum, else 1
+    clocks = {"T_SGD": s2 / b, "T_L2": l2 * s1, "T_adapt": s1,  # as metrics.ClockAccumulator.totals
+              "T_SGD_eff": c * c * s2 / b, "T_L2_eff": c * l2 * s1, "T_adapt_eff": c * s1}
+    per_eval = sizes["train_eval"] + sizes["val"] + sizes["test"]
+    return {"split": sizes, "epochs": config.epochs, "steps_per_epoch": per_epoch, "steps": total,
+            "warmup_steps": warmup, "clocks": clocks, "eval_images_per_epoch": per_eval,
+            "measured_epochs": measured_epochs(config), "eval_images": per_eval * measured_epochs(config)}
+
+
+# ---------------------------------------------------------------------------------------------- throughput
+@dataclass(frozen=True)
+class Entry:
+    """One timed (arch, width, batch size, precision, members): seconds per optimiser step, per evaluated image."""
+
+    arch: str
+    width: float
+    batch_size: int
+    precision: str
+    members: int
+    train_step_s: float
+    eval_image_s: float
+
+
+@dataclass
+class Throughput:
+    """A throughput table: the device it was measured on and its entries (docs/planner.md)."""
+
+    device: str
+    torch: str
+    entries: list[Entry]
+    kind: str = "cpu"  # cpu | cuda
+    path: str | None = None
+    created: str | None = None
+
+
+def load_throughput(path: str | Path) -> Throughput:
+    """Read a throughput table; ConfigError (one line) when it is missing or malformed."""
+    try:
+        doc = json.loads(Path(path).read_text(encoding="utf-8"))
+        entries = [Entry(str(e["arch"]), float(e["width"]), int(e["batch_size"]), str(e["precision"]),
+                         int(e.get("members", 1)), float(e["train_step_s"]), float(e["eval_image_s"]))
+                   for e in doc["entries"]]
+        device = str(doc["device"])
+    except FileNotFoundError:
+        raise ConfigError(f"throughput table {str(path)!r} does not exist (make one with `initmem plan "
+                          "--calibrate`)") from None
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise ConfigError(f"throughput table {str(path)!r} is invalid ({type(exc).__name__}: {exc}): "
+                          '{"device", "torch", "entries": [{"arch", "width", "batch_size", "precision", '
+                          '"members", "train_step_s", "eval_image_s"}]} is accepted') from None
+    kind = str(doc.get("kind") or ("cpu" if device.lower().startswith("cpu") else "cuda"))
+    return Throughput(device, str(doc.get("torch", "")), entries, kind, str(path), doc.get("created"))
+
+
+def save_throughput(table: Throughput, path: str | Path) -> Path:
+    """Write `table` as JSON (atomically); returns the path."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    doc = {"device": table.device, "kind": table.kind, "torch": table.torch, "created": table.created,
+           "entries": [asdict(e) for e in table.entries]}
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(doc, indent=1) + "\n", encoding="utf-8")
+    os.replace(tmp, path)
+    return path
+
+
+def _describe(e: Entry) -> str:
+    return f"{e.arch} w{e.width:g} b{e.batch_size} {e.precision}" + (f" x{e.members}" if e.members != 1 else "")
+
+
+def lookup(table: Throughput | None, config: TrainConfig, members: int = 1) -> tuple[Entry | None, str]:
+    """The entry for `config`'s (arch, width, batch size, precision, members) and where it comes from: "measured",
+    "estimated from <entry>" (the nearest members=1 entry, scaled by images per step and width^2 and the arch's
+    MACs), or "no throughput" (None)."""
+    if table is None or not table.entries:
+        return None, "no throughput"
+    want = (config.arch, config.width, config.batch_size, config.precision, members)
+    for e in table.entries:
+        if (e.arch, e.width, e.batch_size, e.precision, e.members) == want:
+            return e, "measured"
+    singles = [e for e in table.entries if e.members == 1]
+    if not singles:
+        return None, "no throughput"
+
+    def distance(e: Entry) -> tuple:
+        return (e.arch != config.arch, e.precision != config.precision,
+                abs(math.log(config.width / e.width)) + abs(math.log(config.batch_size / e.batch_size)))
+
+    near = min(singles, key=distance)
+    flops = (config.width / near.width) ** 2 * ARCH_MACS[config.arch] / ARCH_MACS[near.arch]
+    est = Entry(*want, near.train_step_s * flops * config.batch_size / near.batch_size, near.eval_image_s * flops)
+    return est, f"estimated from {_describe(near)}"
+
+
+def cache_dir() -> Path:
+    """`$INITMEM_CACHE`, else `~/.cache/initmem` (as data.default_cache_dir)."""
+    return Path(os.environ.get("INITMEM_CACHE") or Path.home() / ".cache" / "initmem").expanduser()
+
+
+def device_name(device: str = "auto") -> tuple[str, str]:
+    """(name, kind) of a device ("auto" | "cpu" | "cuda" | "cuda:N"): the CUDA device's name, or "CPU <model>"."""
+    if device != "cpu":
+        import torch
+
+        if device == "auto" and not torch.cuda.is_available():
+            device = "cpu"
+        elif not torch.cuda.is_available():
+            raise ConfigError(f"device={device!r} is invalid here: CUDA is not available; 'cpu' or 'auto' is "
+                              "accepted")
+        else:
+            return torch.cuda.get_device_name(torch.device(device if device != "auto" else "cuda")), "cuda"
+    model = platform.processor() or platform.machine()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return f"CPU {model}".strip(), "cpu"
+
+
+def default_table_path(name: str) -> Path:
+    """`<cache>/throughput-<device-name-slug>.json`."""
+    return cache_dir() / f"throughput-{re.sub(r'[^a-z0-9]+', '-', name.lower()).strip('-')}.json"
+
+
+# ---------------------------------------------------------------------------------------------- planning
+@dataclass
+class PointPlan:
+    point_id: str
+    grid: dict[str, Any]
+    runs: int
+    run: dict[str, Any]  # run_plan of one of its runs
+    key: dict[str, Any]  # arch, width, batch_size, precision
+    members: int  # 1, or the runs of a population timed as one
+    seconds: float | None = None
+    time_source: str = "no throughput"
+
+    @property
+    def steps(self) -> int:
+        return self.runs * self.run["steps"]
+
+
+@dataclass
+class SectionPlan:
+    section: str
+    path: str
+    profile: str
+    points: list[PointPlan] = field(default_factory=list)
+
+    def totals(self) -> dict[str, Any]:
+        times = [p.seconds for p in self.points]
+        return {"points": len(self.points), "runs": sum(p.runs for p in self.points),
+                "steps": sum(p.steps for p in self.points),
+                "eval_images": sum(p.runs * p.run["eval_images"] for p in self.points),
+                "seconds": math.fsum(times) if times and None not in times else None,
+                "seconds_known": math.fsum(t for t in times if t is not None),
+                "points_without_time": sum(t is None for t in times)}
+
+
+def plan_point(point_id: str, grid: dict[str, Any], params: dict[str, Any],
+               table: Throughput | None = None) -> PointPlan:
+    """The plan of one point from its effective parameters (`Section.effective(point)`)."""
+    configs = point_configs(params)
+    c = configs[0]
+    p = PointPlan(point_id, dict(grid), len(configs), run_plan(c), {k: getattr(c, k) for k in KEY_FIELDS}, 1)
+    entry, source = (lookup(table, c, len(configs)) if params.get("population") and len(configs) > 1
+                     else (None, "no throughput"))
+    if source == "measured":  # a population of exactly this point's runs was timed: one step trains all of them
+        p.members = len(configs)
+    else:
+        entry, source = lookup(table, c)
+    if entry is not None:
+        r = p.run
+        p.seconds = (p.runs // p.members) * (r["steps"] * entry.train_step_s + r["eval_images"] * entry.eval_image_s)
+    p.time_source = source
+    return p
+
+
+def plan_section(path: str | Path, profile: str, table: Throughput | None = None) -> SectionPlan:
+    """Every point of a params file's profile; SweepError/ConfigError (one line) for a bad file."""
+    from initmem.params import load_section
+
+    section = load_section(path)
+    out = SectionPlan(section.name, str(path), profile)
+    for point in section.points(profile):
+        out.points.append(plan_point(point.point_id, point.grid, section.effective(point), table))
+    return out
+
+
+def _point_json(p: PointPlan) -> dict[str, Any]:
+    r = dict(p.run)
+    per_run = {"steps_per_run": r.pop("steps"), "eval_images_per_run": r.pop("eval_images")}
+    return {"point_id": p.point_id, "grid": p.grid, "runs": p.runs, **r, **per_run, "steps": p.steps,
+            "eval_images": p.runs * per_run["eval_images_per_run"], "key": p.key, "members": p.members,
+            "seconds": p.seconds, "time_source": p.time_source}
+
+
+def plan_json(plans: list[SectionPlan], table: Throughput | None) -> dict[str, Any]:
+    """One JSON-ready document of the plans and their totals."""
+    sections = [{"section": s.section, "params": s.path, "profile": s.profile, "totals": s.totals(),
+                 "points": [_point_json(p) for p in s.points]} for s in plans]
+    totals = [s["totals"] for s in sections]
+    known = [t["seconds"] for t in totals]
+    total = {k: sum(t[k] for t in totals) for k in ("points", "runs", "steps", "eval_images", "points_without_time")}
+    total["seconds"] = math.fsum(known) if known and None not in known else None
+    total["seconds_known"] = math.fsum(t["seconds_known"] for t in totals)
+    dev = None if table is None else {"device": table.device, "kind": table.kind, "torch": table.torch,
+                                      "path": table.path}
+    if table is not None and table.kind == "cuda":
+        for t in (*totals, total):
+            t["gpu_hours"] = t["seconds_known"] / 3600
+    return {"throughput": dev, "sections": sections, "totals": total}
+
+
+def _hms(s: float | None) -> str:
+    if s is None:
+        return "no throughput"
+    return f"{s:.1f} s" if s < 120 else f"{s / 60:.1f} min" if s < 7200 else f"{s / 3600:.1f} h"
+
+
+def format_plan(plans: list[SectionPlan], table: Throughput | None) -> str:
+    """The readable form: one table per section, then the totals."""
+    doc = plan_json(plans, table)
+    where = "no throughput table" if table is None else f"{table.device} ({table.path})"
+    lines = [f"throughput: {where}"]
+    width = max([5, *(len(p.point_id) for s in plans for p in s.points)])
+    head = (f"  {'point':<{width}} {'runs':>4} {'epochs':>6} {'steps/ep':>8} {'steps/run':>10} {'T_SGD':>9} "
+            f"{'T_L2':>9} {'T_adapt':>9} {'eval img/run':>12}  time")
+    for s, d in zip(plans, doc["sections"], strict=True):
+        t = d["totals"]
+        lines += ["", f"== {s.section} [{s.profile}] {t['points']} point(s), {t['runs']} run(s)", head]
+        for p in s.points:
+            r, c = p.run, p.run["clocks"]
+            note = "" if p.time_source in ("measured", "no throughput") else f" ({p.time_source})"
+            lines.append(f"  {p.point_id:<{width}} {p.runs:>4} {r['epochs']:>6} {r['steps_per_epoch']:>8} "
+                         f"{r['steps']:>10,} {c['T_SGD']:>9.3g} {c['T_L2']:>9.3g} {c['T_adapt']:>9.4g} "
+                         f"{r['eval_images']:>12,}  {_hms(p.seconds)}{note}")
+        lines.append(_total_line(f"{s.section} total", t))
+    lines += ["", _total_line("all total", doc["totals"])]
+    return "\n".join(lines)
+
+
+def _total_line(label: str, t: dict[str, Any]) -> str:
+    time = _hms(t["seconds"]) if t["points_without_time"] == 0 else "no throughput" if t["points_without_time"] == t[
+        "points"] else f"{_hms(t['seconds_known'])} + {t['points_without_time']} point(s) with no throughput"
+    gpu = f", {t['gpu_hours']:.1f} GPU-hours" if "gpu_hours" in t else ""
+    return (f"  {label}: {t['runs']} runs, {t['steps']:,} steps, {t['eval_images']:,} images evaluated, "
+            f"time {time}{gpu}")
+
+
+# ---------------------------------------------------------------------------------------------- calibration
+def calibration_keys(plans: list[SectionPlan]) -> list[tuple[str, float, int, str]]:
+    """The distinct (arch, width, batch size, precision) the plans need, in first-seen order."""
+    keys = [tuple(p.key[k] for k in KEY_FIELDS) for s in plans for p in s.points]
+    return list(dict.fromkeys(keys))
+
+
+def _time_eval(config: TrainConfig, images: int, reps: int = 3) -> float:
+    """Seconds per image of an eval-mode forward pass (no gradients) of `config`'s network on its device."""
+    import time
+
+    import torch
+
+    from initmem import models
+
+    dev = torch.device(config.device)
+    net = models.build_model(config.arch, 1.0, config.width).to(dev).eval()
+    x = torch.randn(images, 3, 32, 32, device=dev)
+    if config.channels_last:
+        net, x = net.to(memory_format=torch.channels_last), x.contiguous(memory_format=torch.channels_last)
+    bf16 = config.precision == "bf16" and dev.type == "cuda"
+    sync = torch.cuda.synchronize if dev.type == "cuda" else (lambda: None)
+    with torch.no_grad(), torch.autocast("cuda", torch.bfloat16, enabled=bf16):
+        net(x)
+        sync()
+        t0 = time.perf_counter()
+        for _ in range(reps):
+            net(x).float()
+        sync()
+    return (time.perf_counter() - t0) / (reps * images)
+
+
+def calibrate(keys: list[tuple[str, float, int, str]], device: str = "auto", steps: int = 5,
+              warmup: int = 2, members: tuple[int, ...] = (1,), say=print) -> Throughput:
+    """Time `steps` optimiser steps (after `warmup`) of each key, as one network and as populations of each of
+    `members`, with `train.time_steps` on `device`, and an eval-mode forward pass of one network (a population's
+    eval is taken as `members` times it); returns the table (save it with `save_throughput`)."""
+    import torch
+
+    from initmem.train import time_steps
+
+    name, kind = device_name(device)
+    dev = "cuda" if device == "auto" and kind == "cuda" else "cpu" if device == "auto" else device
+    entries = []
+    for arch, width, batch, precision in keys:
+        if precision == "tf32" and kind != "cuda":
+            say(f"  skip {arch} w{width:g} b{batch} tf32: CUDA only")
+            continue
+        config = TrainConfig(arch=arch, width=width, batch_size=batch, precision=precision, device=dev)
+        eval_s = _time_eval(config, config.eval_batch_size if kind == "cuda" else 256)
+        for k in dict.fromkeys(members):
+            step_s = time_steps(config, steps=steps, warmup=warmup, population=k)
+            entries.append(Entry(arch, float(width), int(batch), precision, k, step_s, k * eval_s))
+            say(f"  {_describe(entries[-1])}: {step_s * 1e3:.2f} ms/step, {k * eval_s * 1e6:.2f} us/eval image")
+    created = datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
+    return Throughput(name, torch.__version__, entries, kind, None, created)

@@ -1,0 +1,222 @@
+"""The planner (`initmem plan`, initmem/plan.py): steps, clocks and evaluation work against hand computations on real
+profiles, schedules against `lr_factor` summed step by step, throughput tables (calibrated, named, estimated), the
+one-line errors, and the sizes `initmem sweep --dry-run` prints."""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from pathlib import Path
+
+import pytest
+
+from initmem import plan
+from initmem.cli import main
+from initmem.config import TrainConfig
+from initmem.metrics import forgetting_clocks
+from initmem.optim import lr_factor
+
+REPO = Path(__file__).resolve().parent.parent
+OPT = str(REPO / "params" / "01_optimizers.yaml")
+LONG = str(REPO / "params" / "02_long_training.yaml")
+
+
+def _table(path, entries, device="NVIDIA Test GPU", kind="cuda"):
+    doc = {"device": device, "kind": kind, "torch": "x", "entries": [
+        dict(zip(("arch", "width", "batch_size", "precision", "members", "train_step_s", "eval_image_s"), e,
+                 strict=True)) for e in entries]}
+    path.write_text(json.dumps(doc))
+    return str(path)
+
+
+# ------------------------------------------------------------------------------------------- steps and clocks
+def test_long_training_paper_5000_epochs_by_hand():
+    plan._lr_sums.cache_clear()
+    t0 = time.perf_counter()
+    (p,) = plan.plan_section(LONG, "paper").points
+    assert time.perf_counter() - t0 < 20  # a 1.76 M-step run is planned without looping in Python
+    r = p.run
+    assert p.runs == 7 and r["epochs"] == 5000
+    assert r["split"] == {"train": 45_000, "val": 5000, "test": 10_000, "train_eval": 45_000}
+    assert r["steps_per_epoch"] == math.ceil(45_000 / 128) == 352
+    assert r["steps"] == 352 * 5000 == 1_760_000 and p.steps == 7 * 1_760_000
+    c = r["clocks"]
+    assert c["T_SGD"] == pytest.approx(1_760_000 * 0.01**2 / 128, rel=1e-15)  # 1.375
+    assert c["T_adapt"] == pytest.approx(1_760_000 * 0.01, rel=1e-15) and c["T_L2"] == 0.0
+    assert (c["T_SGD_eff"], c["T_adapt_eff"]) == (c["T_SGD"], c["T_adapt"])  # plain sgd: no momentum
+    assert r["measured_epochs"] == 5001 and r["eval_images"] == 60_000 * 5001
+
+
+def test_long_training_5000_epochs_cosine_warmup_matches_stepwise_sum():
+    # the paper's 5,000-epoch run with a schedule: no closed form; the planner's numpy path against lr_factor
+    c = TrainConfig(epochs=5000, schedule="cosine", warmup_epochs=2.5, lr=0.01)
+    plan._lr_sums.cache_clear()
+    t0 = time.perf_counter()
+    got = plan.run_plan(c)
+    assert time.perf_counter() - t0 < 20
+    total, warm = 1_760_000, round(2.5 * 352)
+    assert got["warmup_steps"] == warm == 880
+    lrs = [c.lr * lr_factor("cosine", k, total, warm) for k in range(0, total, 1)]
+    want = forgetting_clocks(lrs, 128)
+    assert got["clocks"]["T_SGD"] == pytest.approx(want["T_SGD"], rel=1e-12)
+    assert got["clocks"]["T_adapt"] == pytest.approx(want["T_adapt"], rel=1e-12)
+    assert got["clocks"]["T_adapt"] < 0.51 * total * c.lr  # cosine halves the constant-lr sum, about
+
+
+@pytest.mark.parametrize("opt, lr, wd", [("sgd", 0.01, 0.0), ("adam", 1e-3, 0.0), ("muon", 0.02, 0.0),
+                                         ("sgd_momentum", 0.01, 0.0), ("adamw", 1e-3, 1e-2)])
+def test_optimizers_cpu_by_hand(opt, lr, wd):
+    plans = {p.grid["optimizer"]: p for p in plan.plan_section(OPT, "cpu").points}
+    assert sorted(plans) == sorted(["sgd", "adam", "muon", "sgd_momentum", "adamw"])
+    p = plans[opt]
+    r, c = p.run, p.run["clocks"]
+    assert p.runs == 4 * 2  # 4 sigma_w x 2 seeds
+    assert r["steps_per_epoch"] == math.ceil(1500 / 128) == 12 and r["steps"] == 960 and p.steps == 8 * 960
+    assert c["T_SGD"] == pytest.approx(960 * lr**2 / 128, rel=1e-14)
+    assert c["T_adapt"] == pytest.approx(960 * lr, rel=1e-14)
+    assert c["T_L2"] == pytest.approx(wd * 960 * lr, rel=1e-14, abs=0)
+    scale = 1 / (1 - 0.9) if opt == "sgd_momentum" else 1.0  # muon's momentum is not folded in
+    assert c["T_SGD_eff"] == pytest.approx(960 * (lr * scale) ** 2 / 128, rel=1e-12)
+    assert c["T_adapt_eff"] == pytest.approx(960 * lr * scale, rel=1e-12)
+    assert r["eval_images_per_epoch"] == 1000 + 1000 + 2000 and r["eval_images"] == 4000 * 81
+    assert p.key == {"arch": "resnet9", "width": 0.125, "batch_size": 128, "precision": "fp32"}
+
+
+@pytest.mark.parametrize("kw", [dict(schedule="cosine", warmup_epochs=1.5),
+                                dict(schedule="step", step_milestones=(0.3, 0.6, 0.9), step_gamma=0.5),
+                                dict(schedule="step", warmup_epochs=4),
+                                dict(schedule="constant", warmup_epochs=0.25)])
+def test_schedules_match_lr_factor_step_by_step(kw):
+    c = TrainConfig(data="synthetic", n_train=1500, n_val=100, n_test=100, batch_size=128, epochs=30, lr=0.05,
+                    weight_decay=1e-3, eval_every=7, **kw)
+    got = plan.run_plan(c)
+    total, warm = 12 * 30, min(360, round(c.warmup_epochs * 12))
+    assert got["steps"] == total and got["warmup_steps"] == warm
+    lrs = [c.lr * lr_factor(c.schedule, k, total, warm, c.step_milestones, c.step_gamma) for k in range(total)]
+    want = forgetting_clocks(lrs, 128, 1e-3)
+    for k in ("T_SGD", "T_L2", "T_adapt"):
+        assert got["clocks"][k] == pytest.approx(want[k], rel=1e-13), k
+    assert got["clocks"]["T_adapt"] < total * c.lr  # the schedule is not the constant lr
+    assert got["measured_epochs"] == 6  # epochs 0, 7, 14, 21, 28 and the last, 30
+    assert got["split"] == {"train": 1500, "val": 100, "test": 100, "train_eval": 1500}
+
+
+def test_synthetic_defaults_follow_train():
+    s = plan.split_sizes(TrainConfig(data="synthetic", n_val=64))
+    assert s == {"train": 2000, "val": 64, "test": 500, "train_eval": 2000}
+
+
+# ------------------------------------------------------------------------------------------- throughput tables
+def test_throughput_file_gives_wall_time(tmp_path, capsys):
+    f = _table(tmp_path / "t.json", [("resnet9", 0.125, 128, "fp32", 1, 0.01, 1e-5)])
+    assert main(["plan", OPT, "--profile", "cpu", "--throughput", f, "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    per_run = 960 * 0.01 + 4000 * 81 * 1e-5  # 9.6 s of steps + 3.24 s of evaluation
+    for p in doc["sections"][0]["points"]:
+        assert p["time_source"] == "measured" and p["members"] == 1  # cpu profile: ensemble false
+        assert p["seconds"] == pytest.approx(8 * per_run)
+        assert (p["steps_per_run"], p["steps"], p["eval_images_per_run"]) == (960, 8 * 960, 324_000)
+    assert doc["totals"]["seconds"] == pytest.approx(40 * per_run)
+    assert doc["totals"]["gpu_hours"] == pytest.approx(40 * per_run / 3600)
+    assert doc["totals"]["runs"] == 40 and doc["totals"]["steps"] == 40 * 960
+    assert doc["throughput"]["device"] == "NVIDIA Test GPU"
+    assert main(["plan", OPT, LONG, "--profile", "cpu", "--throughput", f]) == 0
+    out = capsys.readouterr().out
+    assert "01_optimizers total: 40 runs, 38,400 steps" in out and "GPU-hours" in out and "estimated" not in out
+
+
+def test_missing_entry_is_estimated_and_flagged(tmp_path, capsys):
+    f = _table(tmp_path / "t.json", [("resnet9", 0.25, 256, "fp32", 1, 0.08, 4e-5),
+                                      ("resnet56", 0.125, 128, "bf16", 1, 1.0, 1.0)])
+    assert main(["plan", OPT, "--profile", "cpu", "--throughput", f, "--json"]) == 0
+    p = json.loads(capsys.readouterr().out)["sections"][0]["points"][0]
+    assert p["time_source"] == "estimated from resnet9 w0.25 b256 fp32"  # same arch and precision beat same width
+    step, ev = 0.08 * 0.5**2 * (128 / 256), 4e-5 * 0.5**2  # width^2 and images per step
+    assert p["seconds"] == pytest.approx(8 * (960 * step + 324_000 * ev))
+    assert main(["plan", OPT, "--profile", "cpu", "--throughput", f]) == 0
+    assert "(estimated from resnet9 w0.25 b256 fp32)" in capsys.readouterr().out
+    # another arch only: scaled by the arch's multiply-accumulates too
+    e, src = plan.lookup(plan.load_throughput(f), TrainConfig(arch="resnet110", width=0.125, precision="bf16"))
+    assert src == "estimated from resnet56 w0.125 b128 bf16" and e.train_step_s == pytest.approx(253 / 125)
+
+
+def test_no_usable_entry_prints_no_throughput(tmp_path, capsys):
+    f = _table(tmp_path / "t.json", [("resnet9", 0.125, 128, "fp32", 8, 0.01, 1e-5)])  # an 8-member ensemble only
+    assert main(["plan", OPT, "--profile", "cpu", "--throughput", f, "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert {p["time_source"] for p in doc["sections"][0]["points"]} == {"no throughput"}
+    assert doc["totals"]["seconds"] is None and doc["totals"]["points_without_time"] == 5
+    assert main(["plan", OPT, "--profile", "cpu", "--throughput", f]) == 0
+    assert "time no throughput" in capsys.readouterr().out
+
+
+def test_ensemble_entry_times_the_point_as_one(tmp_path):
+    # the smoke profile leaves `ensemble` at the notebook's default (true): 3 runs trained as one network
+    t = plan.load_throughput(_table(tmp_path / "t.json", [("resnet9", 0.0625, 128, "fp32", 3, 0.03, 3e-6),
+                                                          ("resnet9", 0.0625, 128, "fp32", 1, 0.02, 2e-6)]))
+    p = plan.plan_section(OPT, "smoke", t).points[0]
+    assert p.runs == 3 and p.members == 3 and p.time_source == "measured"
+    assert p.seconds == pytest.approx(2 * 0.03 + 3 * 256 * 3e-6)  # 2 steps; 128 + 64 + 64 images at epochs 0-2
+
+
+def test_calibrate_round_trip(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("INITMEM_CACHE", str(tmp_path / "cache"))
+    assert main(["plan", "--calibrate", "--device", "cpu", "--steps", "2", OPT, "--profile", "smoke"]) == 0
+    out = capsys.readouterr().out
+    (path,) = (tmp_path / "cache").glob("throughput-*.json")
+    assert path == plan.default_table_path(plan.device_name("cpu")[0]) and str(path) in out
+    t = plan.load_throughput(path)
+    assert t.kind == "cpu" and t.device.startswith("CPU")
+    (e,) = t.entries  # the smoke profile needs one (arch, width, batch size, precision)
+    assert (e.arch, e.width, e.batch_size, e.precision, e.members) == ("resnet9", 0.0625, 128, "fp32", 1)
+    assert 0 < e.train_step_s < 60 and 0 < e.eval_image_s < e.train_step_s
+    # the cached table is found by device, with no --throughput
+    assert main(["plan", OPT, "--profile", "smoke", "--device", "cpu", "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["throughput"]["path"] == str(path) and "gpu_hours" not in doc["totals"]
+    p = doc["sections"][0]["points"][0]
+    assert p["time_source"] == "measured"
+    assert p["seconds"] == pytest.approx(3 * (2 * e.train_step_s + 768 * e.eval_image_s))  # 3 runs, one by one
+
+
+# ------------------------------------------------------------------------------------------- errors and the sweep
+def _bad_params(tmp_path, text):
+    (tmp_path / "params").mkdir()
+    f = tmp_path / "params" / "bad.yaml"
+    f.write_text(text)
+    return str(f)
+
+
+@pytest.mark.parametrize("text", ["section: [\n", "section: x\nnotebook: nope.py\nprofiles: {cpu: {}}\n"])
+def test_bad_params_file_one_line_like_sweep(tmp_path, capsys, text):
+    f = _bad_params(tmp_path, text)
+    assert main(["plan", f, "--profile", "cpu"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("initmem plan: error: ") and str(f) in err
+    assert main(["sweep", f, "--profile", "cpu", "--dry-run"]) == 2
+    assert capsys.readouterr().err.replace("initmem sweep:", "initmem plan:") == err
+
+
+def test_bad_profile_and_bad_table_one_line(tmp_path, capsys):
+    assert main(["plan", OPT, "--profile", "nope"]) == 2
+    assert "unknown profile 'nope'" in capsys.readouterr().err
+    (tmp_path / "t.json").write_text('{"device": "x", "entries": [{"arch": "resnet9"}]}')
+    assert main(["plan", OPT, "--profile", "cpu", "--throughput", str(tmp_path / "t.json")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "is invalid" in err
+    assert main(["plan", OPT]) == 2 and "--profile" in capsys.readouterr().err
+
+
+def test_sweep_dry_run_prints_sizes(tmp_path, capsys):
+    assert main(["sweep", OPT, "--profile", "cpu", "--dry-run", "--results", str(tmp_path), "--quiet"]) == 0
+    out = capsys.readouterr().out
+    assert out.count("8 runs x 80 epochs x 12 steps = 7,680 steps") == 5
+    assert "total: 40 runs, 3,200 epochs, 38,400 steps; to run: 40 runs, 38,400 steps" in out
+    assert "slurm" not in out
+    assert main(["sweep", OPT, "--profile", "cpu", "--dry-run", "--results", str(tmp_path), "--executor", "slurm",
+                 "--partition", "gpu", "--gpus", "1", "--time", "90", "--mem", "32"]) == 0
+    out = capsys.readouterr().out
+    assert "slurm: an array of 5 task(s)" in out
+    for s in ("slurm_partition=gpu", "gpus_per_node=1", "timeout_min=90", "mem_gb=32.0", "cpus_per_task left"):
+        assert s in out, s
