@@ -30,10 +30,12 @@ STEP=SECONDS` overrides a step's cap, `--only STEP` runs a subset (env always ru
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime as dt
 import json
 import math
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -62,8 +64,30 @@ def _now() -> str:
 
 
 # ------------------------------------------------------------------------------------------------ one step
-def run_step(name: str, settings: dict, limit: float, out: Path, hang: bool, fail: bool) -> dict[str, Any]:
-    """Run one step in a fresh process (own session: killed with its helpers at `limit`); its record."""
+def _fork(name: str, ctxfile: Path, log: Path) -> int:
+    """Fork the step `name` (own session and log; exits without running this process's exit handlers)."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    pid = os.fork()
+    if pid:
+        return pid
+    code = 1
+    try:
+        os.setsid()
+        fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        os.dup2(fd, 1)
+        os.dup2(fd, 2)
+        code = worker(name, str(ctxfile))
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+
+
+def run_step(name: str, settings: dict, limit: float, out: Path, hang: bool, fail: bool,
+             launch: str = "exec") -> dict[str, Any]:
+    """Run one step in its own process and session (killed with its helpers at `limit`); its record. `launch`:
+    "exec" a fresh interpreter, or "fork" this one (which has imported torch, never CUDA: a step starts at once)."""
     logs = out / "logs"
     logs.mkdir(parents=True, exist_ok=True)
     result, ctxfile = logs / f"{name}.result.json", logs / f"{name}.ctx.json"
@@ -71,17 +95,21 @@ def run_step(name: str, settings: dict, limit: float, out: Path, hang: bool, fai
     ctxfile.write_text(json.dumps({"settings": settings, "deadline": time.time() + limit - GRACE_S,
                                    "result": str(result), "args": {"hang": hang, "fail": fail}}), encoding="utf-8")
     t0 = time.time()
-    with open(logs / f"{name}.log", "w") as log:
-        proc = subprocess.Popen([sys.executable, str(Path(__file__).resolve()), "--worker", name, "--ctx",
-                                 str(ctxfile)], stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-                                env={**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, (
-                                    str(REPO), os.environ.get("PYTHONPATH"))))})
-        try:
-            rc = proc.wait(timeout=limit)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-            rc = None
+    if launch == "fork":
+        pid = _fork(name, ctxfile, logs / f"{name}.log")
+    else:
+        with open(logs / f"{name}.log", "w") as log:
+            pid = subprocess.Popen([sys.executable, str(Path(__file__).resolve()), "--worker", name, "--ctx",
+                                    str(ctxfile)], stdout=log, stderr=subprocess.STDOUT, start_new_session=True).pid
+    rc: int | None = None
+    while rc is None and time.time() - t0 < limit:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        rc = os.waitstatus_to_exitcode(status) if done else None
+        time.sleep(0.02 if rc is None else 0)
+    if rc is None:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
     doc = json.loads(result.read_text(encoding="utf-8")) if result.is_file() else {}
     rec = {"name": name, "title": ds.STEPS[name][0], "status": doc.get("status", "failed"), "pass": doc.get("pass"),
            "seconds": round(time.time() - t0, 2), "limit_s": round(limit, 1), "error": doc.get("error"),
@@ -123,6 +151,19 @@ def worker(name: str, ctxfile: str) -> int:
 
 
 # ------------------------------------------------------------------------------------------------ all steps
+def preload() -> None:
+    """Import what every step needs once, here, so that forked steps start at once (never initialises CUDA)."""
+    import torch  # noqa: F401
+
+    import initmem.checkpoint  # noqa: F401
+    import initmem.metrics  # noqa: F401
+    import initmem.plan  # noqa: F401
+    import initmem.train  # noqa: F401
+
+    with contextlib.suppress(Exception):  # torch.use_deterministic_algorithms imports it: seconds, once
+        import torch._inductor  # noqa: F401
+
+
 def settings_for(args: argparse.Namespace) -> tuple[dict[str, Any], list[str]]:
     notes = []
     mode = "tiny" if args.tiny else "full"
@@ -139,28 +180,52 @@ def settings_for(args: argparse.Namespace) -> tuple[dict[str, Any], list[str]]:
     return s, notes
 
 
+def _skipped(name: str, why: str) -> dict[str, Any]:
+    return {"name": name, "title": ds.STEPS[name][0], "status": "skipped", "pass": None, "seconds": 0.0,
+            "limit_s": 0.0, "error": None, "reason": why, "results": {}}
+
+
+def default_out(device: str, tiny: bool) -> str:
+    """`docs/gpu/<date>-<device>`: the GPU's name from nvidia-smi (nothing here initialises CUDA), or cpu."""
+    name = "cpu-tiny" if tiny else "cpu"
+    if device == "cuda":
+        try:
+            name = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"], capture_output=True,
+                                  text=True, timeout=20).stdout.splitlines()[0]
+        except (OSError, IndexError, subprocess.SubprocessError):
+            name = "cuda"
+    slug = re.sub(r"[^a-z0-9]+", "-", name.lower().replace("nvidia", "")).strip("-") or "cuda"
+    return str(REPO / "docs" / "gpu" / f"{dt.date.today().isoformat()}-{slug}")
+
+
 def run_all(args: argparse.Namespace) -> dict[str, Any]:
     """Every selected step in order under the budget; the report document."""
     t_start, created = time.time(), _now()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     settings, notes = settings_for(args)
-    names = [n for n in ds.STEPS if n == "env" or not args.only or n in args.only]
+    os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, (str(REPO), os.environ.get("PYTHONPATH"))))  # helpers
+    if args.launch == "fork":
+        preload()
+    names = [n for n in ds.STEPS if n == "env" or not args.only or n in args.only]  # what runs; all are reported
     overrides = dict(args.limit)
     steps: list[dict[str, Any]] = []
     stop: str | None = None
-    for i, name in enumerate(names):
+    for name in ds.STEPS:
+        if name not in names:
+            steps.append(_skipped(name, "not selected (--only)"))
+            continue
+        i = names.index(name)
         cap = overrides.get(name, LIMITS[name][1 if args.tiny else 0])
         later = sum(LIMITS[n][2] for n in names[i + 1:])
         left = args.budget_s - (time.time() - t_start) - REPORT_S
         limit = min(cap, left - later if name != "paper" else left)
         if stop or limit < min(LIMITS[name][2], cap):
             why = stop or f"no time left in --budget-s {args.budget_s:g} ({left:.0f} s left, {later} s kept for later)"
-            steps.append({"name": name, "title": ds.STEPS[name][0], "status": "skipped", "pass": None, "seconds": 0.0,
-                          "limit_s": 0.0, "error": None, "reason": why, "results": {}})
+            steps.append(_skipped(name, why))
         else:
             print(f"[{time.time() - t_start:5.0f} s] {name} (limit {limit:.0f} s) ...", flush=True)
-            steps.append(run_step(name, settings, limit, out, name in args.hang, name in args.fail))
+            steps.append(run_step(name, settings, limit, out, name in args.hang, name in args.fail, args.launch))
         rec = steps[-1]
         print(f"[{time.time() - t_start:5.0f} s] {name}: {rec['status']}" + (f", pass={rec['pass']}" if rec[
             "pass"] is not None else "") + (f": {rec['error'] or rec['reason']}" if rec["status"] != "ok" else ""),
@@ -220,7 +285,9 @@ def throughput(doc: dict[str, Any]) -> dict[str, Any]:
 
 
 def _g(x: Any, fmt: str = ".3g") -> str:
-    return "–" if x is None else format(x, fmt) if isinstance(x, (int, float)) else str(x)
+    if x is None or isinstance(x, bool):
+        return {None: "–", True: "yes", False: "**no**"}[x]
+    return format(x, fmt) if isinstance(x, (int, float)) else str(x)
 
 
 def headline(rec: dict[str, Any]) -> str:
@@ -230,15 +297,17 @@ def headline(rec: dict[str, Any]) -> str:
         return rec["reason"] or ""
     if n == "env":
         data = r.get("data", {})
+        err = f"; data error: {r['data_error']}" if "data_error" in r else ""
         return (f"{r.get('device_name')}, torch {r.get('env', {}).get('torch')}, data {data.get('source')} "
-                f"({_g(data.get('load_s'), '.1f')} s)" + (f"; data error: {r['data_error']}" if "data_error" in r else ""))
+                f"({_g(data.get('load_s'), '.1f')} s){err}")
     if n.startswith("parity") and "differences" in r:
         d, s = r["differences"], r["setup"]
         return (f"{s['target']} vs {s['reference']}: max rel loss diff {_g(d['loss_rel_max'])} "
                 f"(tolerance {s['tolerance_loss_rel']:g}), weight norm {_g(d['weight_norm'])}, "
                 f"test acc {_g(d['test_acc'])}")
     if n == "rerun" and "deterministic" in r:
-        return (f"deterministic: identical={r['deterministic']['identical']}; deterministic=False: identical="
+        return (f"deterministic: identical={r['deterministic']['identical']}; 2-member population: identical="
+                f"{r.get('population_deterministic', {}).get('identical')}; deterministic=False: identical="
                 f"{r.get('nondeterministic', {}).get('identical')}")
     if n == "resume" and "resumed_vs_straight" in r:
         k = r["killed"]
@@ -293,15 +362,16 @@ def markdown(doc: dict[str, Any]) -> str:
     pops = st.get("paper", {}).get("results", {}).get("populations", [])
     if pops:
         lines += ["", "## Paper-scale point", "", "| optimizer | sigma_w | epochs | best epoch | test acc at best | "
-                  "final test acc | final train acc | norm ratio | angle (deg) |", "|---|---|---|---|---|---|---|---|---|"]
+                  "final test acc | final train acc | norm ratio | angle (deg) |", "|---" * 9 + "|"]
         for p in pops:
             lines += [f"| {p['optimizer']} | {m['sigma_w']:g} | {m['epochs']} | {_g(m['best_epoch'])} | "
                       f"{_g(m['test_acc_at_best'], '.4f')} | {_g(m['final_test_acc'], '.4f')} | "
                       f"{_g(m['final_train_acc'], '.4f')} | {_g(m['norm_ratio'])} | {_g(m['angle'], '.1f')} |"
                       for m in p["members"]]
         lines += [""] + [f"- {p['optimizer']}: spread {_g(p['spread_pp_at_best'], '.1f')} pp at the best val loss, "
-                         f"{_g(p['spread_pp_final'], '.1f')} pp at the last epoch; angle gap {_g(p['angle_gap_deg'], '.1f')}"
-                         f" deg; {p['stopped']} after {p['seconds']:.0f} s" for p in pops]
+                         f"{_g(p['spread_pp_final'], '.1f')} pp at the last epoch; angle gap "
+                         f"{_g(p['angle_gap_deg'], '.1f')} deg; {p['stopped']} after {p['seconds']:.0f} s"
+                         for p in pops]
     return "\n".join(lines) + "\n"
 
 
@@ -311,22 +381,28 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--archive", default=None, help="CIFAR-10 .tar.gz (default: ../shared/data/cifar10-jpeg.tar.gz "
                                                     "or data/cifar10-jpeg.tar.gz)")
     ap.add_argument("--tiny", action="store_true", help="seconds on a CPU: synthetic data, width 1/16, few steps")
-    ap.add_argument("--out", default="device_check", help="output folder")
+    ap.add_argument("--out", default=None, help="output folder (default: docs/gpu/<date>-<gpu name>)")
     ap.add_argument("--budget-s", type=float, default=480.0, help="wall-clock budget of the whole check")
     ap.add_argument("--precision", choices=("fp32", "tf32", "bf16"), default="fp32",
                     help="precision of the population and paper steps (the study's default fp32)")
-    ap.add_argument("--paper-epochs", type=int, default=200, help="most epochs of the paper step (it stops at its time)")
+    ap.add_argument("--paper-epochs", type=int, default=200,
+                    help="most epochs of the paper step (it stops when its time is up)")
     ap.add_argument("--threads", type=int, default=None, help="torch threads per step (--tiny: 1)")
     ap.add_argument("--only", action="append", default=[], help="run only this step (repeatable; env always runs)")
     ap.add_argument("--fail", action="append", default=[], help="test hook: this step raises at once")
     ap.add_argument("--hang", action="append", default=[], help="test hook: this step sleeps past its limit")
     ap.add_argument("--limit", action="append", default=[], type=lambda s: (s.split("=")[0], float(s.split("=")[1])),
                     help="STEP=SECONDS: this step's cap")
+    ap.add_argument("--launch", choices=("exec", "fork"), default=None,
+                    help="how each step starts: a fresh interpreter (default with cuda: CUDA is not fork-safe) or a "
+                         "fork of this one (default with cpu: no per-step import time)")
     ap.add_argument("--worker", help=argparse.SUPPRESS)
     ap.add_argument("--ctx", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.worker:
         return worker(args.worker, args.ctx)
+    args.out = args.out or default_out(args.device, args.tiny)
+    args.launch = args.launch or ("exec" if args.device == "cuda" else "fork")
     if unknown := [n for n in [*args.only, *args.fail, *args.hang, *(k for k, _ in args.limit)] if n not in ds.STEPS]:
         ap.error(f"unknown step(s) {unknown}: one of {', '.join(ds.STEPS)}")
     doc = run_all(args)

@@ -29,14 +29,14 @@ ABSOLUTE = ("train_acc", "val_acc", "test_acc", "angle")  # compared as absolute
 SIZES = {  # per mode: the parity runs, the speed runs' split, batch sizes, population size, timed steps
     "full": {"parity": dict(arch="resnet9", width=0.25, n_train=512, n_val=500, n_test=500, train_eval_size=512,
                             batch_size=128, epochs=2),
-             "split": dict(width=1.0, n_train=None, n_val=5000, n_test=None, train_eval_size=None),
+             "split": dict(width=1.0, n_train=None, n_val=5000, n_test=None, train_eval_size=None, epochs=2),
              "batches": (128, 512), "deep": "resnet56", "pop_batches": (32, 128, 512), "members": 7,
-             "steps": 20, "warmup": 5, "paper_cap_s": None},
+             "steps": 20, "warmup": 5, "paper_cap_s": None, "compiled": None},
     "tiny": {"parity": dict(arch="resnet9", width=0.0625, n_train=256, n_val=100, n_test=100, train_eval_size=100,
                             batch_size=64, epochs=2),
-             "split": dict(width=0.0625, n_train=1024, n_val=100, n_test=100, train_eval_size=200),
+             "split": dict(width=0.0625, n_train=1024, n_val=100, n_test=100, train_eval_size=200, epochs=2),
              "batches": (64, 256), "deep": "resnet56", "pop_batches": (16, 32, 64), "members": 3,
-             "steps": 3, "warmup": 1, "paper_cap_s": 24.0},
+             "steps": 3, "warmup": 1, "paper_cap_s": 24.0, "compiled": 2},
 }
 
 
@@ -107,27 +107,23 @@ def spawn(ctx: Ctx, worker: str, args: dict, log: Path, env: dict | None = None)
         return subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env={**os.environ, **(env or {})})
 
 
-def child_result(log: Path) -> dict:
-    p = log.with_suffix(".result.json")
-    return json.loads(p.read_text(encoding="utf-8")).get("results", {}) if p.is_file() else {}
-
-
 # ------------------------------------------------------------------------------------------------ comparisons
 def compare(ref: pd.DataFrame, got: pd.DataFrame) -> dict[str, float | None]:
     """Max difference per column over the measured epochs: relative for losses and the weight norm, absolute for
     accuracies and the angle; `loss_rel_max` over the three losses."""
-    out: dict[str, float | None] = {}
+    out: dict[str, Any] = {"nonfinite_mismatch": []}  # columns finite in one history and not in the other
     for col in (*LOSSES, "weight_norm", *ABSOLUTE):
         a, b = ref[col].to_numpy(float), got[col].to_numpy(float)
         both = np.isfinite(a) & np.isfinite(b)
         if (np.isfinite(a) != np.isfinite(b)).any():
-            out[col] = math.inf
+            out[col] = None
+            out["nonfinite_mismatch"].append(col)
             continue
         d = np.abs(a - b)[both] if col in ABSOLUTE else (np.abs(a - b) / np.maximum(np.abs(a), 1e-12))[both]
         out[col] = float(d.max()) if len(d) else 0.0
-    out["loss_rel_max"] = max(out[c] for c in LOSSES)
-    return {k: (None if v is not None and math.isinf(v) else v) for k, v in out.items()} | {
-        "nonfinite_mismatch": [k for k, v in out.items() if v is not None and math.isinf(v)]}
+    losses = [out[c] for c in LOSSES]
+    out["loss_rel_max"] = None if None in losses else max(losses)
+    return out
 
 
 def identical(a: pd.DataFrame, b: pd.DataFrame) -> dict[str, Any]:
@@ -201,15 +197,24 @@ def step_parity(ctx: Ctx, precision: str, optimizer: str = "sgd") -> bool:
 
 
 def step_rerun(ctx: Ctx) -> bool:
-    """Two identical device runs under deterministic=True: bitwise equal histories (and, for the record, two
-    runs with deterministic=False)."""
+    """Two identical device runs under deterministic=True: bitwise equal histories; the same for a 2-member
+    population (grouped convolutions); and, for the record, two runs with deterministic=False."""
     from initmem.train import train
 
     cfg = config(ctx, "parity", deterministic=True)
     ctx.put("deterministic", identical(train(cfg, progress=False).history, train(cfg, progress=False).history))
+    pop = [cfg.replace(sigma_w=s) for s in (0.5, 2.0)]
+    try:
+        a, b = train(pop, progress=False), train(pop, progress=False)
+        ctx.put("population_deterministic", {"members": [identical(x.history, y.history) for x, y in zip(a, b,
+                                                                                                       strict=True)]})
+        ctx.res["population_deterministic"]["identical"] = all(m["identical"] for m in ctx.res[
+            "population_deterministic"]["members"])
+    except Exception as exc:  # noqa: BLE001 - recorded: a population under deterministic=True that cannot run
+        ctx.put("population_deterministic", {"identical": False, "error": f"{type(exc).__name__}: {exc}"})
     loose = cfg.replace(deterministic=False)
     ctx.put("nondeterministic", identical(train(loose, progress=False).history, train(loose, progress=False).history))
-    return ctx.res["deterministic"]["identical"]
+    return ctx.res["deterministic"]["identical"] and ctx.res["population_deterministic"]["identical"]
 
 
 def step_resume(ctx: Ctx) -> bool:
@@ -285,7 +290,9 @@ def step_epochs(ctx: Ctx, compile: bool) -> None:
     elif compile:
         ctx.put("compile_backend", "inductor (default)")
     grid = [("resnet9", b, p) for b in size["batches"] for p in ("fp32", "tf32", "bf16")]
-    grid += [(size["deep"], 128 if ctx.s["mode"] == "full" else size["batches"][0], p) for p in ("fp32", "tf32", "bf16")]
+    grid += [(size["deep"], size["batches"][0], p) for p in ("fp32", "tf32", "bf16")]
+    if compile and size["compiled"]:  # --tiny: the first configs only (the same code path, in seconds)
+        grid = [x for x in grid if x[2] != "tf32" or ctx.cuda][:size["compiled"]]
     last: dict[str, float] = {}
     for arch, b, precision in grid:
         key = {"arch": arch, "batch_size": b, "precision": precision}
@@ -352,44 +359,48 @@ def _wait_files(paths: list[Path], ctx: Ctx, kids: list[subprocess.Popen]) -> li
     return paths
 
 
+class _Deadline(Exception):
+    """Raised at a step boundary when a paper population's share of the time is up."""
+
+
 def step_paper(ctx: Ctx) -> bool:
     """The paper's setting in the minutes left: full split, width 1, b = 128, SGD and Adam each as a population
-    of sigma_w 0.1 and 2.5, as many epochs as fit (a helper process per optimiser, stopped at its share of the
-    time; its epochs are read from its newest checkpoint when it had to be stopped)."""
+    of sigma_w 0.1 and 2.5, as many epochs as fit: each trains (checkpointed every epoch) until its share of the
+    time is up, then its measured epochs are read from its newest checkpoint."""
     opts, tmp = ("sgd", "adam"), Path(tempfile.mkdtemp(prefix="device-check-paper-"))
     cap = SIZES[ctx.s["mode"]]["paper_cap_s"]
-    end = time.time() + min(ctx.left() - 5, cap or math.inf)
+    end = time.time() + min(ctx.left() - 2, cap or math.inf)
     for i, opt in enumerate(opts):
         configs = [config(ctx, "split", batch_size=128, optimizer=opt, sigma_w=s, precision=ctx.s["precision"],
                           epochs=ctx.s["paper_epochs"], checkpoint_every=1) for s in (0.1, 2.5)]
-        share = (end - time.time()) / (len(opts) - i)
-        ctx.add("populations", _paper_population(ctx, configs, tmp / opt, share))
+        ctx.add("populations", _paper_population(configs, tmp / opt, time.time() + (end - time.time()) / (2 - i)))
     return all(p["epochs"] >= 1 for p in ctx.res["populations"])
 
 
-def _paper_population(ctx: Ctx, configs: list, out: Path, seconds: float) -> dict[str, Any]:
+def _paper_population(configs: list, out: Path, end: float) -> dict[str, Any]:
+    import gc
+
+    import torch
+
     from initmem import checkpoint, metrics
-    from initmem.train import checkpoint_folder
+    from initmem.train import _train, checkpoint_folder
+
+    def stop_at_end(step: int) -> None:
+        if time.time() > end:
+            raise _Deadline
 
     t0 = time.time()
-    child = spawn(ctx, "_train_child", {"configs": [c.to_dict() for c in configs], "out_dir": str(out)},
-                  out.with_suffix(".log"))
     try:
-        child.wait(timeout=max(1.0, seconds))
-        stopped = "finished" if child.returncode == 0 else f"failed (exit {child.returncode})"
-    except subprocess.TimeoutExpired:
-        child.kill()
-        child.wait()
-        stopped = "stopped at its share of the time"
-    done = child_result(out.with_suffix(".log")).get("histories")
-    if done is None:
-        done = []
+        done = [r.history.to_dict("records") for r in _train(configs, out, "adhoc", False, on_step=stop_at_end)]
+        stopped = "finished"
+    except _Deadline:
+        done, stopped = [], "stopped at its share of the time"
         for path in checkpoint.checkpoints(checkpoint_folder(out, "adhoc", configs)):
-            try:
-                done = checkpoint.load(path)["state"]["histories"]
-                break
-            except Exception:  # noqa: BLE001 - a half-written newest checkpoint: the previous one
-                continue
+            done = checkpoint.load(path)["state"]["histories"]
+            break
+    gc.collect()  # the interrupted loop's tensors, before the next population
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        torch.cuda.empty_cache()
     members = []
     for c, rows in zip(configs, done or [[] for _ in configs], strict=True):
         h = pd.DataFrame(rows)
@@ -412,13 +423,12 @@ def _paper_population(ctx: Ctx, configs: list, out: Path, seconds: float) -> dic
 
 # ------------------------------------------------------------------------------------------------ helper processes
 def child_train(ctx: Ctx) -> None:
-    """Train `args.configs` (one run or a population) into `args.out_dir`; record the histories when done."""
+    """Train `args.configs` (one run or a population) into `args.out_dir` (the resume step's victim)."""
     from initmem.config import TrainConfig
     from initmem.train import train
 
     configs = [TrainConfig.from_dict(d) for d in ctx.args["configs"]]
-    out = train(configs, out_dir=ctx.args["out_dir"], progress=False)
-    ctx.put("histories", [r.history.to_dict("records") for r in out])
+    train(configs, out_dir=ctx.args["out_dir"], progress=False)
 
 
 def child_steps(ctx: Ctx) -> None:

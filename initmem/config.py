@@ -27,6 +27,7 @@ SCHEDULES = ("constant", "cosine", "step")
 SOURCES = ("auto", "torchvision", "imagefolder", "synthetic")
 PRECISIONS = ("fp32", "tf32", "bf16")
 NUM_CLASSES = 10
+MIN_CHANNELS = {"resnet9": 64, "resnet20": 16, "resnet56": 16, "resnet110": 16}  # each network's narrowest layer
 MAX_SEED = 2**63 - 1  # torch generators take 64-bit seeds; the sign bit stays clear for every stream derived from it
 
 # Every optimiser hyper-parameter with the value each optimiser uses by default. For one that does not apply to an
@@ -148,6 +149,10 @@ class TrainConfig:
 
         choice("arch", ARCHS)
         real("width", lambda v: 0 < v <= 64, "a real in (0, 64]")
+        if round(MIN_CHANNELS[self.arch] * self.width) < 1:  # models rounds channel counts: none may round to 0
+            raise _bad("width", self.width, f"arch={self.arch!r} needs width > {0.5 / MIN_CHANNELS[self.arch]:.4g} "
+                                            f"(its narrowest layer, {MIN_CHANNELS[self.arch]} channels at width 1, "
+                                            "must keep one)")
         real("sigma_w", lambda v: v > 0, "a finite real > 0")
         choice("optimizer", OPTIMIZERS)
         defaults = OPTIMIZER_DEFAULTS[self.optimizer]

@@ -139,7 +139,12 @@ def _remove_temp_files(out: Path) -> None:
 # --- tables: md / tex / csv --------------------------------------------------------------------------------
 _HEADERS = {"sigma_w": "σ_w", "tau_interp": "τ_interp", "weight_decay": "wd", "batch_size": "b",
             "spread_pp": "spread (pp)", "paper_spread_pp": "paper spread (pp)", "norm_ratio_min": "norm ratio min",
-            "norm_ratio_max": "norm ratio max", "radial_slope": "radial slope"}
+            "norm_ratio_max": "norm ratio max", "radial_slope": "radial slope",
+            # T6, T7 (initmem.tables_forgetting)
+            "predicted": "predicted (rad/step)", "ratio_min": "measured/predicted min",
+            "ratio_max": "measured/predicted max", "sigma_rel_spread": "range/mean over σ_w",
+            "independent_of_sigma": "σ_w-independent", "spearman": "Spearman ρ", "n_configs": "configurations",
+            "n_sections": "sections"}
 
 
 def _header(col: str) -> str:
@@ -179,7 +184,8 @@ def display_rows(df: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
 _TEX = {"&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#", "_": r"\_", "{": r"\{", "}": r"\}",
         "~": r"\textasciitilde{}", "^": r"\textasciicircum{}", "\\": r"\textbackslash{}", "σ_w": r"$\sigma_w$",
         "τ_interp": r"$\tau_\mathrm{interp}$", "σ": r"$\sigma$", "τ": r"$\tau$", "λ": r"$\lambda$", "η": r"$\eta$",
-        "±": r"$\pm$", "×": r"$\times$", "≈": r"$\approx$", "–": "--", "—": "---"}
+        "±": r"$\pm$", "×": r"$\times$", "≈": r"$\approx$", "–": "--", "—": "---", "β": r"$\beta$",
+        "ρ": r"$\rho$", "Θ": r"$\Theta$", "Σ": r"$\Sigma$", "−": "$-$", "°": r"$^\circ$", "≤": r"$\leq$"}
 _TEX_RE = re.compile("|".join(re.escape(k) for k in sorted(_TEX, key=len, reverse=True)))
 
 

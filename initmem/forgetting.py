@@ -12,7 +12,8 @@ a scale-invariant layer about eta |g| / |W| per step, for Adam about eta sqrt(n)
 Numerics: an angle of 1e-4 rad has cos = 1 - 5e-9, below float32 resolution, so arccos of the cosine would read 0.
 Every angle here is computed from the difference d = a - b (formed elementwise, where it is exact to rounding):
 with rho = <d, b> / |b| (the radial part of d) and t^2 = |d|^2 - rho^2 (its tangential part),
-angle(a, b) = atan2(|t|, |b| + rho). Reductions are in float64.
+angle(a, b) = atan2(|t|, |b| + rho). Products and reductions are in float64 (a nearly radial d would
+otherwise leave |t|^2 = |d|^2 - rho^2 at float32's rounding).
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ TOTAL = ""  # the column suffix of the whole-network value: `angle`, `disp`, `st
 def _parts(d: list[torch.Tensor], b: list[torch.Tensor], k: int) -> torch.Tensor:
     """[3, L, K]: per layer and member <d, b>, |d|^2, |b|^2 (float64), each tensor viewed as [K, -1]."""
     def dots(xs: list[torch.Tensor], ys: list[torch.Tensor]) -> torch.Tensor:
-        return torch.stack([(x.reshape(k, -1) * y.reshape(k, -1)).sum(1, dtype=torch.float64)
+        return torch.stack([(x.reshape(k, -1).double() * y.reshape(k, -1).double()).sum(1)
                             for x, y in zip(xs, ys, strict=True)])
 
     return torch.stack([dots(d, b), dots(d, d), dots(b, b)])

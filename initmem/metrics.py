@@ -142,13 +142,14 @@ class ClockAccumulator:
                 "T_SGD_eff": c * c * s2 / self.batch_size, "T_L2_eff": c * self.l2 * s1, "T_adapt_eff": c * s1}
 
     def state_dict(self) -> dict:
-        return {"batch_size": self.batch_size, "l2": self.l2, "steps": self.steps,
+        return {"batch_size": self.batch_size, "l2": self.l2, "scale": self.scale, "steps": self.steps,
                 "sums": [self._s1, self._c1, self._s2, self._c2]}
 
     def load_state_dict(self, state: dict) -> None:
-        if state.get("batch_size") != self.batch_size or state.get("l2") != self.l2:
-            raise ConfigError(f"clock state (batch_size={state.get('batch_size')!r}, l2={state.get('l2')!r}) is "
-                              f"invalid here: batch_size={self.batch_size}, l2={self.l2} is accepted")
+        theirs = (state.get("batch_size"), state.get("l2"), state.get("scale", 1.0))
+        if theirs != (self.batch_size, self.l2, self.scale):
+            raise ConfigError(f"clock state (batch_size, l2, scale)={theirs!r} is invalid here: "
+                              f"{(self.batch_size, self.l2, self.scale)!r} is accepted")
         self.steps = int(state["steps"])
         self._s1, self._c1, self._s2, self._c2 = map(float, state["sums"])
 

@@ -1,13 +1,16 @@
-"""The study's figures: pure functions from `results.load_runs` / `load_histories` frames to matplotlib Figures.
-Stamping and writing them (PNG, PDF, sidecar) is `initmem.figures`' job.
+"""The study's figures: pure functions from `results.load_runs` / `load_histories` frames to matplotlib Figures
+(F1–F9, and `point_figure` for a section notebook; F10–F11, of the forgetting instruments, are in
+`initmem.plots_forgetting`). Stamping and writing them (PNG, PDF, sidecar) is `initmem.figures`' job.
 
-Figures are plain `matplotlib.figure.Figure`s (no pyplot: no global state, nothing to close, the Agg/PDF
-canvases are picked per file). Every builder raises `errors.NoResults` when it has nothing to draw. Build them
-inside `matplotlib.rc_context(STYLE)` to get the study's look.
+Figures are `StudyFigure`s, plain `matplotlib.figure.Figure`s (no pyplot: no global state, nothing to close, the
+Agg/PDF canvases are picked per file) that Jupyter shows inline as PNG by themselves (`_repr_png_`). Every builder
+raises `errors.NoResults` when it has nothing to draw. Build them inside `matplotlib.rc_context(STYLE)` to get the
+study's look (`point_figure`, which a section notebook calls directly, does so itself).
 """
 
 from __future__ import annotations
 
+import io
 import math
 import textwrap
 from collections.abc import Sequence
@@ -31,8 +34,19 @@ STYLE = {"font.size": 8, "axes.titlesize": 9, "axes.labelsize": 8, "legend.fonts
 SECTION_COLORS = {"01": "C0", "02": "C1", "03": "C2", "04": "C3", "05": "C4"}
 
 
+class StudyFigure(Figure):
+    """A Figure that an IPython kernel (JupyterLab, papermill) displays inline as image/png without pyplot or a
+    registered formatter: the PNG its artefact would hold (`figures.png_bytes` is the same picture)."""
+
+    def _repr_png_(self) -> bytes:
+        buf = io.BytesIO()
+        with matplotlib.rc_context(STYLE):
+            self.savefig(buf, format="png", dpi=DPI, metadata={"Software": None})
+        return buf.getvalue()
+
+
 def _figure(ncols: int = 1, nrows: int = 1, width: float = 6.4, height: float = 3.2, **kw) -> tuple[Figure, np.ndarray]:
-    fig = Figure(figsize=(width, height), layout="constrained")
+    fig = StudyFigure(figsize=(width, height), layout="constrained")
     axes = fig.subplots(nrows, ncols, squeeze=False, **kw)
     return fig, axes.ravel()
 
@@ -190,17 +204,19 @@ def spread_heatmap(runs: pd.DataFrame) -> Figure:
     written in the cells (the same grid as T3)."""
     t = tables.lr_l2_table(runs)
     cells = [c for c in t.columns if c.startswith("wd=") and not c.endswith("_std")]
-    lead = [c for c in t.columns if c not in cells and not c.endswith("_std")]
+    lead = [c for c in t.columns if c not in cells and not c.endswith("_std") and c != "diverged"]
     z = t[cells].to_numpy(dtype=float)
     fig, (ax,) = _figure(width=1.2 * len(cells) + 2.4, height=0.45 * len(t) + 1.8)
     im = ax.imshow(z, cmap="magma_r", aspect="auto", vmin=0, vmax=max(1.0, float(np.nanmax(z)) if z.size else 1))
+    narrowed = set(t.attrs.get("narrowed", ()))
     for (i, j), v in np.ndenumerate(z):
         if not math.isnan(v):
-            ax.text(j, i, f"{v:.1f}", ha="center", va="center", fontsize=7,
-                    color="white" if v > 0.6 * im.norm.vmax else "black")
+            ax.text(j, i, f"{v:.1f}" + ("*" if (i, cells[j]) in narrowed else ""), ha="center", va="center",
+                    fontsize=7, color="white" if v > 0.6 * im.norm.vmax else "black")
     ax.set_xticks(range(len(cells)), [c.split("=", 1)[1] for c in cells])
     ax.set_yticks(range(len(t)), [" ".join(tables.fmt_value(v) for v in r) for r in t[lead].itertuples(index=False)])
-    ax.set_xlabel("L2 weight decay λ")
+    ax.set_xlabel("L2 weight decay λ" + ("\n* spread over fewer σ_w than run: a σ_w's runs diverged"
+                                         if narrowed else ""))
     ax.set_ylabel(" ".join("learning rate η" if c == "lr" else c for c in lead))
     ax.grid(False)
     fig.colorbar(im, ax=ax, label="spread across σ_w (pp)")
@@ -241,14 +257,25 @@ def depth_interpolation_map(runs: pd.DataFrame) -> Figure:
 MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*", "h", "<", ">", "p")
 
 
+def _with_markers(cs: pd.DataFrame) -> pd.DataFrame:
+    """`config_spreads` rows with a `marker` per configuration within its section (F7 and F11 agree)."""
+    return cs.assign(marker=[MARKERS[k % len(MARKERS)] for k in cs.groupby("section", sort=False).cumcount()])
+
+
+def _config_label(r) -> str:
+    """'03 lr=0.1 wd=0.01' for a `config_spreads` row (itertuples), with '(σ_w 2/3)' when its spread is over fewer
+    σ_w than it ran (a σ_w's runs diverged)."""
+    narrowed = getattr(r, "n_sigma_in_spread", r.n_sigma) < r.n_sigma
+    return f"{r.section[:2]} {r.label}" + (f" (σ_w {r.n_sigma_in_spread}/{r.n_sigma})" if narrowed else "")
+
+
 def spread_vs_clocks(runs: pd.DataFrame) -> Figure:
     """F7: spread (pp) of every configuration of every section against its forgetting clocks T_SGD, T_L2, T_adapt
     (three log-x panels). Colour = section, marker = configuration within its section, so every configuration
     has its own legend entry. A configuration's clock is its value at the end of training (median over its runs):
     clocks do not depend on σ_w, while the best epoch does. Zero clocks (no L2) cannot sit on a log axis; how many
     are left off is said under the panel."""
-    cs = tables.config_spreads(runs)
-    cs = cs.assign(marker=[MARKERS[k % len(MARKERS)] for k in cs.groupby("section", sort=False).cumcount()])
+    cs = _with_markers(tables.config_spreads(runs))
     fig, axes = _figure(ncols=3, width=10.0, height=0.12 * len(cs) + 1.6 if len(cs) > 16 else 3.4, sharey=True)
     names = {"T_SGD": "T_SGD = Σ η² / b", "T_L2": "T_L2 = λ Σ η", "T_adapt": "T_adapt = Σ η"}
     for ax, clock in zip(axes, tables.CLOCKS, strict=True):
@@ -256,7 +283,7 @@ def spread_vs_clocks(runs: pd.DataFrame) -> Figure:
         for r in ok.itertuples():
             ax.errorbar(getattr(r, clock), r.spread_pp, yerr=0 if math.isnan(r.spread_pp_std) else r.spread_pp_std,
                         fmt=r.marker, capsize=2, color=SECTION_COLORS.get(r.section[:2], "C7"), markersize=5.5,
-                        markeredgecolor="white", markeredgewidth=0.4, label=f"{r.section[:2]} {r.label}")
+                        markeredgecolor="white", markeredgewidth=0.4, label=_config_label(r))
         skipped = int((~(cs[clock] > 0)).sum())
         label = names[clock] + " (end of training)"
         if len(ok):
@@ -267,10 +294,14 @@ def spread_vs_clocks(runs: pd.DataFrame) -> Figure:
     axes[0].set_ylim(bottom=-0.5)  # spreads are >= 0; a zero stays visible
     handles = {lab: h for ax in axes for h, lab in zip(*ax.get_legend_handles_labels(), strict=True)}
     if handles:
-        order = [f"{r.section[:2]} {r.label}" for r in cs.itertuples() if f"{r.section[:2]} {r.label}" in handles]
-        fig.legend([handles[k] for k in order], order, loc="outside right upper", frameon=False, fontsize=6,
-                   ncols=1 if len(order) <= 24 else 2, handletextpad=0.3, labelspacing=0.35)
+        _config_legend(fig, handles, cs)
     return fig
+
+
+def _config_legend(fig: Figure, handles: dict, cs: pd.DataFrame, loc: str = "outside right upper") -> None:
+    order = [_config_label(r) for r in cs.itertuples() if _config_label(r) in handles]
+    fig.legend([handles[k] for k in order], order, loc=loc, frameon=False, fontsize=6,
+               ncols=1 if len(order) <= 24 else 2, handletextpad=0.3, labelspacing=0.35)
 
 
 # --- F8 ----------------------------------------------------------------------------------------------------
@@ -330,6 +361,72 @@ def training_curves(runs: pd.DataFrame, histories: pd.DataFrame, sigma_w: float 
     axes[0].set_title(f"accuracy, σ_w = {s:g}")
     axes[1].set_title(f"loss, σ_w = {s:g}")
     _legend(axes[0])
+    return fig
+
+
+# --- helpers of the per-σ_w curves (point_figure, plots_forgetting.angle_curves) ------------------------------
+def _with_sigma(h: pd.DataFrame, g: pd.DataFrame) -> pd.DataFrame:
+    return h.assign(sigma_w=h["run_id"].map(g.set_index("run_id")["sigma_w"]))  # the run's, not the history's
+
+
+def _has(h: pd.DataFrame, column: str) -> bool:
+    return column in h.columns and bool(pd.to_numeric(h[column], errors="coerce").notna().any())
+
+
+def _sigma_lines(ax, h: pd.DataFrame, column: str, sigmas: Sequence[float], colors: dict) -> None:
+    """One line per σ_w: the mean over seeds of `column` against epoch."""
+    for s in sigmas:
+        curve = pd.to_numeric(h.loc[h["sigma_w"] == s, column], errors="coerce").groupby(
+            h.loc[h["sigma_w"] == s, "epoch"]).mean().dropna()
+        if len(curve) >= 2:  # a run that diverged in its first epoch has only epoch 0: no curve
+            ax.plot(curve.index, curve.to_numpy(), color=colors[s], label=f"σ_w={s:g}")
+
+
+# --- one point, for the section notebooks ------------------------------------------------------------------
+def point_figure(runs: pd.DataFrame, histories: pd.DataFrame | None = None) -> Figure:
+    """One point at a glance (8 × 2.6 in, the study's style): test accuracy at the selected epoch against σ_w (mean
+    ± std over seeds; ✗ where a σ_w's runs diverged without one) with the spread in the title; the total weight
+    norm over epochs per σ_w (log); the angle from initialisation over epochs per σ_w (a note instead where the runs
+    predate the instrument). `histories` default to the runs' own folders (`results.load_histories(path)`).
+    Displays inline in Jupyter by itself (`StudyFigure`)."""
+    tables.check_runs(runs, ("run_id", "sigma_w", "seed", "status", "test_acc_at_best", "interpolated"))
+    if runs.empty:
+        raise NoResults("no runs")
+    if histories is None:
+        from initmem.results import load_histories
+
+        frames = [load_histories(p) for p in runs["path"].dropna().unique()] if "path" in runs.columns else []
+        histories = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=["run_id", "epoch"])
+    h = _with_sigma(histories[histories["run_id"].isin(runs["run_id"])], runs)
+    sigmas = sorted(runs["sigma_w"].unique())
+    colors = _sigma_colors(sigmas)
+    with matplotlib.rc_context(STYLE):
+        fig, (a, b, c) = _figure(ncols=3, width=8.0, height=2.6)
+        acc = 100 * pd.to_numeric(runs["test_acc_at_best"], errors="coerce").groupby(runs["sigma_w"]).agg(
+            ["mean", "std"])
+        a.errorbar(acc.index, acc["mean"], yerr=acc["std"].fillna(0), marker="o", capsize=2, color="C0")
+        lost = [s for s in sigmas if math.isnan(acc.loc[s, "mean"])]
+        for s in lost:
+            a.annotate("✗ diverged", (s, 0.03), xycoords=("data", "axes fraction"), ha="center", fontsize=6,
+                       color="C3")
+        _sigma_axis(a, sigmas)
+        summary = tables.point_spread(runs)[0]
+        a.set_title("test acc. at selected epoch" + ("" if math.isnan(summary) else f": spread {summary:.1f} pp")
+                    + (f" over {len(sigmas) - len(lost)}/{len(sigmas)} σ_w" if lost else ""))
+        a.set_ylabel("test accuracy (%)")
+        for ax, col, what, unit in ((b, "weight_norm", "weight norm", " ‖W‖_F"),
+                                    (c, "angle", "angle from initialisation", " (°)")):
+            ax.set_title(what + unit)
+            ax.set_xlabel("epoch")
+            if not _has(h, col):
+                ax.set_axis_off()
+                ax.text(0.5, 0.5, f"no {what} recorded\n(runs predate the instrument)",
+                        ha="center", va="center", fontsize=7, color="0.4", transform=ax.transAxes)
+                continue
+            _sigma_lines(ax, h, col, sigmas, colors)
+            if col == "weight_norm":
+                _log_axis(ax, "y")
+        _legend(c if _has(h, "angle") else b, fontsize=6)
     return fig
 
 

@@ -1,11 +1,15 @@
-"""The study's tables: pure functions from `results.load_runs` / `load_histories` frames to DataFrames. Writing
-them (md, tex, csv and a provenance sidecar) is `initmem.figures`' job.
+"""The study's tables: pure functions from `results.load_runs` / `load_histories` frames to DataFrames (T1–T5,
+the per-run and per-point tables of the section notebooks; T6 and the clock correlations of the forgetting
+instruments are in `initmem.tables_forgetting`). Writing them (md, tex, csv and a provenance sidecar) is
+`initmem.figures`' job.
 
 Vocabulary. A *configuration* is a set of runs sharing everything but σ_w and seed (and the fields that cannot
 change a result, `config.RUN_ID_EXCLUDE`): one sweep point. Its *spread* is `metrics.point_summary`'s, so the
 figures and the section notebooks agree: best minus worst across σ_w of the per-σ_w mean over seeds (pp), with
 the seed-to-seed standard deviation of the per-seed spreads in a `<column>_std` companion when there is more than
-one seed. Accuracies in tables are percentages. A frame's `attrs["formats"]` maps column patterns to the format
+one seed. A σ_w whose runs all diverged before any finite epoch has no accuracy and cannot enter the spread: it is
+never dropped silently (its cell says 'diverged', and `diverged` columns count 'k/n' runs). Accuracies in tables
+are percentages. A frame's `attrs["formats"]` maps column patterns to the format
 its md/tex rendering uses; every column `c` with a `c_std` companion is shown there as "c ± c_std".
 """
 
@@ -24,9 +28,11 @@ from initmem.config import RUN_ID_EXCLUDE, TrainConfig
 from initmem.errors import ConfigError, NoResults, ResultsError
 
 __all__ = ["NoResults", "configurations", "optimizer_table", "long_training_table", "config_spreads",
-           "spread_pivot", "lr_l2_table", "batch_size_table", "depth_table", "run_table", "interpolation_table"]
+           "spread_pivot", "lr_l2_table", "batch_size_table", "depth_table", "run_table", "interpolation_table",
+           "point_table", "DIVERGED"]
 
 CLOCKS = ("T_SGD", "T_L2", "T_adapt")
+EFF_CLOCKS = tuple(f"{c}_eff" for c in CLOCKS)  # momentum-aware (metrics.lr_scale); NaN for older runs
 OPTIMIZER_ORDER = ("sgd", "sgd_momentum", "adam", "adamw", "muon")
 ARCH_ORDER = ("resnet9", "resnet20", "resnet56", "resnet110")
 # which varying field names a configuration first (labels are as short as tells them apart)
@@ -147,15 +153,37 @@ def _multi_seed(confs: pd.DataFrame) -> bool:
     return bool(confs.groupby(["config", "sigma_w"])["seed"].nunique().max() > 1)
 
 
-def _sigma_cells(g: pd.DataFrame, sigmas: Iterable[float], multi: bool, value: str = "test_acc_at_best") -> dict:
-    """Per σ_w: the mean over seeds of `value` in % (and its std when `multi`)."""
+DIVERGED = "diverged"  # the cell of a σ_w whose runs all diverged before any finite epoch: no value to show
+
+
+def _diverged(g: pd.DataFrame) -> pd.Series:
+    """Which runs of `g` diverged (status 'diverged'; none when the frame has no status)."""
+    return g["status"].eq("diverged") if "status" in g.columns else pd.Series(False, index=g.index)
+
+
+def diverged_count(g: pd.DataFrame) -> str:
+    """'k/n': runs diverged of runs."""
+    return f"{int(_diverged(g).sum())}/{len(g)}"
+
+
+def sigma_cells(g: pd.DataFrame, sigmas: Iterable[float], multi: bool, value: str = "test_acc_at_best",
+                 scale: float = 100.0) -> dict:
+    """Per σ_w: the mean over seeds of `value` × `scale` (and its std when `multi`); `DIVERGED` where the σ_w has
+    runs but no value because they diverged (it dropped out of the spread: shown, never silently blank)."""
     row = {}
     for s in sigmas:
-        m, sd = _mean_std(100 * g.loc[g["sigma_w"] == s, value].astype(float))
-        row[sigma_column(s)] = m
+        r = g[g["sigma_w"] == s]
+        m, sd = _mean_std(scale * pd.to_numeric(r[value], errors="coerce"))
+        row[sigma_column(s)] = DIVERGED if math.isnan(m) and len(r) and _diverged(r).any() else m
         if multi:
             row[sigma_column(s) + "_std"] = sd
     return row
+
+
+def sigmas_in_spread(g: pd.DataFrame) -> list[float]:
+    """The σ_w of one configuration that have a test accuracy (those its spread is over)."""
+    acc = pd.to_numeric(g["test_acc_at_best"], errors="coerce")
+    return sorted(float(s) for s in acc.groupby(g["sigma_w"]).mean().dropna().index)
 
 
 def _spread_cells(g: pd.DataFrame, multi: bool) -> dict:
@@ -172,7 +200,8 @@ _FORMATS = {"sigma_w=*": "{:.1f}", "spread_pp*": "{:.1f}", "*_pp*": "{:.1f}", "t
             "norm_ratio*": "{:.3g}", "radial_slope": "{:.2f}", "epoch": "{:.0f}"}
 
 
-def _finish(df: pd.DataFrame, formats: dict | None = None) -> pd.DataFrame:
+def finish(df: pd.DataFrame, formats: dict | None = None) -> pd.DataFrame:
+    """`df` with the study's md/tex cell formats (`attrs["formats"]`), `formats` overriding or adding patterns."""
     df.attrs["formats"] = {**_FORMATS, **(formats or {})}
     return df
 
@@ -180,8 +209,9 @@ def _finish(df: pd.DataFrame, formats: dict | None = None) -> pd.DataFrame:
 # --- T1 ----------------------------------------------------------------------------------------------------
 def optimizer_table(runs: pd.DataFrame) -> pd.DataFrame:
     """T1: per configuration (section 01: per optimiser) the test accuracy (%) at the best-validation-loss epoch
-    per σ_w, the spread (pp), the paper's spread where it reports one (`paper_spread_pp`, NaN elsewhere), how
-    many runs interpolated, the median interpolation epoch, the range of the final-to-initial weight-norm ratio
+    per σ_w ('diverged' where its runs diverged before any finite epoch: outside the spread), the spread (pp), the
+    paper's spread where it reports one (`paper_spread_pp`, NaN elsewhere), how many runs interpolated and
+    diverged ('k/n'), the median interpolation epoch, the range of the final-to-initial weight-norm ratio
     and the radial-memory slope (`metrics.radial_memory`)."""
     confs = configurations(runs)
     lead, sigmas, multi = label_columns(confs), sorted(confs["sigma_w"].unique()), _multi_seed(confs)
@@ -189,13 +219,13 @@ def optimizer_table(runs: pd.DataFrame) -> pd.DataFrame:
     for _, g in confs.groupby("config", sort=True):
         tau = g["tau_interp"].dropna().astype(float)
         ratio = g["final_weight_norm"].astype(float) / g["init_weight_norm"].astype(float)
-        rows.append({**_lead(g, lead), **_sigma_cells(g, sigmas, multi), **_spread_cells(g, multi),
+        rows.append({**_lead(g, lead), **sigma_cells(g, sigmas, multi), **_spread_cells(g, multi),
                      "paper_spread_pp": paper_spread(g.iloc[0]),
-                     "interpolated": f"{len(tau)}/{len(g)}",
+                     "interpolated": f"{len(tau)}/{len(g)}", "diverged": diverged_count(g),
                      "tau_interp": float(tau.median()) if len(tau) else math.nan,
                      "norm_ratio_min": float(ratio.min()), "norm_ratio_max": float(ratio.max()),
                      "radial_slope": radial_slope(g)})
-    return _finish(pd.DataFrame(rows))
+    return finish(pd.DataFrame(rows))
 
 
 def radial_slope(g: pd.DataFrame) -> float:
@@ -258,22 +288,34 @@ def long_training_table(runs: pd.DataFrame, histories: pd.DataFrame | None = Non
             continue
         last = max(int(by_run[r]["epoch"].max()) for r in g["run_id"])
         for m in [m for m in marks if m <= last]:
-            at = g.assign(test_acc_at_best=[metrics.test_at_best(by_run[r], upto=m) for r in g["run_id"]])
-            row = {**_lead(g, lead), "epoch": m, **_sigma_cells(at, sigmas, multi), **_spread_cells(at, multi)}
+            at = g.assign(test_acc_at_best=[_test_at_mark(by_run[r], m) for r in g["run_id"]])
+            row = {**_lead(g, lead), "epoch": m, **sigma_cells(at, sigmas, multi), **_spread_cells(at, multi)}
             for clock in ("T_SGD", "T_adapt"):
                 if clock in h.columns:
                     row[clock] = float(np.mean([by_run[r].loc[by_run[r]["epoch"] <= m, clock].iloc[-1]
                                                 for r in g["run_id"]]))
             rows.append(row)
-    return _finish(pd.DataFrame(rows), {"T_SGD": "{:.3g}", "T_adapt": "{:.3g}"})
+    return finish(pd.DataFrame(rows), {"T_SGD": "{:.3g}", "T_adapt": "{:.3g}"})
+
+
+def _test_at_mark(h: pd.DataFrame, m: int) -> float:
+    """`metrics.test_at_best(h, upto=m)`, NaN when no epoch up to m has a finite validation loss (diverged)."""
+    try:
+        return metrics.test_at_best(h, upto=m)
+    except ConfigError:
+        return math.nan
 
 
 # --- per-configuration spreads: T3, T4, F4, F5, F7, F8 ------------------------------------------------------
 def config_spreads(runs: pd.DataFrame) -> pd.DataFrame:
     """One row per configuration: section, config, label, its config fields, n_runs, n_sigma, n_seeds, spread_pp
-    and spread_pp_std (`point_spread`), the clocks (T_SGD, T_L2, T_adapt: the median over its runs of
-    the clock at the end of training, identical across σ_w unless a run diverged early), n_interp and the repair
-    gap in pp over the runs that interpolated (mean, min, max; NaN when none did)."""
+    and spread_pp_std (`point_spread`), n_sigma_in_spread (the σ_w with an accuracy: fewer than n_sigma when a
+    σ_w's runs all diverged), `diverged` ('k/n' runs) and n_diverged, the clocks (T_SGD, T_L2, T_adapt and their
+    momentum-aware `_eff` variants: the median over its runs of the clock at the end of training, identical
+    across σ_w unless a run diverged early), the measured forgetting where the runs have the instruments
+    (`angle_range_deg`: max − min over σ_w of the seed-mean angle from initialisation at the selected epoch, NaN
+    with fewer than two σ_w that have it; `Theta_final`: median over its runs), n_interp and the repair gap in pp
+    over the runs that interpolated (mean, min, max; NaN when none did)."""
     confs = configurations(runs)
     key = [c for c in _config_key() if c in confs.columns]
     rows = []
@@ -283,8 +325,10 @@ def config_spreads(runs: pd.DataFrame) -> pd.DataFrame:
         row = {"section": g["section"].iloc[0], "config": cid, "label": g["label"].iloc[0],
                **{c: g[c].iloc[0] for c in key},
                "n_runs": len(g), "n_sigma": g["sigma_w"].nunique(), "n_seeds": g["seed"].nunique(),
-               "spread_pp": m, "spread_pp_std": sd,
-               **{c: float(g[c].astype(float).median()) if c in g else math.nan for c in CLOCKS},
+               "spread_pp": m, "spread_pp_std": sd, "n_sigma_in_spread": len(sigmas_in_spread(g)),
+               "diverged": diverged_count(g), "n_diverged": int(_diverged(g).sum()),
+               **{c: run_median(g, c) for c in (*CLOCKS, *EFF_CLOCKS)},
+               "angle_range_deg": _sigma_range(g, "angle_at_best"), "Theta_final": run_median(g, "Theta_final"),
                "n_interp": int(g["tau_interp"].notna().sum()),
                "repair_gap_pp": float(gap.mean()) if len(gap) else math.nan,
                "repair_gap_pp_min": float(gap.min()) if len(gap) else math.nan,
@@ -295,17 +339,36 @@ def config_spreads(runs: pd.DataFrame) -> pd.DataFrame:
     return out
 
 
+def run_median(g: pd.DataFrame, column: str) -> float:
+    """Median of a numeric column over the non-missing values (NaN when the column or every value is missing)."""
+    x = pd.to_numeric(g[column], errors="coerce").dropna() if column in g.columns else ()
+    return float(np.median(x)) if len(x) else math.nan
+
+
+def _sigma_range(g: pd.DataFrame, column: str) -> float:
+    """max − min over σ_w of the seed-mean of `column`; NaN with fewer than two σ_w that have a value."""
+    if column not in g.columns:
+        return math.nan
+    by = pd.to_numeric(g[column], errors="coerce").groupby(g["sigma_w"]).mean().dropna()
+    return float(by.max() - by.min()) if len(by) >= 2 else math.nan
+
+
 def spread_pivot(runs: pd.DataFrame, index: str, columns: str) -> pd.DataFrame:
     """Spreads (pp) with one row per value of the config field `index` (and of any other field that tells the
     section's configurations apart) and one column per value of `columns` ('wd=0.0001', or the optimiser's name);
-    `_std` companions with several seeds."""
+    `_std` companions with several seeds; a last column `diverged`: 'k/n' runs of the row that diverged, followed
+    by the cells whose spread is over fewer σ_w than they ran, e.g. '3/9 (wd=0.1 without σ_w=2.5)'.
+    `attrs["narrowed"]` lists those cells as (row position, column) pairs (F5 stars them)."""
+    confs = configurations(runs)
     cs = config_spreads(runs)
+    missing = {cid: sorted(set(map(float, g["sigma_w"])) - set(sigmas_in_spread(g)))
+               for cid, g in confs.groupby("config")}
     lead = list(dict.fromkeys([index, *(c for c in label_columns(cs) if c != columns and c in cs.columns)]))
     multi = bool((cs["n_seeds"] > 1).any())
     values = sorted(cs[columns].map(_hashable).unique(), key=lambda v: order_key(columns, v))
     name = (lambda v: str(v)) if columns in ("optimizer", "arch") else \
         (lambda v: f"{SHORT.get(columns, columns)}={fmt_value(v)}")
-    rows = {}
+    rows, counts, notes = {}, {}, {}
     for r in cs.to_dict("records"):
         key = tuple(_hashable(r[c]) for c in lead)
         row = rows.setdefault(key, {c: r[c] for c in lead})
@@ -317,10 +380,19 @@ def spread_pivot(runs: pd.DataFrame, index: str, columns: str) -> pd.DataFrame:
         row[col] = r["spread_pp"]
         if multi:
             row[col + "_std"] = r["spread_pp_std"]
+        k, n = counts.get(key, (0, 0))
+        counts[key] = (k + r["n_diverged"], n + r["n_runs"])
+        if missing[r["config"]]:
+            notes.setdefault(key, []).append((col, missing[r["config"]]))
     order = sorted(rows, key=lambda k: tuple(order_key(c, v) for c, v in zip(lead, k, strict=True)))
+    for key in order:
+        k, n = counts[key]
+        rows[key]["diverged"] = f"{k}/{n}" + ("" if key not in notes else " (" + "; ".join(
+            f"{col} without " + ", ".join(f"σ_w={x:g}" for x in xs) for col, xs in notes[key]) + ")")
     cells = [name(v) + s for v in values for s in (("", "_std") if multi else ("",))]
-    df = pd.DataFrame([rows[k] for k in order]).reindex(columns=[*lead, *cells])
-    return _finish(df, {name(v) + "*": "{:.1f}" for v in values})
+    df = pd.DataFrame([rows[k] for k in order]).reindex(columns=[*lead, *cells, "diverged"])
+    df.attrs["narrowed"] = [(i, col) for i, key in enumerate(order) for col, _ in notes.get(key, ())]
+    return finish(df, {name(v) + "*": "{:.1f}" for v in values})
 
 
 def lr_l2_table(runs: pd.DataFrame) -> pd.DataFrame:
@@ -338,8 +410,8 @@ def batch_size_table(runs: pd.DataFrame) -> pd.DataFrame:
 # --- T5 ----------------------------------------------------------------------------------------------------
 def depth_table(runs: pd.DataFrame) -> pd.DataFrame:
     """T5: per architecture × optimiser and σ_w, 'test acc % / interpolation epoch' ('never' when no seed
-    interpolated; the median epoch and 'k/n seeds' when only some did), with the count of interpolating runs and
-    the spread (pp)."""
+    interpolated; the median epoch and 'k/n seeds' when only some did; 'diverged' when its runs diverged before
+    any finite epoch), with the counts of interpolating and of diverged runs and the spread (pp)."""
     confs = configurations(runs)
     lead = list(dict.fromkeys(["arch", "optimizer", *label_columns(confs)]))  # always name both
     sigmas, multi = sorted(confs["sigma_w"].unique()), _multi_seed(confs)
@@ -351,14 +423,15 @@ def depth_table(runs: pd.DataFrame) -> pd.DataFrame:
             if r.empty:
                 row[sigma_column(s)] = ""
                 continue
-            acc, tau = 100 * r["test_acc_at_best"].astype(float).mean(), r["tau_interp"].dropna().astype(float)
+            acc = 100 * pd.to_numeric(r["test_acc_at_best"], errors="coerce").mean()
+            tau = r["tau_interp"].dropna().astype(float)
             when = "never" if tau.empty else f"{tau.median():.0f}"
             if 0 < len(tau) < len(r):
                 when += f" ({len(tau)}/{len(r)})"
-            row[sigma_column(s)] = f"{acc:.1f} / {when}"
+            row[sigma_column(s)] = DIVERGED if math.isnan(acc) and _diverged(r).any() else f"{acc:.1f} / {when}"
         n = int(g["tau_interp"].notna().sum())
-        rows.append({**row, "interpolated": f"{n}/{len(g)}", **_spread_cells(g, multi)})
-    return _finish(pd.DataFrame(rows))
+        rows.append({**row, "interpolated": f"{n}/{len(g)}", "diverged": diverged_count(g), **_spread_cells(g, multi)})
+    return finish(pd.DataFrame(rows))
 
 
 
@@ -366,11 +439,13 @@ def depth_table(runs: pd.DataFrame) -> pd.DataFrame:
 # --- per-run tables of the section notebooks ---------------------------------------------------------------
 RUN_COLUMNS = ("sigma_w", "seed", "status", "test_acc_at_best", "best_epoch", "tau_interp", "repair_gap",
                "init_weight_norm", "final_weight_norm", "norm_ratio", "T_SGD", "T_L2", "T_adapt", "wall_time_s")
+RUN_EXTRA = ("diverged_epoch", "angle_final", "Theta_final")
 INTERPOLATION_COLUMNS = ("arch", "sigma_w", "seed", "status", "interpolated", "tau_interp", "final_train_acc",
                          "test_acc_at_best")
 
 
-def _check_runs(runs: pd.DataFrame, need: Sequence[str]) -> None:
+def check_runs(runs: pd.DataFrame, need: Sequence[str]) -> None:
+    """ConfigError unless `runs` is a DataFrame with the columns `need` (load_runs / run_point rows)."""
     if not isinstance(runs, pd.DataFrame) or (missing := set(need) - set(runs.columns)):
         raise ConfigError(f"got {type(runs).__name__} lacking columns "
                           f"{sorted(missing) if isinstance(runs, pd.DataFrame) else list(need)}: "
@@ -378,15 +453,65 @@ def _check_runs(runs: pd.DataFrame, need: Sequence[str]) -> None:
 
 
 def run_table(runs: pd.DataFrame) -> pd.DataFrame:
-    """The columns a reader checks first (`RUN_COLUMNS`), one row per run, sorted by σ_w then seed."""
-    _check_runs(runs, RUN_COLUMNS)
-    return runs[list(RUN_COLUMNS)].sort_values(["sigma_w", "seed"]).reset_index(drop=True)
+    """The columns a reader checks first (`RUN_COLUMNS`, then `RUN_EXTRA` where the runs have them: the epoch a
+    diverged run diverged at, its angle from initialisation and Theta at the end), one row per run, sorted by σ_w
+    then seed."""
+    check_runs(runs, RUN_COLUMNS)
+    cols = [*RUN_COLUMNS, *(c for c in RUN_EXTRA if c in runs.columns)]
+    return runs[cols].sort_values(["sigma_w", "seed"]).reset_index(drop=True)
 
 
 def interpolation_table(runs: pd.DataFrame) -> pd.DataFrame:
     """Which runs interpolate (train accuracy >= 99.5 %) and which fail to: one row per run, sorted by arch, σ_w
     and seed. `failed_to_interpolate` is True for a run that never reached the threshold (a diverged run
     included): in deep ResNets a large σ_w shows as failure to train rather than as a worse solution."""
-    _check_runs(runs, INTERPOLATION_COLUMNS)
+    check_runs(runs, INTERPOLATION_COLUMNS)
     t = runs[list(INTERPOLATION_COLUMNS)].sort_values(["arch", "sigma_w", "seed"]).reset_index(drop=True)
     return t.assign(failed_to_interpolate=~t["interpolated"].eq(True))
+
+
+# --- the point as a researcher reads it (the section notebooks' last cells) ---------------------------------
+
+
+
+def _pm(x: pd.Series, fmt: str) -> str:
+    """'mean ± std' of the non-missing values (the mean alone for one value); '–' for none. A '{:.3g}' mean gets
+    a two-digit std."""
+    m, sd = _mean_std(pd.to_numeric(x, errors="coerce"))
+    if math.isnan(m):
+        return "–"
+    return fmt.format(m) + ("" if math.isnan(sd) else " ± " + fmt.replace(".3g", ".2g").format(sd))
+
+
+def _status_counts(r: pd.DataFrame) -> str:
+    counts = r["status"].value_counts() if "status" in r.columns else pd.Series({"complete": len(r)})
+    return ", ".join(f"{n} {k}" for k, n in sorted(counts.items(), key=lambda kv: (kv[0] != "complete", kv[0])))
+
+
+def point_table(runs: pd.DataFrame) -> pd.DataFrame:
+    """One point as a researcher reads it: one row per σ_w (the index), narrow enough to show whole. Cells are
+    display strings, 'mean ± std' over seeds where there are several: the runs by status ('2 complete, 1
+    diverged'), the test accuracy (%) at the selected (best-validation-loss) epoch ('diverged' when none has one),
+    that epoch, τ_interp ('never', or '(k/n)' after the mean when only some seeds interpolated), the final/initial
+    weight-norm ratio, the angle from initialisation at the selected epoch (degrees) and Theta at the end
+    (radians), '–' where the runs predate the instruments. The numbers themselves: `run_table`,
+    `metrics.point_summary`."""
+    check_runs(runs, ("sigma_w", "seed", "test_acc_at_best", "tau_interp"))
+    if runs.empty:
+        raise NoResults("no runs")
+    if "section" in runs.columns and (n := configurations(runs)["config"].nunique()) > 1:
+        raise ConfigError(f"point_table got the runs of {n} configurations: one point's runs (run_point's rows, or "
+                          "load_runs rows of one configuration) are accepted")
+    rows = []
+    for s, r in runs.groupby("sigma_w", sort=True):
+        acc = _pm(100 * pd.to_numeric(r["test_acc_at_best"], errors="coerce"), "{:.1f}")
+        tau = r["tau_interp"].dropna()
+        when = "never" if tau.empty else _pm(tau, "{:.0f}") + (f" ({len(tau)}/{len(r)})" if len(tau) < len(r)
+                                                               else "")
+        get = (lambda c, f, r=r: _pm(r[c], f) if c in r.columns else "–")
+        rows.append({"σ_w": float(s), "runs": _status_counts(r),
+                     "test acc (%)": DIVERGED if acc == "–" and _diverged(r).any() else acc,
+                     "best epoch": get("best_epoch", "{:.0f}"), "τ_interp": when,
+                     "norm ratio": get("norm_ratio", "{:.3g}"), "angle at best (°)": get("angle_at_best", "{:.1f}"),
+                     "Θ_final (rad)": get("Theta_final", "{:.3g}")})
+    return pd.DataFrame(rows).set_index("σ_w")

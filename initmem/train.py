@@ -240,8 +240,9 @@ def _train(configs: list[TrainConfig], out_dir: str | Path | None, section: str,
         theirs = payload.get("config") if isinstance(payload.get("config"), dict) else {}
         if payload.get("population") != pid or payload.get("run_ids") != rids or theirs != shared:
             diff = sorted(k for k in {*shared, *theirs} if theirs.get(k) != shared.get(k))
-            raise CheckpointError(f"checkpoint of run {payload.get('population')!r} does not belong to run {pid} ("
-                                  + (f"config differs in {diff})" if diff else "its members differ)"))
+            what = "run" if k == 1 else "population"
+            raise CheckpointError(f"checkpoint of {what} {payload.get('population')!r} does not belong to {what} "
+                                  f"{pid} (" + (f"config differs in {diff})" if diff else "its members differ)"))
         s = payload["state"]
         fresh, rng = copy.deepcopy((pop.model.state_dict(), opt.state_dict(), instruments.state_dict())), \
             _ckpt.rng_state()

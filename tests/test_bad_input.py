@@ -36,6 +36,25 @@ TRAIN = ["train", "--arch", "resnet9", "--width", "0.0625", "--data", "synthetic
 DATA = [a for a in TRAIN if a != "synthetic" and a != "--data"]  # the data flags come from the case
 
 
+def flags(base: list[str], *more: str) -> list[str]:
+    """`base` with each flag of `more` replacing its own value there (the CLI refuses a flag given twice)."""
+    out, i = list(base), 0
+    while i < len(more):
+        j = i + 1
+        while j < len(more) and not more[j].startswith("--"):
+            j += 1
+        if more[i] in out:
+            k = out.index(more[i])
+            end = k + 1
+            while end < len(out) and not out[end].startswith("--"):
+                end += 1
+            out[k:end] = more[i:j]
+        else:
+            out += more[i:j]
+        i = j
+    return out
+
+
 @dataclass(frozen=True)
 class Case:
     id: str
@@ -59,17 +78,17 @@ CASES = [
     Case("wrong-type", [*TRAIN, "--lr", "fast"], "'fast'", "a real number"),
     Case("sigma_w-zero", [*TRAIN, "--sigma-w", "0"], "sigma_w=0.0", "a finite real > 0"),
     Case("sigma_w-nan", [*TRAIN, "--sigma-w", "nan"], "sigma_w=nan", "a finite real > 0"),
-    Case("unknown-arch", [*TRAIN, "--arch", "resnet7"], "'resnet7'", "'resnet9', 'resnet20'"),
+    Case("unknown-arch", flags(TRAIN, "--arch", "resnet7"), "'resnet7'", "'resnet9', 'resnet20'"),
     Case("unknown-optimizer", [*TRAIN, "--optimizer", "adagrad"], "'adagrad'", "'sgd', 'sgd_momentum'"),
     Case("unknown-schedule", [*TRAIN, "--schedule", "linear"], "'linear'", "'constant', 'cosine'"),
     Case("negative-lr", [*TRAIN, "--lr", "-0.1"], "lr=-0.1", "a finite real > 0"),
-    Case("batch-size-zero", [*TRAIN, "--batch-size", "0"], "batch_size=0", "an integer in [1, "),
-    Case("batch-larger-than-data", [*TRAIN, "--batch-size", "500"], "batch_size=500", "at most the training split"),
-    Case("epochs-zero", [*TRAIN, "--epochs", "0"], "epochs=0", "an integer in [1, "),
-    Case("width-too-small", [*TRAIN, "--width", "0.001"], "width=0.001", "width >= "),
+    Case("batch-size-zero", flags(TRAIN, "--batch-size", "0"), "batch_size=0", "an integer in [1, "),
+    Case("batch-larger-than-data", flags(TRAIN, "--batch-size", "500"), "batch_size=500", "at most the training split"),
+    Case("epochs-zero", flags(TRAIN, "--epochs", "0"), "epochs=0", "an integer in [1, "),
+    Case("width-too-small", flags(TRAIN, "--width", "0.001"), "width=0.001", "width >= "),
     Case("unused-hyperparameter", [*TRAIN, "--optimizer", "adam", "--momentum", "0.9"], "momentum=0.9",
          "only its default 0.0"),
-    Case("n-train-below-classes", [*TRAIN, "--n-train", "5"], "n_train=5", "an integer in [10, "),
+    Case("n-train-below-classes", flags(TRAIN, "--n-train", "5"), "n_train=5", "an integer in [10, "),
     Case("train-eval-size-too-big", [*TRAIN, "--train-eval-size", "500"], "train_eval_size=500", "[10, 200]"),
     Case("section-path", [*TRAIN, "--section", "../x"], "'../x'", "a plain folder name"),
     Case("repeated-flag", [*TRAIN, "--lr", "0.1", "--lr", "0.2"], "--lr 0.1, then --lr 0.2", "each flag once"),
@@ -77,7 +96,7 @@ CASES = [
          "each flag once"),
     Case("seed-too-big", [*TRAIN, "--seed", "18446744073709551616"], "seed=18446744073709551616",
          "an integer in [0, 9223372036854775807]"),
-    Case("width-does-not-fit", [*TRAIN, "--width", "64", "--arch", "resnet9"], "width=64", "a smaller width",
+    Case("width-does-not-fit", flags(TRAIN, "--width", "64", "--arch", "resnet9"), "width=64", "a smaller width",
          memory_gb=8),
     # initmem train: data and folders
     Case("missing-data-folder", [*DATA, "--data", "imagefolder", "--data-root", "{tmp}/nope"], "/nope",
@@ -99,8 +118,8 @@ CASES = [
          "expected 32x32 RGB"),
     Case("wrong-class-count", [*DATA, "--data", "imagefolder", "--data-root", "{data}/nine.tar.gz"],
          "9 class folders", "expected 10 (CIFAR-10)"),
-    Case("labels-out-of-range", [*DATA, "--data", "torchvision", "--data-root", "{data}/tv", "--n-train", "20",
-                                 "--n-val", "20", "--n-test", "10", "--batch-size", "10"], "[0, 12]",
+    Case("labels-out-of-range", flags(DATA, "--data", "torchvision", "--data-root", "{data}/tv", "--n-train", "20",
+                                      "--n-val", "20", "--n-test", "10", "--batch-size", "10"), "[0, 12]",
          "outside [0, 9] for 10 classes"),
     Case("unwritable-results", [*TRAIN[:-3], "--out", "{tmp}/a-file/results", "--no-progress"], "a-file/results",
          "is not writable"),

@@ -22,10 +22,11 @@ from initmem.errors import ConfigError, NoResults
 
 REPO = Path(__file__).resolve().parents[1]
 SECTIONS = ("01_optimizers", "02_long_training", "03_lr_l2", "04_batch_size", "05_depth")
-TABLES = ("T1_optimizers", "T2_long_training", "T3_lr_l2", "T4_batch_size", "T5_depth")
+TABLES = ("T1_optimizers", "T2_long_training", "T3_lr_l2", "T4_batch_size", "T5_depth", "T6_equilibrium",
+          "T7_clock_correlations")
 FIGURES = ("F1_accuracy_vs_sigma", "F2_weight_norm", "F3_radial_memory", "F4_spread_vs_batch_size",
            "F5_spread_lr_l2", "F6_depth_interpolation", "F7_spread_vs_clocks", "F8_repair_gap",
-           "F9_training_curves")
+           "F9_training_curves", "F10_angle_curves", "F11_spread_vs_measured_clock")
 
 
 # --- hand-made frames ----------------------------------------------------------------------------------------
@@ -208,14 +209,15 @@ def test_spread_pivots_lr_l2_and_batch_size():
                   for (lr, wd), accs in acc.items() for s, a in zip((0.5, 2.0), accs, strict=True)]
                  + [{"optimizer": "adam", "lr": 1e-3, "sigma_w": 1.0, "test_acc_at_best": 0.5}], section="03_lr_l2")
     t = tables.lr_l2_table(grid)  # adam is not part of the SGD grid
-    assert list(t.columns) == ["lr", "wd=0", "wd=0.01"] and list(t["lr"]) == [0.01, 0.1]
-    assert t.to_numpy(dtype=float)[:, 1:].ravel().tolist() == pytest.approx([40.0, 5.0, 20.0, 0.0])
+    assert list(t.columns) == ["lr", "wd=0", "wd=0.01", "diverged"] and list(t["lr"]) == [0.01, 0.1]
+    assert t[["wd=0", "wd=0.01"]].to_numpy(dtype=float).ravel().tolist() == pytest.approx([40.0, 5.0, 20.0, 0.0])
+    assert t["diverged"].tolist() == ["0/4", "0/4"] and t.attrs["narrowed"] == []
     b = _runs([{"optimizer": o, "lr": 0.01 if o == "sgd" else 1e-3, "batch_size": bs, "sigma_w": s,
                 "test_acc_at_best": 0.9 - (d if o == "sgd" and s == 2.0 else 0)}
                for o in ("sgd", "adam") for bs, d in ((256, 0.3), (32, 0.1)) for s in (0.5, 2.0)],
               section="04_batch_size")
     t = tables.batch_size_table(b)
-    assert list(t.columns) == ["batch_size", "sgd", "adam"] and list(t["batch_size"]) == [32, 256]
+    assert list(t.columns) == ["batch_size", "sgd", "adam", "diverged"] and list(t["batch_size"]) == [32, 256]
     assert t[["sgd", "adam"]].to_numpy(dtype=float).ravel().tolist() == pytest.approx([10.0, 0.0, 30.0, 0.0])
 
 

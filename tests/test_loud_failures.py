@@ -85,8 +85,7 @@ def test_yaml_reads_1e_3_as_the_float_it_looks_like_and_leaves_safe_load_alone()
 # --- params files: every point of every profile checked on load ----------------------------------------------
 @pytest.mark.parametrize("profile, needle", [
     ("fixed: {sigma_ws: [0.5, 0.5]}", "sigma_ws=[0.5, 0.5] is invalid: it repeats a value"),
-    pytest.param("grid: {width: [0.125, 0.001]}", "width=0.001", marks=pytest.mark.xfail(
-        reason="TrainConfig accepts a width that gives < 1 channel; only models.py refuses it (lead: config.py)")),
+    ("grid: {width: [0.125, 0.001]}", "width=0.001 is invalid: arch='resnet9' needs width > 0.007812"),
     ("fixed: {sigma_ws: [1, 1.0]}", "sigma_ws=[1.0, 1.0] is invalid: it repeats a value"),
 ])  # fmt: skip
 def test_a_bad_run_in_any_profile_fails_when_the_file_loads(tmp_path, profile, needle):

@@ -34,7 +34,8 @@ SIGMA_GRID = [0.1, 0.25, 0.5, 1.0, 1.5, 2.0, 2.5]
 @pytest.mark.parametrize("name", SECTIONS)
 def test_notebook_structure(name):
     nb = jupytext.read(REPO / "notebooks" / f"{name}.py")
-    assert nb.metadata["kernelspec"] == {"display_name": "Python 3", "language": "python", "name": "python3"}
+    assert nb.metadata["kernelspec"] == {"display_name": "Python 3 (ipykernel)", "language": "python",
+                                        "name": "python3"}
     first = nb.cells[0]
     assert first.cell_type == "markdown" and "finding" in first.source.lower()
     tagged = [i for i, c in enumerate(nb.cells) if "parameters" in c.metadata.get("tags", [])]

@@ -1,11 +1,13 @@
 # ---
 # jupyter:
 #   jupytext:
+#     notebook_metadata_filter: -jupytext.text_representation.jupytext_version
 #     text_representation:
 #       extension: .py
 #       format_name: percent
+#       format_version: '1.3'
 #   kernelspec:
-#     display_name: Python 3
+#     display_name: Python 3 (ipykernel)
 #     language: python
 #     name: python3
 # ---
@@ -17,7 +19,8 @@
 # Regenerates **T1** (test accuracy at the best-validation-loss epoch per optimiser and σ_w, with the spread,
 # interpolation epoch and norm ratio, and the paper's spread beside ours), **F1** (accuracy against σ_w, the
 # paper's spreads drawn beside ours), **F2** (weight norm over training, SGD beside Adam), **F3** (final against
-# initial norm, with the radial-memory slope) and **F9** (training and validation curves of an SGD/Adam pair). All computation lives in `initmem.tables` and `initmem.plots`, the writing in
+# initial norm, with the radial-memory slope), **F9** (training and validation curves of an SGD/Adam pair) and
+# **F10** (the angle from initialisation over training per optimiser and σ_w, where the runs have the instrument). All computation lives in `initmem.tables` and `initmem.plots`, the writing in
 # `initmem.figures`; run every figure notebook with `initmem figures --results results/cpu --out figures`.
 #
 # Relative `results_dir` and `out_dir` are relative to the repository root, however the notebook runs (JupyterLab,
@@ -30,7 +33,7 @@ results_dir = "results/cpu"
 out_dir = "figures"
 
 # %%
-from initmem import plots, tables
+from initmem import plots, plots_forgetting, tables
 from initmem.figures import FigureBook
 
 s = FigureBook(results_dir, out_dir, "01_optimizers")
@@ -40,7 +43,8 @@ s.stamp.caption()
 s.table("T1_optimizers", lambda: tables.optimizer_table(s.runs),
         "Test accuracy (%) at the best-validation-loss epoch by optimiser and σ_w, spread across σ_w (pp; mean ± "
         "std over seeds when several), the paper's spread where it reports one (paper spread: arXiv 2605.29152, "
-        "ResNet-9, b = 128; Muon 'about 4'), runs that interpolated, median interpolation epoch, final/initial "
+        "ResNet-9, b = 128; Muon 'about 4'), runs that interpolated and that diverged ('diverged' in a σ_w cell: "
+        "its runs have no accuracy and are outside the spread), median interpolation epoch, final/initial "
         "weight-norm ratio and radial-memory slope")
 
 # %%
@@ -61,3 +65,7 @@ s.figure("F3_radial_memory", lambda: plots.radial_memory_plot(s.runs),
 s.figure("F9_training_curves",
          lambda: plots.training_curves(s.runs, s.histories, sigma_w=1.0, optimizers=("sgd", "adam")),
          "training and validation curves of SGD and Adam at the same σ_w")
+
+# %%
+s.figure("F10_angle_curves", lambda: plots_forgetting.angle_curves(s.runs, s.histories),
+         "angle of the weights from their initialisation over training, per optimiser and σ_w (mean over seeds)")

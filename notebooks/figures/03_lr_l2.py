@@ -1,11 +1,13 @@
 # ---
 # jupyter:
 #   jupytext:
+#     notebook_metadata_filter: -jupytext.text_representation.jupytext_version
 #     text_representation:
 #       extension: .py
 #       format_name: percent
+#       format_version: '1.3'
 #   kernelspec:
-#     display_name: Python 3
+#     display_name: Python 3 (ipykernel)
 #     language: python
 #     name: python3
 # ---
@@ -34,7 +36,8 @@ s.stamp.caption()
 
 # %%
 s.table("T3_lr_l2", lambda: tables.lr_l2_table(s.runs),
-        "SGD: test-accuracy spread across σ_w (pp) by learning rate (rows) and L2 weight decay (columns)")
+        "SGD: test-accuracy spread across σ_w (pp) by learning rate (rows) and L2 weight decay (columns); "
+        "'diverged': runs of the row that diverged, and the cells whose spread lacks a σ_w because they did")
 
 # %%
 s.figure("F5_spread_lr_l2", lambda: plots.spread_heatmap(s.runs),

@@ -1,11 +1,13 @@
 # ---
 # jupyter:
 #   jupytext:
+#     notebook_metadata_filter: -jupytext.text_representation.jupytext_version
 #     text_representation:
 #       extension: .py
 #       format_name: percent
+#       format_version: '1.3'
 #   kernelspec:
-#     display_name: Python 3
+#     display_name: Python 3 (ipykernel)
 #     language: python
 #     name: python3
 # ---
@@ -34,7 +36,8 @@ s.stamp.caption()
 
 # %%
 s.table("T4_batch_size", lambda: tables.batch_size_table(s.runs),
-        "Test-accuracy spread across σ_w (pp) by batch size (rows) and optimiser (columns)")
+        "Test-accuracy spread across σ_w (pp) by batch size (rows) and optimiser (columns); 'diverged': runs of "
+        "the row that diverged, and the cells whose spread lacks a σ_w because they did")
 
 # %%
 s.figure("F4_spread_vs_batch_size", lambda: plots.spread_vs_batch_size(s.runs),

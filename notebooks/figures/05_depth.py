@@ -1,11 +1,13 @@
 # ---
 # jupyter:
 #   jupytext:
+#     notebook_metadata_filter: -jupytext.text_representation.jupytext_version
 #     text_representation:
 #       extension: .py
 #       format_name: percent
+#       format_version: '1.3'
 #   kernelspec:
-#     display_name: Python 3
+#     display_name: Python 3 (ipykernel)
 #     language: python
 #     name: python3
 # ---
@@ -35,7 +37,8 @@ s.stamp.caption()
 # %%
 s.table("T5_depth", lambda: tables.depth_table(s.runs),
         "Depth: test accuracy (%) / interpolation epoch ('never': no interpolation) per architecture, optimiser "
-        "and σ_w, with the runs that interpolated and the spread across σ_w (pp)")
+        "and σ_w ('diverged': no accuracy, outside the spread), with the runs that interpolated and that "
+        "diverged and the spread across σ_w (pp)")
 
 # %%
 s.figure("F6_depth_interpolation", lambda: plots.depth_interpolation_map(s.runs),

@@ -1,11 +1,13 @@
 # ---
 # jupyter:
 #   jupytext:
+#     notebook_metadata_filter: -jupytext.text_representation.jupytext_version
 #     text_representation:
 #       extension: .py
 #       format_name: percent
+#       format_version: '1.3'
 #   kernelspec:
-#     display_name: Python 3
+#     display_name: Python 3 (ipykernel)
 #     language: python
 #     name: python3
 # ---
@@ -18,6 +20,14 @@
 # depend on σ_w; the best epoch does); zero clocks are left off the log axes and counted in a note. **F8**: its
 # repair gap (validation accuracy at the end minus at the interpolation epoch).
 #
+# Then the *measured* forgetting, where the runs have the instruments of `initmem.forgetting` (runs recorded before
+# them are left out): **T6** the per-step angular update of the scale-invariant (conv + BatchNorm) layers at the
+# end of training against the equilibrium the theory predicts with weight decay (Wan et al. 2021 for SGD, Kosson et
+# al. 2024 for AdamW), per σ_w: does the equilibrium forget the initial scale? **T7** and **F11**: does the spread
+# follow the measured forgetting (the σ_w-range of the angle from initialisation at the selected epoch, and
+# Θ = Σ per-step angle) across sections, where F7's clocks do not? Spearman rank correlations, the clocks' on the
+# same configurations beside them.
+#
 # Relative `results_dir` and `out_dir` are relative to the repository root, however the notebook runs (JupyterLab,
 # whose working folder is `notebooks/figures/`; papermill; `initmem figures`): `results/cpu` is the committed
 # results, `figures` the committed figures, which this notebook overwrites. A `results_dir` that does not exist is
@@ -28,7 +38,7 @@ results_dir = "results/cpu"
 out_dir = "figures"
 
 # %%
-from initmem import plots
+from initmem import plots, plots_forgetting, tables_forgetting
 from initmem.figures import FigureBook
 
 s = FigureBook(results_dir, out_dir)
@@ -41,3 +51,21 @@ s.figure("F7_spread_vs_clocks", lambda: plots.spread_vs_clocks(s.runs),
 # %%
 s.figure("F8_repair_gap", lambda: plots.repair_gap_bars(s.runs),
          "repair gap (val. accuracy final − at interpolation, pp) per configuration")
+
+# %%
+s.table("T6_equilibrium", lambda: tables_forgetting.equilibrium_table(s.runs, s.histories),
+        "weight decay: the predicted equilibrium per-step angle (rad/step; SGD sqrt(2ηλ/(1+β)), Wan et al. 2021; "
+        "AdamW sqrt(2ηλ(1−β1)/(1+β1)), Kosson et al. 2024; – where none is stated) against the measured one (median "
+        "over conv layers of the per-step angle, mean over the last 10 % of epochs) per σ_w, their ratio, whether "
+        "the measured values are independent of σ_w (spread ≤ 10 % of their mean) and T_L2 = λ Σ η (the "
+        "equilibrium needs it of order 1)")
+
+# %%
+corr = s.table("T7_clock_correlations", lambda: tables_forgetting.clock_correlations(s.runs),
+               "Spearman rank correlation of the spread across σ_w with the measured forgetting and with F7's clocks, "
+               "over the configurations that have the instruments")
+
+# %%
+s.figure("F11_spread_vs_measured_clock", lambda: plots_forgetting.spread_vs_measured_clock(s.runs),
+         "spread across σ_w against the measured forgetting, every configuration with the instruments: does memory "
+         "follow it where F7's clocks do not? " + tables_forgetting.correlation_sentence(corr))

@@ -1,0 +1,190 @@
+"""The study's tables of the forgetting instruments (`initmem.forgetting`): pure functions from `results.load_runs`
+/ `load_histories` frames to DataFrames, like `initmem.tables` (whose vocabulary and helpers they use). Runs
+recorded before the instruments have no `angle`/`step_angle` columns and None diagnostics: they are skipped, and a
+table with nothing left raises `NoResults`.
+
+- T6 `equilibrium_table`: the per-step angular update that the theory of scale-invariant networks predicts at
+  equilibrium (`equilibrium_angle`) against the one measured, per σ_w.
+- `clock_correlations`: does the spread follow the *measured* forgetting (the σ_w-range of the angle from
+  initialisation, Theta) across configurations, where the STUDY.md clocks do not? Spearman rank correlations, which
+  F11's caption quotes (`correlation_sentence`).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import numpy as np
+import pandas as pd
+
+from initmem import tables
+from initmem.errors import ConfigError, NoResults
+
+__all__ = ["equilibrium_angle", "equilibrium_table", "step_angle_at_end", "clock_correlations",
+           "correlation_sentence", "spearman", "HEAD", "MEASURED"]
+
+HEAD = "head"  # the classifier layer (`models`: `model.head`): no BatchNorm after it, so not scale-invariant
+# the measured forgetting of a configuration (`tables.config_spreads` columns) and how captions name them
+MEASURED = {"angle_range_deg": "σ_w-range of the angle at the selected epoch", "Theta_final": "Θ_final"}
+
+
+def equilibrium_angle(optimizer: str, lr: float, weight_decay: float, momentum: float = 0.0,
+                      betas: Sequence[float] = (0.9, 0.999)) -> float | None:
+    """The per-step angular update (radians) of a scale-invariant weight (a conv followed by BatchNorm) at the
+    equilibrium that weight decay and the gradient reach, as the literature states it; None where none is stated.
+
+    - SGD with coupled L2 lambda and heavy-ball momentum beta (`sgd`: beta = 0; `sgd_momentum`: beta = momentum):
+      sqrt(2 eta lambda / (1 + beta)) — the angular update of *spherical motion dynamics*, Wan et al. 2021,
+      "Spherical Motion Dynamics: Learning Dynamics of Normalized Neural Network using SGD and Weight Decay"
+      (NeurIPS 2021). Plain SGD, lr 0.1, lambda 0.01: sqrt(0.002) ≈ 0.0447 rad/step.
+    - AdamW with decoupled decay lambda (the step multiplies W by 1 - eta lambda, torch's convention) and beta1:
+      sqrt(2 eta lambda (1 - beta1) / (1 + beta1)) — the *rotational equilibrium* of Kosson et al. 2024,
+      "Rotational Equilibrium: How Weight Decay Balances Learning Across Neural Networks" (ICML 2024).
+    - None without weight decay (no equilibrium: the norm grows and the angular step shrinks), for Adam with
+      coupled L2 (the decay is rescaled per coordinate; no closed form is stated) and for Muon.
+
+    The equilibrium is approached on the time scale 1 / (2 eta lambda) steps (the norm's relaxation), so a run
+    whose T_L2 = lambda sum(eta) is well below 1 has not reached it."""
+    for name, v in (("lr", lr), ("weight_decay", weight_decay), ("momentum", momentum)):
+        if isinstance(v, bool) or not isinstance(v, (int, float, np.number)) or not math.isfinite(v) or v < 0:
+            raise ConfigError(f"{name}={v!r} is invalid: a finite real >= 0 is accepted")
+    if momentum >= 1:
+        raise ConfigError(f"momentum={momentum!r} is invalid: a real in [0, 1) is accepted")
+    if not weight_decay or not lr:
+        return None
+    if optimizer in ("sgd", "sgd_momentum"):
+        beta = float(momentum) if optimizer == "sgd_momentum" else 0.0
+        return math.sqrt(2 * lr * weight_decay / (1 + beta))
+    if optimizer == "adamw":
+        b1 = float(betas[0])
+        return math.sqrt(2 * lr * weight_decay * (1 - b1) / (1 + b1))
+    return None
+
+
+def _layer_columns(h: pd.DataFrame) -> list[str]:
+    return [c for c in h.columns if c.startswith("step_angle:") and c != f"step_angle:{HEAD}"]
+
+
+def step_angle_at_end(history: pd.DataFrame, tail: float = 0.1) -> float:
+    """The measured per-step angle (radians) of a run's scale-invariant layers at the end of training: per measured
+    epoch (>= 1) the median over its conv layers (every `step_angle:<layer>` but the head's) of the epoch's mean
+    per-step angle, averaged over the last `tail` fraction of the measured epochs whose values are finite (at least
+    the last one: tail = 0 reads the last measured epoch only). NaN when the history has no instruments."""
+    cols = _layer_columns(history)
+    if not cols:
+        return math.nan
+    h = history[history["epoch"] >= 1].sort_values("epoch")
+    per_epoch = h[cols].apply(pd.to_numeric, errors="coerce").median(axis=1, skipna=True).dropna()
+    if per_epoch.empty:
+        return math.nan
+    k = max(1, math.ceil(tail * len(per_epoch) - 1e-9))
+    return float(per_epoch.iloc[-k:].mean())
+
+
+def _histories(confs: pd.DataFrame, histories: pd.DataFrame | None) -> pd.DataFrame:
+    if histories is not None:
+        return histories
+    if "path" not in confs.columns:
+        raise ConfigError("got runs without a `path` column and no histories: the rows of load_runs are accepted")
+    from initmem.results import load_histories
+
+    frames = [load_histories(p) for p in confs["path"].dropna().unique()]
+    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=["run_id", "epoch"])
+
+
+def equilibrium_table(runs: pd.DataFrame, histories: pd.DataFrame | None = None, tail: float = 0.1,
+                      tolerance: float = 0.1) -> pd.DataFrame:
+    """T6: for every weight-decay configuration (weight_decay > 0) whose runs have the instruments, the predicted
+    equilibrium per-step angle (`predicted`, rad/step; `equilibrium_angle`, NaN where none is stated) against the
+    measured one (`step_angle_at_end`) per σ_w (mean over seeds; 'diverged' where its runs diverged), the ratio
+    measured / predicted (min and max over σ_w), `sigma_rel_spread` = (max − min) / mean of the measured values
+    across σ_w, `independent_of_sigma` ('yes' when that is <= `tolerance`: the equilibrium forgets the initial
+    scale) and T_L2 (median over its runs; the equilibrium needs T_L2 of order 1 to be reached).
+
+    `histories` default to the runs' own (`results.load_histories` of each run's `path`). NoResults when no
+    weight-decay configuration has `step_angle` columns."""
+    confs = tables.configurations(runs)
+    h = _histories(confs, histories)
+    h = h[h["run_id"].isin(confs["run_id"])]
+    measured = {rid: step_angle_at_end(hh, tail) for rid, hh in h.groupby("run_id")} if len(h) else {}
+    confs = confs.assign(step_angle_end=confs["run_id"].map(measured).astype(float))
+    wd = pd.to_numeric(confs["weight_decay"], errors="coerce").fillna(0) > 0
+    has = confs[wd].groupby("config")["step_angle_end"].transform(lambda x: x.notna().any())
+    confs = confs[wd][has.astype(bool)]
+    if confs.empty:
+        raise NoResults("no weight-decay configuration with the per-step angle instruments (runs recorded before "
+                        "them have none)")
+    lead, sigmas = tables.label_columns(confs), sorted(confs["sigma_w"].unique())
+    rows = []
+    for _, g in confs.groupby("config", sort=True):
+        first = g.iloc[0]
+        betas = first["betas"] if "betas" in g.columns and isinstance(first["betas"], (tuple, list)) else (0.9, 0.999)
+        momentum = float(first["momentum"]) if "momentum" in g.columns and pd.notna(first["momentum"]) else 0.0
+        pred = equilibrium_angle(str(first["optimizer"]), float(first["lr"]), float(first["weight_decay"]),
+                                 momentum, betas)
+        by = g.groupby("sigma_w")["step_angle_end"].mean().dropna()
+        ratio = by / pred if pred else pd.Series(dtype=float)
+        rel = float((by.max() - by.min()) / by.mean()) if len(by) >= 2 and by.mean() > 0 else math.nan
+        rows.append({**{c: (first[c] if c in g.columns else first["label"]) for c in lead},
+                     "predicted": math.nan if pred is None else pred,
+                     **tables.sigma_cells(g, sigmas, False, "step_angle_end", scale=1.0),
+                     "ratio_min": float(ratio.min()) if len(ratio) else math.nan,
+                     "ratio_max": float(ratio.max()) if len(ratio) else math.nan,
+                     "sigma_rel_spread": rel,
+                     "independent_of_sigma": "–" if math.isnan(rel) else ("yes" if rel <= tolerance else "no"),
+                     "T_L2": tables.run_median(g, "T_L2")})
+    return tables.finish(pd.DataFrame(rows), {"predicted": "{:.3g}", "sigma_w=*": "{:.3g}", "ratio_*": "{:.2f}",
+                                               "sigma_rel_spread": "{:.2f}", "T_L2": "{:.3g}"})
+
+
+# --- does memory follow the measured forgetting? ------------------------------------------------------------
+def spearman(x: pd.Series, y: pd.Series) -> float:
+    """Spearman's rank correlation (average ranks for ties); NaN with fewer than 3 pairs or a constant side."""
+    rx, ry = x.rank(method="average").to_numpy(float), y.rank(method="average").to_numpy(float)
+    if len(rx) < 3 or np.ptp(rx) == 0 or np.ptp(ry) == 0:
+        return math.nan
+    return float(np.corrcoef(rx, ry)[0, 1])
+
+
+def clock_correlations(runs: pd.DataFrame) -> pd.DataFrame:
+    """Across the configurations (of every section) that have the instruments, the Spearman rank correlation of the
+    spread across σ_w (pp, `tables.config_spreads`) with each measured forgetting (`MEASURED`: the σ_w-range of the
+    angle at the selected epoch, Θ_final) and, on the same configurations for comparison, with F7's clocks
+    (T_SGD, T_L2, T_adapt and, where recorded, their momentum-aware `_eff` variants). One row per x: `x`, `kind`
+    ('measured' | 'clock'), `n_configs` (those with a spread and a finite x), `n_sections` and `spearman` (NaN
+    below 3 configurations or for a constant x). NoResults when no configuration has the instruments."""
+    cs = tables.config_spreads(runs)
+    cs = cs[cs["spread_pp"].notna() & cs[list(MEASURED)].notna().any(axis=1)]
+    if cs.empty:
+        raise NoResults("no configuration with the forgetting instruments (angle, Theta: runs recorded before them "
+                        "have none)")
+    rows = []
+    for x in [*MEASURED, *tables.CLOCKS, *tables.EFF_CLOCKS]:
+        ok = cs[cs[x].notna()] if x in cs.columns else cs.iloc[:0]
+        if x in tables.EFF_CLOCKS and ok.empty:
+            continue
+        rows.append({"x": x, "kind": "measured" if x in MEASURED else "clock", "n_configs": len(ok),
+                     "n_sections": ok["section"].nunique(), "spearman": spearman(ok[x], ok["spread_pp"])})
+    return tables.finish(pd.DataFrame(rows), {"spearman": "{:+.2f}"})
+
+
+def correlation_sentence(corr: pd.DataFrame | str) -> str:
+    """F11's caption from `clock_correlations`: 'Spearman ρ of the spread with: σ_w-range of the angle at the
+    selected epoch +0.83, Θ_final −0.40 (measured) vs T_SGD −0.10, T_L2 −0.35, T_adapt +0.05 (clocks); n = 12
+    configuration(s) of 3 section(s)' ('–' for an undefined ρ). '' for a placeholder (a FigureBook.table message
+    string)."""
+    if not isinstance(corr, pd.DataFrame) or corr.empty:
+        return ""
+
+    def signed(v: float) -> str:
+        return "–" if math.isnan(v) else f"{v:+.2f}".replace("-", "−")
+
+    def part(kind: str) -> str:  # the STUDY.md clocks only: the `_eff` variants are in the table
+        return ", ".join(f"{MEASURED.get(r.x, r.x)} {signed(r.spearman)}" for r in corr[corr["kind"] == kind]
+                         .itertuples() if r.x not in tables.EFF_CLOCKS)
+
+    n = int(corr.loc[corr["kind"] == "measured", "n_configs"].max())
+    k = int(corr.loc[corr["kind"] == "measured", "n_sections"].max())
+    return (f"Spearman ρ of the spread with: {part('measured')} (measured) vs {part('clock')} (clocks); "
+            f"n = {n} configuration(s) of {k} section(s)")

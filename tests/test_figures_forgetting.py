@@ -1,0 +1,291 @@
+"""The tables and figures of the forgetting instruments (T6, T7, F10, F11: `tables_forgetting`, `plots_forgetting`),
+the diverged σ_w made visible in every table that shows a spread, and one point as a section notebook shows it
+(`tables.point_table`, `plots.point_figure`), all on hand-made frames or run folders written through
+`results.write_run`, with the numbers computed by hand."""
+
+from __future__ import annotations
+
+import math
+from types import SimpleNamespace
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from initmem import metrics, plots, plots_forgetting, tables
+from initmem import tables_forgetting as tf
+from initmem.errors import ConfigError, NoResults
+
+
+def _runs(rows: list[dict], section: str = "03_lr_l2") -> pd.DataFrame:
+    """A load_runs-like frame with the columns the tables read; unspecified ones get neutral values."""
+    base = {"section": section, "optimizer": "sgd", "arch": "resnet9", "lr": 0.1, "weight_decay": 0.0, "momentum": 0.0,
+            "betas": (0.9, 0.999), "batch_size": 128, "epochs": 10, "seed": 0, "status": "complete",
+            "test_acc_at_best": 0.5, "tau_interp": 5.0, "repair_gap": 0.0, "init_weight_norm": 10.0,
+            "final_weight_norm": 10.0, "T_SGD": 1e-4, "T_L2": 0.0, "T_adapt": 1.0}
+    out = pd.DataFrame([{**base, **r} for r in rows])
+    return out.assign(run_id=[f"r{i:03d}" for i in range(len(out))], interpolated=out["tau_interp"].notna())
+
+
+def _step_history(run_id: str, convs: list[list[float]], head: float = 1.0) -> pd.DataFrame:
+    """Epochs 0..n: step_angle:<conv k> = convs[k][epoch-1] (epoch 0 has none, as the engine writes it), and a huge
+    head that must not count."""
+    n = len(convs[0])
+    h = pd.DataFrame({"run_id": run_id, "epoch": np.arange(n + 1)})
+    for k, vals in enumerate(convs):
+        h[f"step_angle:layer{k}.conv"] = [np.nan, *vals]
+    h["step_angle:head"] = [np.nan, *[head] * n]
+    h["step_angle"] = h["step_angle:layer0.conv"]
+    return h
+
+
+# --- T6 ------------------------------------------------------------------------------------------------------
+def test_equilibrium_angle_is_the_literatures_formula():
+    assert tf.equilibrium_angle("sgd", 0.1, 0.01) == pytest.approx(math.sqrt(0.002)) == pytest.approx(0.04472, abs=1e-5)
+    assert tf.equilibrium_angle("sgd_momentum", 0.01, 1e-3, momentum=0.9) == pytest.approx(math.sqrt(2e-5 / 1.9))
+    assert tf.equilibrium_angle("adamw", 1e-3, 1e-2, betas=(0.9, 0.999)) == pytest.approx(math.sqrt(2e-5 * 0.1 / 1.9))
+    assert tf.equilibrium_angle("adamw", 1e-3, 1e-2, betas=(0.5, 0.999)) == pytest.approx(math.sqrt(2e-5 * 0.5 / 1.5))
+    for args in (("sgd", 0.1, 0.0), ("adam", 1e-3, 1e-2), ("muon", 0.02, 1e-2)):
+        assert tf.equilibrium_angle(*args) is None  # no equilibrium, or none stated
+    with pytest.raises(ConfigError, match="lr=-0.1 is invalid"):
+        tf.equilibrium_angle("sgd", -0.1, 0.01)
+
+
+def test_step_angle_at_end_is_the_conv_median_over_the_last_epochs():
+    # three convs: medians per epoch 2, 4, 6, 8 (the head's 1.0 would raise every one of them if it counted)
+    h = _step_history("r", [[1, 3, 5, 7], [2, 4, 6, 8], [9, 9, 9, 9]], head=100.0)
+    assert tf.step_angle_at_end(h, tail=0) == pytest.approx(8.0)  # last measured epoch only
+    assert tf.step_angle_at_end(h, tail=0.1) == pytest.approx(8.0)  # 10 % of 4 epochs: still one
+    assert tf.step_angle_at_end(h, tail=0.5) == pytest.approx(7.0)  # mean of the last two medians (6, 8)
+    h.loc[h["epoch"] == 4, [c for c in h.columns if c.startswith("step_angle")]] = np.nan  # diverged in epoch 4
+    assert tf.step_angle_at_end(h, tail=0) == pytest.approx(6.0)
+    assert math.isnan(tf.step_angle_at_end(h.drop(columns=[c for c in h.columns if c.startswith("step_angle")])))
+
+
+def test_equilibrium_table_predicted_against_measured_per_sigma():
+    pred = math.sqrt(2 * 0.1 * 0.01)
+    rows = [{"weight_decay": 0.01, "sigma_w": s, "seed": k, "T_L2": 6.0} for s in (0.5, 2.0) for k in (0, 1)]
+    rows += [{"weight_decay": 0.0, "sigma_w": s} for s in (0.5, 2.0)]  # no weight decay: not in T6
+    rows += [{"weight_decay": 0.1, "sigma_w": s} for s in (0.5, 2.0)]  # recorded before the instruments
+    rows += [{"optimizer": "adam", "lr": 1e-3, "weight_decay": 0.01, "sigma_w": s} for s in (0.5, 2.0)]
+    runs = _runs(rows)
+    # measured (last epoch, tail 0): σ 0.5 seeds 0.9 and 1.1 × pred (mean 1.0), σ 2.0 both 1.2 × pred
+    factors = {"r000": 0.9, "r001": 1.1, "r002": 1.2, "r003": 1.2, "r004": 5.0, "r005": 5.0, "r008": 0.3, "r009": 0.4}
+    h = pd.concat([_step_history(r, [[0.0, pred * f]] * 3) for r, f in factors.items()]
+                  + [pd.DataFrame({"run_id": ["r006", "r007"], "epoch": [2, 2]})])
+    t = tf.equilibrium_table(runs, h, tail=0)
+    assert len(t) == 2 and set(t["optimizer"]) == {"sgd", "adam"}  # the weight-decay configs with instruments
+    sgd = t[t["optimizer"] == "sgd"].iloc[0]
+    assert sgd["predicted"] == pytest.approx(pred)
+    assert sgd["sigma_w=0.5"] == pytest.approx(pred) and sgd["sigma_w=2"] == pytest.approx(1.2 * pred)
+    assert sgd["ratio_min"] == pytest.approx(1.0) and sgd["ratio_max"] == pytest.approx(1.2)
+    assert sgd["sigma_rel_spread"] == pytest.approx(0.2 / 1.1) and sgd["independent_of_sigma"] == "no"
+    assert sgd["T_L2"] == 6.0
+    adam = t[t["optimizer"] == "adam"].iloc[0]
+    assert math.isnan(adam["predicted"]) and math.isnan(adam["ratio_min"])  # adam + coupled L2: none stated
+    assert adam["sigma_w=0.5"] == pytest.approx(0.3 * pred)
+    assert tf.equilibrium_table(runs, h, tail=0, tolerance=0.2).set_index("optimizer").loc[
+        "sgd", "independent_of_sigma"] == "yes"
+    with pytest.raises(NoResults, match="no weight-decay configuration"):
+        tf.equilibrium_table(runs, h[h["run_id"].isin(["r004", "r005"])])  # only the wd = 0 runs are measured
+    with pytest.raises(NoResults):
+        tf.equilibrium_table(runs, pd.DataFrame(columns=["run_id", "epoch"]))
+
+
+# --- T7, F11 -------------------------------------------------------------------------------------------------
+def _measured_configs() -> pd.DataFrame:
+    """Four configurations of section 03 (σ_w 0.5 / 2.0): spreads 40, 30, 20, 10 pp; angle at best differing by
+    20, 15, 10, 5° across σ_w (ρ = +1 with the spread); Θ 1, 2, 4, 8 (ρ = −1); T_adapt 4, 1, 3, 2 (ρ = +0.4); plus
+    a section-01 configuration recorded before the instruments (spread 50 pp, in no correlation)."""
+    rows = []
+    for k, (spread, dangle, theta, t_adapt) in enumerate(((0.4, 20, 1, 4), (0.3, 15, 2, 1), (0.2, 10, 4, 3),
+                                                         (0.1, 5, 8, 2))):
+        for s, acc, ang in ((0.5, 0.5 + spread, 30.0), (2.0, 0.5, 30.0 - dangle)):
+            rows.append({"lr": 0.01 * (k + 1), "sigma_w": s, "test_acc_at_best": acc, "angle_at_best": ang,
+                         "Theta_final": theta, "T_adapt": t_adapt})
+    return pd.concat([_runs(rows), _runs([{"sigma_w": 0.5, "test_acc_at_best": 0.9, "angle_at_best": None,
+                                           "Theta_final": None}, {"sigma_w": 2.0, "test_acc_at_best": 0.4,
+                                                                  "angle_at_best": None, "Theta_final": None}],
+                                         section="01_optimizers")], ignore_index=True).assign(
+        run_id=lambda d: [f"r{i:03d}" for i in range(len(d))])
+
+
+def test_clock_correlations_on_hand_made_spreads():
+    runs = _measured_configs()
+    cs = tables.config_spreads(runs).set_index("label")
+    assert cs.loc["lr=0.01", "angle_range_deg"] == pytest.approx(20.0) and cs.loc["lr=0.04", "Theta_final"] == 8
+    assert math.isnan(cs.loc["sgd", "angle_range_deg"])  # the pre-instrument configuration
+    c = tf.clock_correlations(runs).set_index("x")
+    assert c.loc["angle_range_deg", "spearman"] == pytest.approx(1.0)
+    assert c.loc["Theta_final", "spearman"] == pytest.approx(-1.0)
+    assert c.loc["T_adapt", "spearman"] == pytest.approx(0.4)  # ranks (4,1,3,2) vs (4,3,2,1): 1 - 6·6/60
+    assert math.isnan(c.loc["T_SGD", "spearman"])  # a constant clock has no rank correlation
+    assert (c["n_configs"] == 4).all() and (c.loc[["T_SGD", "T_adapt"], "kind"] == "clock").all()  # same configs
+    assert "T_SGD_eff" not in c.index  # not recorded in these runs
+    sentence = tf.correlation_sentence(c.reset_index())
+    assert "σ_w-range of the angle at the selected epoch +1.00, Θ_final −1.00 (measured)" in sentence
+    assert "T_adapt +0.40" in sentence and "n = 4 configuration(s) of 1 section(s)" in sentence
+    assert tf.correlation_sentence("T7: no results") == ""
+    with pytest.raises(NoResults, match="forgetting instruments"):
+        tf.clock_correlations(runs[runs["section"] == "01_optimizers"])
+
+
+def test_spread_vs_measured_clock_places_every_configuration():
+    runs = _measured_configs()
+    fig = plots_forgetting.spread_vs_measured_clock(runs)
+    left, right = fig.axes[:2]
+    pts = sorted((float(c.lines[0].get_xdata()[0]), float(c.lines[0].get_ydata()[0])) for c in left.containers)
+    assert np.allclose(pts, [(5, 10), (10, 20), (15, 30), (20, 40)])
+    assert sorted(float(c.lines[0].get_xdata()[0]) for c in right.containers) == [1, 2, 4, 8]
+    assert right.get_xscale() == "log"
+    assert left.get_title() == "Spearman ρ = +1.00 (n = 4)" and right.get_title() == "Spearman ρ = −1.00 (n = 4)"
+    labels = [t.get_text() for t in fig.legends[0].get_texts()]
+    assert labels == ["03 lr=0.01", "03 lr=0.02", "03 lr=0.03", "03 lr=0.04"]  # the old section-01 runs left out
+    with pytest.raises(NoResults):
+        plots_forgetting.spread_vs_measured_clock(runs[runs["section"] == "01_optimizers"])
+
+
+# --- F10 -----------------------------------------------------------------------------------------------------
+def test_angle_curves_one_panel_per_configuration_one_line_per_sigma():
+    runs = _runs([{"optimizer": o, "lr": 0.01 if o == "sgd" else 1e-3, "sigma_w": s, "seed": k}
+                  for o in ("sgd", "adam", "muon") for s in (0.5, 2.0) for k in (0, 1)], section="01_optimizers")
+    frames = []
+    for r in runs.itertuples():
+        h = pd.DataFrame({"run_id": r.run_id, "epoch": np.arange(4)})
+        if r.optimizer != "muon":  # muon's runs predate the instruments: no angle column values
+            h["angle"] = np.arange(4) * (10.0 if r.optimizer == "adam" else 1.0 / r.sigma_w) + r.seed
+        frames.append(h)
+    fig = plots_forgetting.angle_curves(runs, pd.concat(frames, ignore_index=True))
+    axes = [ax for ax in fig.axes if ax.get_visible() and ax.lines]
+    assert [ax.get_title() for ax in axes] == ["sgd", "adam"]
+    sgd = {line.get_label(): line.get_ydata().tolist() for line in axes[0].lines}
+    assert sgd == {"σ_w=0.5": pytest.approx([0.5, 2.5, 4.5, 6.5]), "σ_w=2": pytest.approx([0.5, 1.0, 1.5, 2.0])}
+    assert axes[0].get_shared_y_axes().joined(axes[0], axes[1])
+    assert [t.get_text() for t in fig.legends[0].get_texts()] == ["σ_w=0.5", "σ_w=2"]
+    with pytest.raises(NoResults, match="angle"):
+        plots_forgetting.angle_curves(runs, pd.concat(frames).drop(columns="angle"))
+
+
+# --- diverged σ_w --------------------------------------------------------------------------------------------
+def _write(root, section, cfg, diverged: bool, acc: float):
+    from initmem.config import run_id
+    from initmem.results import write_run
+
+    e = np.arange(4)
+    bad = np.where(e >= 1, np.nan, 2.3) if diverged else None
+    h = pd.DataFrame({"epoch": e, "step": 10 * e, "lr": cfg.lr,
+                      "train_loss": bad if diverged else [np.nan, 1.0, 0.5, 0.1],
+                      "train_acc_running": [np.nan, 0.5, 0.8, 1.0], "train_acc": [0.1, 0.1, 0.1, 0.1] if diverged
+                      else [0.1, 0.6, 0.9, 1.0], "val_loss": bad if diverged else [2.3, 1.0, 0.8, 0.9],
+                      "val_acc": 0.1 if diverged else acc, "test_loss": bad if diverged else [2.3, 1.0, 0.8, 0.9],
+                      "test_acc": [0.1, 0.1, 0.1, 0.1] if diverged else [0.1, acc - 0.1, acc, acc - 0.05],
+                      "weight_norm": [10.0, np.nan, np.nan, np.nan] if diverged else [10.0, 11.0, 12.0, 12.5],
+                      "T_SGD": 1e-4 * e, "T_L2": cfg.weight_decay * cfg.lr * 10 * e, "T_adapt": cfg.lr * 10 * e,
+                      "wall_time": e.astype(float),
+                      "angle": [0.0, np.nan, np.nan, np.nan] if diverged else [0.0, 5.0, 8.0, 10.0],
+                      "Theta": [0.0, np.nan, np.nan, np.nan] if diverged else [0.0, 0.1, 0.2, 0.3]})
+    write_run(SimpleNamespace(config=cfg, run_id=run_id(cfg), status="diverged" if diverged else "complete",
+                              history=h, summary=metrics.summarize_history(h), provenance={},
+                              started_at="2026-01-01T00:00:00Z", finished_at="2026-01-01T00:00:01Z"), root, section)
+
+
+@pytest.fixture
+def diverged_tree(tmp_path):
+    """Section 03, SGD lr 0.1 × wd {0, 0.01}, σ_w {0.1, 1, 2.5} × seeds {0, 1}: at wd = 0.01 the σ_w = 2.5 runs
+    diverge at epoch 1 (NaN losses from then on), so that point's spread is over σ_w 0.1 and 1 only."""
+    from initmem.config import TrainConfig
+
+    accs = {0.1: 0.6, 1.0: 0.5, 2.5: 0.3}
+    for wd in (0.0, 0.01):
+        for s, acc in accs.items():
+            for seed in (0, 1):
+                cfg = TrainConfig(data="synthetic", optimizer="sgd", lr=0.1, weight_decay=wd, sigma_w=s, seed=seed,
+                                  epochs=3, device="cpu")
+                _write(tmp_path, "03_lr_l2", cfg, diverged=wd > 0 and s == 2.5, acc=acc + 0.01 * seed)
+    return tmp_path
+
+
+def test_a_diverged_sigma_is_shown_in_every_spread_table(diverged_tree):
+    from initmem.results import load_runs
+
+    runs = load_runs(diverged_tree)
+    assert runs["status"].eq("diverged").sum() == 2 and runs["test_acc_at_best"].isna().sum() == 2
+    summary = metrics.point_summary(runs[runs["weight_decay"] > 0])
+    assert summary["sigma_ws_missing"] == [2.5] and summary["diverged_sigma_ws"] == [2.5]
+
+    t1 = tables.optimizer_table(runs).set_index("weight_decay")
+    assert t1.loc[0.01, "sigma_w=2.5"] == tables.DIVERGED and t1.loc[0.0, "sigma_w=2.5"] == pytest.approx(30.5)
+    assert t1.loc[0.01, "diverged"] == "2/6" and t1.loc[0.0, "diverged"] == "0/6"
+    assert t1.loc[0.01, "spread_pp"] == pytest.approx(10.0)  # over σ_w 0.1 and 1 only: and it says so
+    from initmem import figures
+
+    headers, rows = figures.display_rows(t1.reset_index())
+    assert rows[1][headers.index("σ_w=2.5")] == "diverged"
+
+    cs = tables.config_spreads(runs).set_index("label")
+    assert cs.loc["wd=0.01", ["n_sigma", "n_sigma_in_spread", "n_diverged"]].tolist() == [3, 2, 2]
+    assert cs.loc["wd=0", ["n_sigma", "n_sigma_in_spread"]].tolist() == [3, 3]
+    assert cs.loc["wd=0.01", "diverged"] == "2/6"
+
+    t3 = tables.lr_l2_table(runs)
+    assert list(t3.columns) == ["lr", "wd=0", "wd=0_std", "wd=0.01", "wd=0.01_std", "diverged"]  # two seeds
+    assert t3.loc[0, "diverged"] == "2/12 (wd=0.01 without σ_w=2.5)" and t3.attrs["narrowed"] == [(0, "wd=0.01")]
+    f5 = plots.spread_heatmap(runs).axes[0]
+    assert sorted(t.get_text() for t in f5.texts) == ["10.0*", "30.0"] and "fewer σ_w" in f5.get_xlabel()
+    labels = [t.get_text() for t in plots.spread_vs_clocks(runs).legends[0].get_texts()]
+    assert labels == ["03 wd=0", "03 wd=0.01 (σ_w 2/3)"]
+
+    t5 = tables.depth_table(runs)
+    assert t5.loc[1, "sigma_w=2.5"] == "diverged" and t5.loc[1, "diverged"] == "2/6"
+    t2 = tables.long_training_table(runs, marks=[2, 3])  # a history with no finite val_loss is no crash
+    assert t2.loc[t2["weight_decay"] == 0.01, "sigma_w=2.5"].tolist() == ["diverged"] * 2
+    assert t2.loc[t2["weight_decay"] == 0.01, "spread_pp"].tolist() == pytest.approx([10.0, 10.0])
+    rt = tables.run_table(runs)
+    assert rt.loc[rt["status"] == "diverged", "diverged_epoch"].tolist() == [1, 1]
+    assert list(rt.columns[-3:]) == ["diverged_epoch", "angle_final", "Theta_final"]
+    assert rt.loc[rt["status"] == "complete", "angle_final"].tolist() == [10.0] * 10
+    assert tables.point_table(runs[runs["weight_decay"] > 0]).loc[2.5, "test acc (%)"] == "diverged"
+
+
+# --- one point -----------------------------------------------------------------------------------------------
+def test_point_table_one_row_per_sigma_with_mean_and_std(diverged_tree):
+    from initmem.results import load_runs
+
+    runs = load_runs(diverged_tree)
+    point = runs[runs["weight_decay"] > 0]
+    t = tables.point_table(point)
+    assert t.index.tolist() == [0.1, 1.0, 2.5] and t.index.name == "σ_w" and len(t.columns) == 7
+    assert t.loc[0.1, "test acc (%)"] == f"60.5 ± {100 * math.sqrt(0.5e-4):.1f}"  # seeds 0.60, 0.61
+    assert t.loc[0.1, "runs"] == "2 complete" and t.loc[2.5, "runs"] == "2 diverged"
+    assert t.loc[0.1, "best epoch"] == "2 ± 0" and t.loc[0.1, "τ_interp"] == "3 ± 0"  # the seeds agree
+    assert t.loc[0.1, "angle at best (°)"] == "8.0 ± 0.0" and t.loc[0.1, "Θ_final (rad)"] == "0.3 ± 0"
+    assert t.loc[2.5, "τ_interp"] == "never" and t.loc[2.5, "angle at best (°)"] == "–"
+    old = _runs([{"sigma_w": s, "seed": k, "test_acc_at_best": 0.5 + 0.1 * k} for s in (0.5, 1.0) for k in (0, 1)])
+    t = tables.point_table(old.assign(tau_interp=[3.0, None, 4.0, 6.0]))  # recorded before the instruments
+    assert t.loc[0.5, "angle at best (°)"] == "–" and t.loc[0.5, "τ_interp"] == "3 (1/2)"
+    assert t.loc[1.0, "τ_interp"] == f"5 ± {math.sqrt(2):.0f}"
+    with pytest.raises(ConfigError, match="2 configurations"):
+        tables.point_table(runs)
+
+
+def test_point_figure_reads_the_run_folders_and_shows_inline(diverged_tree):
+    from IPython.core.formatters import DisplayFormatter
+
+    from initmem.results import load_runs
+
+    runs = load_runs(diverged_tree)
+    fig = plots.point_figure(runs[runs["weight_decay"] > 0])  # histories from the runs' own folders
+    a, b, c = fig.axes
+    assert tuple(fig.get_size_inches()) == (8.0, 2.6)
+    assert a.get_title() == "test acc. at selected epoch: spread 10.0 pp over 2/3 σ_w"
+    assert [t.get_text() for t in a.texts] == ["✗ diverged"]
+    assert [line.get_label() for line in c.lines] == ["σ_w=0.1", "σ_w=1"]  # the diverged σ_w has no angle
+    assert c.lines[0].get_ydata().tolist() == [0.0, 5.0, 8.0, 10.0] and b.get_yscale() == "log"
+    data, _ = DisplayFormatter().format(fig)
+    assert data["image/png"][:8] == b"\x89PNG\r\n\x1a\n"  # inline in Jupyter without registering anything
+    old = runs[runs["weight_decay"] == 0]
+    h = pd.DataFrame({"run_id": old["run_id"].repeat(2).to_numpy(), "epoch": [0, 1] * len(old), "weight_norm": 1.0})
+    fig = plots.point_figure(old, h)  # histories without the instruments
+    assert not fig.axes[2].lines and "no angle from initialisation recorded" in fig.axes[2].texts[0].get_text()
+    with pytest.raises(NoResults):
+        plots.point_figure(old.iloc[:0], h)
