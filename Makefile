@@ -10,7 +10,7 @@ PYTEST_ARGS ?=
 LABSET  := $(VENV)/share/jupyter/lab/settings
 OVERRIDES := {"@jupyterlab/docmanager-extension:plugin": {"defaultViewers": {"python": "Jupytext Notebook"}}}
 
-.PHONY: help venv test lint figures smoke reproduce report bench lab clean
+.PHONY: help venv test lint figures smoke reproduce report bench device-check lab clean
 
 help:  ## list the targets
 	@grep -E '^[a-z]+:.*##' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
@@ -51,8 +51,14 @@ report: venv  ## export executed notebooks of a results tree to HTML under repor
 lab: venv  ## JupyterLab in the repository root (the .py notebooks open as notebooks)
 	$(VENV)/bin/jupyter lab
 
-bench: venv  ## training-speed benchmark (engine vs DataLoader, ensemble vs separate)
+bench: venv  ## training-speed benchmark (engine fp32 and bf16 vs DataLoader, population vs separate)
 	$(PY) benchmarks/bench_train.py
+
+# No venv needed: a GPU box with only a stock PyTorch runs it with python3 (docs/gpu/README.md).
+CHECK_PY := $(if $(wildcard $(PY)),$(PY),python3)
+DEVICE_CHECK_ARGS ?= --device cuda
+device-check:  ## correctness and speed on this device in <= 8 min (DEVICE_CHECK_ARGS="--device cuda --out DIR")
+	PYTHONPATH=. $(CHECK_PY) benchmarks/device_check.py $(DEVICE_CHECK_ARGS)
 
 clean:  ## remove caches (keeps .venv and results)
 	rm -rf .pytest_cache .ruff_cache reports

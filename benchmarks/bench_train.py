@@ -1,19 +1,25 @@
-"""Training speed, side by side: initmem's engine against a plain PyTorch DataLoader loop, and K separate runs
-against one K-member sigma_w ensemble. Same model (ResNet-9 width 0.25 by default), optimiser and batch size.
+"""Training speed, side by side: initmem's engine against a plain PyTorch DataLoader loop, the engine at bf16
+against that loop at fp32, and K separate runs against one K-member sigma_w population. Same model (ResNet-9
+width 0.25 by default), optimiser and batch size.
 
-Contenders, alternated within each repeat (a, b0, b2, c-separate, c-ensemble, a, ...) so that load from other
-processes hits them alike; the first epoch / first steps of each are warm-up and are not timed:
-  a   engine       `initmem.train.train` itself: an epoch of `--steps` steps (n_train = steps * b) timed from the
-                   run's own `wall_time` column (epoch 2 minus epoch 1; epoch 1 is the warm-up). Evaluation is kept
-                   to 10 images per split, so the timed epoch is training plus a negligible measurement.
+Contenders, alternated within each repeat (a, a16, b0, b2, c-separate, c-population, a, ...) so that load from
+other processes hits them alike; the first epoch / first steps of each are warm-up and are not timed:
+  a   engine       `initmem.train.train` itself at `--precision` (default fp32): an epoch of `--steps` steps
+                   (n_train = steps * b) timed from the run's own `wall_time` column (epoch 2 minus epoch 1; epoch 1
+                   is the warm-up). Evaluation is kept to 10 images per split, so the timed epoch is training plus a
+                   negligible measurement.
+  a16 engine bf16  the same at precision="bf16" (autocast; on a CPU with AVX512-BF16/AMX oneDNN runs the convs in
+                   bf16): the precision contender, against the loop below at fp32.
   b0/b2 dataloader the loop a user would write: a torchvision-style Dataset (CIFAR10's __getitem__: PIL image ->
                    ToTensor -> Normalize) + DataLoader(shuffle=True, num_workers=0 or 2) + the same model and
-                   optimiser, `loss.item()` and accuracy read every step; contiguous (NCHW) tensors.
+                   optimiser, `loss.item()` and accuracy read every step; contiguous (NCHW) tensors; `--precision`
+                   (fp32 by default: what a user writes).
   c   separate     K `train()` runs (sigma_w spread over the study's grid), epoch 2 of each timed as in (a);
-      ensemble     one `train_ensemble` over the same K configs, epoch 2 timed.
+      population   one `train([c1, ..., cK])` over the same K configs, epoch 2 timed.
 Images per second are training images (x K for c); glibc malloc is set once for all contenders (--malloc).
-Prints the median over repeats and ends with `ratio_engine_vs_dataloader=X ratio_ensemble_vs_separate=Y` (X
-against the faster DataLoader variant). `--components` times the parts (best of N), `--profile` prints top ops.
+Prints the median over repeats and ends with `ratio_engine_vs_dataloader=X ratio_engine_bf16_vs_dataloader=Y
+ratio_ensemble_vs_separate=Z` (X and Y against the faster DataLoader variant). `--components` times the parts
+(best of N), `--profile` prints top ops.
 
     .venv/bin/python benchmarks/bench_train.py [--width 0.25 --batch-size 128 --steps 20 --k 3 --repeats 3]
 """
@@ -34,9 +40,10 @@ import torch.nn.functional as F
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
 
 from initmem import data as _data  # noqa: E402
+from initmem import members as _members  # noqa: E402
 from initmem import models, optim  # noqa: E402
-from initmem.ensemble import train_ensemble, tune_malloc  # noqa: E402
-from initmem.train import TrainConfig, train  # noqa: E402
+from initmem.config import TrainConfig  # noqa: E402
+from initmem.train import train  # noqa: E402
 
 SIGMA_GRID = (0.1, 0.25, 0.5, 1.0, 1.5, 2.0, 2.5)
 SHARED_DATA = Path("/work/shared/data")
@@ -77,7 +84,7 @@ def bench_separate(cfgs: list[TrainConfig]) -> float:
 
 
 def bench_ensemble(cfgs: list[TrainConfig]) -> float:
-    rs = train_ensemble(cfgs, progress=False)
+    rs = train(cfgs, progress=False)
     return _epoch_rate(rs[0].history, len(cfgs) * cfgs[0].n_train)
 
 
@@ -105,7 +112,7 @@ def bench_dataloader(cfg: TrainConfig, data: _data.Cifar10, workers: int, steps:
                 torch.cuda.synchronize()
             t0 = time.perf_counter()
         xb, yb = xb.to(dev, non_blocking=True), yb.to(dev, non_blocking=True)
-        with torch.autocast("cuda", dtype=torch.bfloat16, enabled=cfg.amp == "bf16"):
+        with torch.autocast(dev.type, dtype=torch.bfloat16, enabled=cfg.precision == "bf16"):
             out = net(xb)
         loss = F.cross_entropy(out.float(), yb)
         opt.zero_grad()
@@ -136,8 +143,6 @@ def components(cfg: TrainConfig, data: _data.Cifar10, k: int, repeats: int) -> N
     in channels_last and in NCHW, the DataLoader's per-batch cost alone, and a K-member grouped step against K
     separate steps. Best-of-N resists load from other processes better than the whole-run medians above."""
     from torchvision import transforms
-
-    from initmem.ensemble import _member_losses, build_grouped, ensemble_optimizer
 
     dev = _data.resolve_device(cfg.device)
     b, cl = cfg.batch_size, torch.channels_last
@@ -182,9 +187,10 @@ def components(cfg: TrainConfig, data: _data.Cifar10, k: int, repeats: int) -> N
     opts = [optim.build_optimizer(cfg.optimizer, n, lr=cfg.lr) for n in nets]
     steps = [stepper(n, o, xc, ce) for n, o in zip(nets, opts, strict=True)]
     t_sep = best(lambda: [s() for s in steps])
-    grouped = build_grouped(nets, cfg.arch).to(dev, memory_format=cl)
-    gopt = ensemble_optimizer(cfg, grouped, k)
-    t_ens = best(stepper(grouped, gopt, xc, lambda out: _member_losses(out, y, "mean").sum()))
+    pop = _members.population(nets)
+    grouped = pop.model.to(dev, memory_format=cl)
+    gopt = optim.build_optimizer(cfg.optimizer, grouped, lr=cfg.lr, members=k)
+    t_ens = best(stepper(grouped, gopt, xc, lambda out: pop.losses(out, y).sum()))
     print(f"best of {repeats} x 3 steps, b={b}: step NCHW {1e3 * t_nchw:.1f} ms, step channels_last "
           f"{1e3 * t_cl:.1f} ms, DataLoader batch (PIL -> ToTensor -> Normalize, nw=0) {1e3 * t_data:.1f} ms; "
           f"K={k}: {k} separate steps {1e3 * t_sep:.1f} ms, one ensemble step {1e3 * t_ens:.1f} ms")
@@ -205,21 +211,22 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--threads", type=int, default=None, help="torch intra-op threads (default: torch's)")
     ap.add_argument("--device", default="auto")
-    ap.add_argument("--amp", choices=("off", "bf16"), default="off", help="bf16 autocast (CUDA), every contender")
+    ap.add_argument("--precision", choices=("fp32", "tf32", "bf16"), default="fp32",
+                    help="precision of a, b0/b2 and c (a16 is always bf16); tf32 is CUDA only")
     ap.add_argument("--compile", action="store_true", help="torch.compile the model, every contender")
     ap.add_argument("--data-root", default=os.environ.get("INITMEM_DATA", str(SHARED_DATA)))
     ap.add_argument("--malloc", choices=("tuned", "default"), default="tuned",
-                    help="glibc malloc for every contender: tuned (ensemble.tune_malloc, what train_ensemble sets on "
+                    help="glibc malloc for every contender: tuned (members.tune_malloc, what a population sets on "
                          "CPU) or default; process-wide, so the same for all")
-    ap.add_argument("--skip", default="", help="comma-separated contenders to skip: a,b0,b2,c")
+    ap.add_argument("--skip", default="", help="comma-separated contenders to skip: a,a16,b0,b2,c")
     ap.add_argument("--profile", action="store_true", help="print torch.profiler top ops of a and b0, then exit")
     ap.add_argument("--components", action="store_true", help="best-of-N step, data and ensemble timings, then exit")
     args = ap.parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
     if args.malloc == "default":
-        os.environ["INITMEM_MALLOC"] = "default"  # train_ensemble must not switch it on half-way through
-    tuned = tune_malloc()
+        os.environ["INITMEM_MALLOC"] = "default"  # a population must not switch it on half-way through
+    tuned = _members.tune_malloc()
 
     try:
         data, source = _data.load_cifar10(args.data_root), "auto"
@@ -229,11 +236,11 @@ def main(argv: list[str] | None = None) -> None:
     base = TrainConfig(arch=args.arch, width=args.width, optimizer=args.optimizer, batch_size=args.batch_size,
                        data=source, data_root=args.data_root, n_train=args.steps * args.batch_size, n_val=10,
                        n_test=10, train_eval_size=10, epochs=2, device=args.device,
-                       amp=args.amp, compile=args.compile)
+                       precision=args.precision, compile=args.compile)
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, device "
           f"{_data.resolve_device(args.device)}, malloc {'tuned' if tuned else 'default'}, data {data.source}")
-    print(f"{args.arch} width {args.width:g}, b={args.batch_size}, {args.optimizer}, amp {args.amp}, compile "
-          f"{args.compile}, {args.steps} timed steps, K={args.k}, {args.repeats} repeats")
+    print(f"{args.arch} width {args.width:g}, b={args.batch_size}, {args.optimizer}, precision {args.precision}, "
+          f"compile {args.compile}, {args.steps} timed steps, K={args.k}, {args.repeats} repeats")
     if args.profile:
         profile(base, data, args.steps)
         return
@@ -245,10 +252,11 @@ def main(argv: list[str] | None = None) -> None:
     members = [base.replace(sigma_w=s, seed=i if args.distinct_seeds else 0) for i, s in enumerate(sigmas)]
     contenders = {
         "a engine": lambda: bench_engine(base),
+        "a16 engine bf16": lambda: bench_engine(base.replace(precision="bf16")),
         "b0 dataloader nw=0": lambda: bench_dataloader(base, data, 0, args.steps),
         "b2 dataloader nw=2": lambda: bench_dataloader(base, data, 2, args.steps),
         "c separate xK": lambda: bench_separate(members),
-        "c ensemble K": lambda: bench_ensemble(members),
+        "c population K": lambda: bench_ensemble(members),
     }
     skip = {s.strip() for s in args.skip.split(",") if s.strip()}
     contenders = {k: v for k, v in contenders.items() if k.split()[0] not in skip
@@ -264,8 +272,12 @@ def main(argv: list[str] | None = None) -> None:
         print(f"  {k:<20} {v:8.0f}   (all: {', '.join(f'{x:.0f}' for x in rates[k])})")
     loader = max((v for k, v in med.items() if k.startswith("b")), default=math.nan)
     r1 = med.get("a engine", math.nan) / loader
-    r2 = med.get("c ensemble K", math.nan) / med.get("c separate xK", math.nan)
-    print(f"ratio_engine_vs_dataloader={r1:.2f} ratio_ensemble_vs_separate={r2:.2f}")
+    r16 = med.get("a16 engine bf16", math.nan) / loader
+    r2 = med.get("c population K", math.nan) / med.get("c separate xK", math.nan)
+    print(f"engine bf16 / DataLoader loop ({args.precision}): {r16:.2f}x (target >= 3: "
+          f"{'met' if r16 >= 3 else 'not met'}); engine {args.precision} / the same loop: {r1:.2f}x")
+    print(f"ratio_engine_vs_dataloader={r1:.2f} ratio_engine_bf16_vs_dataloader={r16:.2f} "
+          f"ratio_ensemble_vs_separate={r2:.2f}")
 
 
 if __name__ == "__main__":

@@ -14,7 +14,7 @@ import torch
 import torch.nn.functional as F
 from PIL import Image
 
-import initmem.data as D
+import initmem.sources as D
 from initmem.data import (
     CIFAR10_CLASSES,
     Cifar10,
