@@ -319,19 +319,23 @@ def step_population(ctx: Ctx) -> None:
     k, steps, warmup, prec = size["members"], size["steps"], size["warmup"], ctx.s["precision"]
     ctx.put("setup", {"members": k, "steps": steps, "warmup": warmup, "precision": prec,
                       "width": size["split"]["width"], "arch": "resnet9"})
-    rows = {}
-    for b in size["pop_batches"]:
-        cfg = config(ctx, "split", batch_size=b, precision=prec)
-        pop, one = time_steps(cfg, steps, warmup, population=k), time_steps(cfg, steps, warmup, population=1)
-        rows[b] = {"batch_size": b, "population_step_s": pop, "single_step_s": one,
-                   "population_member_steps_per_s": k / pop, "separate_member_steps_per_s": 1 / one,
-                   "population_vs_separate": k * one / pop}
-        ctx.put("rows", list(rows.values()))
-    barrier = Path(tempfile.mkdtemp(prefix="device-check-barrier-"))
+    barrier = Path(tempfile.mkdtemp(prefix="device-check-barrier-"))  # the K processes start now (importing
     kids = [spawn(ctx, "_steps_child", {"batches": list(size["pop_batches"]), "barrier": str(barrier), "index": i,
                                         "threads": max(1, (os.cpu_count() or 1) // k)}, barrier / f"child{i}.log")
-            for i in range(k)]
+            for i in range(k)]  # torch while the population is timed) and wait at the barrier
+    rows = {}
     try:
+        for b in size["pop_batches"]:
+            cfg = config(ctx, "split", batch_size=b, precision=prec)
+            pop, one = time_steps(cfg, steps, warmup, population=k), time_steps(cfg, steps, warmup, population=1)
+            rows[b] = {"batch_size": b, "population_step_s": pop, "single_step_s": one,
+                       "population_member_steps_per_s": k / pop, "separate_member_steps_per_s": 1 / one,
+                       "population_vs_separate": k * one / pop}
+            ctx.put("rows", list(rows.values()))
+        if ctx.cuda:
+            import torch
+
+            torch.cuda.empty_cache()  # this process's cached blocks, for the K processes
         for b in size["pop_batches"]:
             _wait_files([barrier / f"ready-{b}-{i}" for i in range(k)], ctx, kids)
             (barrier / f"go-{b}").touch()

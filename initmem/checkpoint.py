@@ -36,6 +36,7 @@ import numpy as np
 import torch
 
 from initmem.errors import CheckpointError
+from initmem.files import atomic_write
 
 MAGIC = b"INITMEM-CHECKPOINT\n"
 FORMAT = 1
@@ -57,17 +58,6 @@ def checkpoints(folder: str | Path) -> list[Path]:
         return []
     found = [(int(m.group(1)), p) for p in folder.iterdir() if (m := _NAME.fullmatch(p.name)) and p.is_file()]
     return [p for _, p in sorted(found, reverse=True)]
-
-
-def _fsync_dir(folder: Path) -> None:
-    try:
-        fd = os.open(folder, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-    except OSError:  # some filesystems refuse fsync on a directory; the rename is still atomic
-        pass
 
 
 def _fault(epoch: int) -> bool:
@@ -92,27 +82,18 @@ def save(folder: str | Path, epoch: int, payload: dict[str, Any], *, keep: int =
     body = buf.getvalue()
     header = json.dumps({"format": FORMAT, "sha256": hashlib.sha256(body).hexdigest(), "size": len(body)})
     data = MAGIC + header.encode() + b"\n" + body
-    tmp = folder / f".{path.name}.{os.getpid()}.tmp"
-    try:
-        with open(tmp, "wb") as f:
-            if _fault(epoch):  # test-only: die with half a file on disk
-                f.write(data[: len(data) // 2])
-                f.flush()
-                os.fsync(f.fileno())
-                os.kill(os.getpid(), signal.SIGKILL)
-            f.write(data)
+    def write(f) -> None:
+        if _fault(epoch):  # test-only: die with half a file on disk
+            f.write(data[: len(data) // 2])
             f.flush()
             os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException as exc:
-        try:
-            tmp.unlink(missing_ok=True)
-        except OSError:
-            pass
-        if isinstance(exc, OSError):  # a full disk, a quota, a folder gone read-only: the older checkpoints stay
-            raise _write_error(path, exc) from None
-        raise
-    _fsync_dir(folder)
+            os.kill(os.getpid(), signal.SIGKILL)
+        f.write(data)
+
+    try:
+        atomic_write(path, write)
+    except OSError as exc:  # a full disk, a quota, a folder gone read-only: the older checkpoints stay
+        raise _write_error(path, exc) from None
     for old in checkpoints(folder)[keep:]:
         old.unlink(missing_ok=True)
     return path

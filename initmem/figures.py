@@ -14,9 +14,7 @@ from __future__ import annotations
 import fnmatch
 import json
 import math
-import os
 import re
-import tempfile
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
@@ -30,6 +28,7 @@ from matplotlib.figure import Figure
 
 from initmem import plots
 from initmem.errors import ConfigError, NoResults, ResultsError
+from initmem.files import atomic_write
 
 ROOT = Path(__file__).resolve().parent.parent  # the repository: params/, notebooks/figures/, results/ live there
 NOTEBOOK_DIR = ROOT / "notebooks" / "figures"
@@ -103,26 +102,9 @@ class Stamp:
 
 
 # --- atomic writing ----------------------------------------------------------------------------------------
-def atomic_write(path: str | Path, write: Callable[[IO[bytes]], object]) -> Path:
-    """Call `write(f)` on a temp file beside `path`, fsync it, then rename it over `path`."""
-    path = Path(path)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            write(f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.chmod(tmp, 0o644)  # mkstemp makes 0600 files; artefacts are ordinary files
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return path
-
-
 def write_text(path: str | Path, text: str) -> Path:
     """Write `text` (UTF-8, '\\n' line ends) to `path` atomically."""
-    return atomic_write(path, lambda f: f.write(text.encode("utf-8")))
+    return atomic_write(path, text)
 
 
 def write_sidecar(path: str | Path, record: dict) -> Path:

@@ -37,6 +37,7 @@ from initmem import locks
 from initmem import results as _results
 from initmem.config import TrainConfig, check_members, point_configs, run_id
 from initmem.errors import ConfigError, InitmemError, ResultsError, SweepError
+from initmem.files import atomic_write
 from initmem.train import train
 
 FAILED = "failed.json"  # in a run folder: the last attempt raised; removed when the run completes
@@ -179,6 +180,6 @@ def _write_failed(folder: Path, c: TrainConfig, section: str, exc: BaseException
               "traceback": traceback.format_exception(exc)}
     try:
         folder.mkdir(parents=True, exist_ok=True)
-        _results._atomic_write(folder / FAILED, json.dumps(record, indent=2, default=str) + "\n")
+        atomic_write(folder / FAILED, json.dumps(record, indent=2, default=str) + "\n")
     except OSError:
         pass

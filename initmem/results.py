@@ -31,6 +31,7 @@ import pandas as pd
 
 from initmem.config import TrainConfig, run_id
 from initmem.errors import ConfigError, ResultsError
+from initmem.files import atomic_write
 from initmem.metrics import SUMMARY_KEYS
 
 __all__ = ["RunResult", "run_id", "run_dir", "write_run", "read_run", "verify_run", "is_complete", "load_runs",
@@ -89,27 +90,6 @@ def check_writable(folder: str | Path) -> Path:
     except OSError as exc:
         raise ResultsError(f"results folder {str(folder)!r} is not writable: {exc.strerror or exc}") from None
     return folder
-
-
-def _atomic_write(path: Path, text: str) -> None:
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    try:  # make the rename itself durable
-        dfd = os.open(path.parent, os.O_RDONLY)
-        try:
-            os.fsync(dfd)
-        finally:
-            os.close(dfd)
-    except OSError:
-        pass
 
 
 def _jsonable(x: Any) -> Any:
@@ -185,12 +165,12 @@ def write_run(result: RunResult, results: str | Path, section: str) -> Path:
     try:
         folder.mkdir(parents=True, exist_ok=True)
         (folder / "run.json").unlink(missing_ok=True)  # a stale run.json must never vouch for a new history
-        _atomic_write(folder / "history.csv", result.history.to_csv(index=False))
+        atomic_write(folder / "history.csv", result.history.to_csv(index=False))
         data, h = _read_history(folder)
         if problem := _frame_problem(h) or (len(h) != len(result.history) and "lost rows on the way to disk"):
             raise _fail(folder / "history.csv", f"was written but is no run's history, so no run.json was: it "
                                                 f"{problem}")
-        _atomic_write(folder / "run.json", _dumps({**record, "history": _history_meta(data, h)}))
+        atomic_write(folder / "run.json", _dumps({**record, "history": _history_meta(data, h)}))
     except OSError as exc:
         raise ResultsError(f"cannot write run folder {str(folder)!r}: {exc.strerror or exc}") from None
     return folder
@@ -346,7 +326,7 @@ def set_aside(folder: str | Path) -> Path:
     try:
         dest.parent.mkdir(exist_ok=True)
         os.rename(folder, dest)
-        _atomic_write(dest.parent / f"{dest.name}.txt", f"set aside {datetime.now(UTC).isoformat()} from "
+        atomic_write(dest.parent / f"{dest.name}.txt", f"set aside {datetime.now(UTC).isoformat()} from "
                                                          f"{folder}: {why}\n")
     except OSError as exc:
         raise ResultsError(f"cannot set aside {str(folder)!r}: {exc.strerror or exc}") from None
@@ -488,7 +468,7 @@ def migrate(path: str | Path) -> list[Path]:
         plan.append((file, _upgrade(record, file)))
     for file, record in plan:
         try:
-            _atomic_write(file, _dumps(record))
+            atomic_write(file, _dumps(record))
         except OSError as exc:
             raise ResultsError(f"cannot write {str(file)!r}: {exc.strerror or exc}") from None
     return [file for file, _ in plan]

@@ -270,8 +270,10 @@ def test_pool_workers_and_their_kernels_die_with_a_killed_sweep(tmp_path):
 
 
 def _full_disk_at(name: str, monkeypatch):
-    """`open` in initmem.checkpoint whose writes to `name`'s temp file fail as on a full disk."""
-    real = open
+    """The package's one atomic write (`initmem.files`) fails as on a full disk when it writes `name`'s temp file."""
+    from initmem import files
+
+    real = os.fdopen
 
     class Full:
         def __init__(self, f):
@@ -290,11 +292,11 @@ def _full_disk_at(name: str, monkeypatch):
         def __getattr__(self, attr):
             return getattr(self.f, attr)
 
-    def fake(path, *args, **kwargs):
-        f = real(path, *args, **kwargs)
-        return Full(f) if Path(path).name.startswith(f".{name}.") else f
+    def fake(fd, *args, **kwargs):
+        f = real(fd, *args, **kwargs)
+        return Full(f) if Path(os.readlink(f"/proc/self/fd/{fd}")).name.startswith(f".{name}.") else f
 
-    monkeypatch.setattr(checkpoint, "open", fake, raising=False)
+    monkeypatch.setattr(files.os, "fdopen", fake)
 
 
 def test_a_full_disk_while_writing_a_checkpoint_is_one_line_and_keeps_the_previous_one(tmp_path, monkeypatch):

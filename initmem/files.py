@@ -1,0 +1,49 @@
+"""Writing a file so that a reader never sees half of it: the one atomic write of the package (run records,
+checkpoints, figures and tables all go through it).
+
+The bytes go to a temp file beside the target (same filesystem), are fsynced, and the temp file is renamed over the
+target; then the folder is fsynced so that the rename itself survives a power cut. A writer killed at any point
+leaves the old file (or none) and at most a `.<name>.*.tmp` beside it, which the next writer may delete.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+from typing import IO
+
+
+def fsync_dir(folder: str | Path) -> None:
+    """Make a rename in `folder` durable (a no-op where the filesystem refuses fsync on a folder)."""
+    try:
+        fd = os.open(folder, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+    except OSError:
+        pass
+
+
+def atomic_write(path: str | Path, data: bytes | str | Callable[[IO[bytes]], object]) -> Path:
+    """Write `data` (bytes, text as UTF-8 with the given line ends, or a callable that writes to a binary file) to
+    `path` atomically and durably; return `path`. OSError propagates, with the temp file removed."""
+    path = Path(path)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            if callable(data):
+                data(f)
+            else:
+                f.write(data.encode("utf-8") if isinstance(data, str) else data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.chmod(tmp, 0o644)  # mkstemp makes 0600 files; these are ordinary files
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    fsync_dir(path.parent)
+    return path
