@@ -13,7 +13,7 @@ OVERRIDES := {"@jupyterlab/docmanager-extension:plugin": {"defaultViewers": {"py
 .PHONY: help venv test lint figures smoke reproduce report bench device-check lab clean
 
 help:  ## list the targets
-	@grep -E '^[a-z]+:.*##' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
+	@grep -E '^[a-z-]+:.*##' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
 
 $(VENV)/.installed: pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)

@@ -94,7 +94,8 @@ def main() -> None:
     members.tune_malloc()
     dev = torch.device(a.device)
     print(f"{a.arch} b={a.batch_size} on {dev} ({a.threads} thread(s)); speed-up = separate time / population time")
-    print(f"{'width':>6} {'K':>3} {'separate ms':>12} {'grouped ms':>11} {'vmap ms':>9} {'grouped x':>10} {'vmap x':>8}")
+    heads = ("width", "K", "separate ms", "grouped ms", "vmap ms", "grouped x", "vmap x")
+    print(" ".join(f"{h:>{n}}" for h, n in zip(heads, (6, 3, 12, 11, 9, 10, 8), strict=True)))
     for w in a.width:
         for k in a.members:
             r = bench(a.arch, w, k, a.batch_size, dev, a.repeats)

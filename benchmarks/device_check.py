@@ -249,20 +249,21 @@ def run_all(args: argparse.Namespace) -> dict[str, Any]:
            "checks": {"passed": [r["name"] for r in steps if r["pass"] is True],
                       "failed": [r["name"] for r in steps if r["pass"] is False]},
            "steps": steps}
+    from initmem.plan import save_throughput
+
     table = throughput(doc)
-    doc["throughput"] = {"path": "throughput.json", "entries": len(table["entries"])}
-    (out / "throughput.json").write_text(json.dumps(table, indent=1) + "\n", encoding="utf-8")
+    doc["throughput"] = {"path": "throughput.json", "entries": len(table.entries)}
+    save_throughput(table, out / "throughput.json")
     (out / "device_check.json").write_text(json.dumps(doc, indent=1, default=str) + "\n", encoding="utf-8")
     (out / "device_check.md").write_text(markdown(doc), encoding="utf-8")
     return doc
 
 
 # ------------------------------------------------------------------------------------------------ outputs
-def throughput(doc: dict[str, Any]) -> dict[str, Any]:
-    """The planner's table (docs/planner.md) from the eager epoch times (members 1) and the population step."""
-    from dataclasses import asdict
-
-    from initmem.plan import Entry
+def throughput(doc: dict[str, Any]):
+    """The planner's table (docs/planner.md, `initmem.plan.Throughput`) from the eager epoch times (members 1) and
+    the population step (members K and 1; eval time K times the same-precision ResNet-9 entry's)."""
+    from initmem.plan import Entry, Throughput
 
     step = {r["name"]: r["results"] for r in doc["steps"]}
     entries: dict[tuple, Entry] = {}
@@ -280,8 +281,8 @@ def throughput(doc: dict[str, Any]) -> dict[str, Any]:
         for k, s in ((setup["members"], r["population_step_s"]), (1, r["single_step_s"])):
             key = (setup["arch"], float(setup["width"]), r["batch_size"], setup["precision"], k)
             entries.setdefault(key, Entry(*key, s, k * ev))
-    return {"device": doc["device_name"] or doc["settings"]["device"], "kind": doc["kind"] or doc["settings"]["device"],
-            "torch": doc["torch"], "created": doc["finished"], "entries": [asdict(e) for e in entries.values()]}
+    return Throughput(doc["device_name"] or doc["settings"]["device"], doc["torch"] or "", list(entries.values()),
+                      doc["kind"] or doc["settings"]["device"], None, doc["finished"])
 
 
 def _g(x: Any, fmt: str = ".3g") -> str:
@@ -328,7 +329,7 @@ def headline(rec: dict[str, Any]) -> str:
 def markdown(doc: dict[str, Any]) -> str:
     """The Markdown summary: the step table, then each measurement's table."""
     st = {r["name"]: r for r in doc["steps"]}
-    lines = [f"# Device check: {doc['device_name']}", "",
+    lines = [f"# Device check: {doc['device_name'] or doc['settings']['device']}", "",
              f"{doc['created']} – {doc['finished']}, {doc['seconds']:.0f} s of --budget-s {doc['args']['budget_s']:g}; "
              f"torch {doc['torch']}; mode {doc['settings']['mode']}, data {doc['settings']['data']}, "
              f"speed precision {doc['settings']['precision']}.", ""]

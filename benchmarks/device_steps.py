@@ -108,7 +108,7 @@ def spawn(ctx: Ctx, worker: str, args: dict, log: Path, env: dict | None = None)
 
 
 # ------------------------------------------------------------------------------------------------ comparisons
-def compare(ref: pd.DataFrame, got: pd.DataFrame) -> dict[str, float | None]:
+def compare(ref: pd.DataFrame, got: pd.DataFrame) -> dict[str, Any]:
     """Max difference per column over the measured epochs: relative for losses and the weight norm, absolute for
     accuracies and the angle; `loss_rel_max` over the three losses."""
     out: dict[str, Any] = {"nonfinite_mismatch": []}  # columns finite in one history and not in the other
@@ -228,7 +228,11 @@ def step_resume(ctx: Ctx) -> bool:
     straight = train(cfg, out_dir=tmp / "straight", progress=False)
     child = spawn(ctx, "_train_child", {"configs": [cfg.to_dict()], "out_dir": str(tmp / "killed")},
                   tmp / "killed.log", env={checkpoint.FAULT_ENV: "kill_during_checkpoint_write@2"})
-    rc = child.wait(timeout=max(1.0, ctx.left() - 10))
+    try:
+        rc = child.wait(timeout=max(1.0, ctx.left() - 10))
+    except subprocess.TimeoutExpired:
+        child.kill()
+        raise TimeoutError("the run meant to be killed at epoch 2's checkpoint was still running") from None
     folder = checkpoint_folder(tmp / "killed", "adhoc", [cfg])
     left = sorted(p.name for p in folder.iterdir()) if folder.is_dir() else []
     ctx.put("killed", {"returncode": rc, "sigkill": rc == -signal.SIGKILL, "left_behind": left})
@@ -246,7 +250,7 @@ def _timed_epochs(cfg) -> dict[str, Any]:
     import torch
 
     from initmem.plan import split_sizes
-    from initmem.train import _train, resolve_device
+    from initmem.train import resolve_device, train
 
     dev, sizes = resolve_device(cfg), split_sizes(cfg)
     p = math.ceil(sizes["train"] / cfg.batch_size)
@@ -262,7 +266,7 @@ def _timed_epochs(cfg) -> dict[str, Any]:
 
     if dev.type == "cuda":
         torch.cuda.reset_peak_memory_stats(dev)
-    hist = _train([cfg], None, "adhoc", False, on_step=mark)[0].history.set_index("epoch")["wall_time"]
+    hist = train(cfg, progress=False, on_step=mark).history.set_index("epoch")["wall_time"]
     step_s = (marks[2 * p - 1] - marks[p]) / (p - 1)
     t0 = marks[0] - hist[0]  # the loop's clock starts just before the epoch-0 measurement that precedes step 0
     eval_s = max(0.0, t0 + hist[2] - marks[2 * p - 1] - step_s)
@@ -387,7 +391,7 @@ def _paper_population(configs: list, out: Path, end: float) -> dict[str, Any]:
     import torch
 
     from initmem import checkpoint, metrics
-    from initmem.train import _train, checkpoint_folder
+    from initmem.train import checkpoint_folder, train
 
     def stop_at_end(step: int) -> None:
         if time.time() > end:
@@ -395,7 +399,8 @@ def _paper_population(configs: list, out: Path, end: float) -> dict[str, Any]:
 
     t0 = time.time()
     try:
-        done = [r.history.to_dict("records") for r in _train(configs, out, "adhoc", False, on_step=stop_at_end)]
+        done = [r.history.to_dict("records")
+                for r in train(configs, out_dir=out, progress=False, on_step=stop_at_end)]
         stopped = "finished"
     except _Deadline:
         done, stopped = [], "stopped at its share of the time"

@@ -386,9 +386,9 @@ def _sigma_lines(ax, h: pd.DataFrame, column: str, sigmas: Sequence[float], colo
 def point_figure(runs: pd.DataFrame, histories: pd.DataFrame | None = None) -> Figure:
     """One point at a glance (8 × 2.6 in, the study's style): test accuracy at the selected epoch against σ_w (mean
     ± std over seeds; ✗ where a σ_w's runs diverged without one) with the spread in the title; the total weight
-    norm over epochs per σ_w (log); the angle from initialisation over epochs per σ_w (a note instead where the runs
-    predate the instrument). `histories` default to the runs' own folders (`results.load_histories(path)`).
-    Displays inline in Jupyter by itself (`StudyFigure`)."""
+    norm over epochs per σ_w (log where it spans more than a factor 3); the angle from initialisation over epochs
+    per σ_w (a note instead where the runs predate the instrument). `histories` default to the runs' own folders
+    (`results.load_histories(path)`). Displays inline in Jupyter by itself (`StudyFigure`)."""
     tables.check_runs(runs, ("run_id", "sigma_w", "seed", "status", "test_acc_at_best", "interpolated"))
     if runs.empty:
         raise NoResults("no runs")
@@ -411,7 +411,7 @@ def point_figure(runs: pd.DataFrame, histories: pd.DataFrame | None = None) -> F
                        color="C3")
         _sigma_axis(a, sigmas)
         summary = tables.point_spread(runs)[0]
-        a.set_title("test acc. at selected epoch" + ("" if math.isnan(summary) else f": spread {summary:.1f} pp")
+        a.set_title("test acc. at selected epoch" + ("" if math.isnan(summary) else f"\nspread {summary:.1f} pp")
                     + (f" over {len(sigmas) - len(lost)}/{len(sigmas)} σ_w" if lost else ""))
         a.set_ylabel("test accuracy (%)")
         for ax, col, what, unit in ((b, "weight_norm", "weight norm", " ‖W‖_F"),
@@ -424,7 +424,8 @@ def point_figure(runs: pd.DataFrame, histories: pd.DataFrame | None = None) -> F
                         ha="center", va="center", fontsize=7, color="0.4", transform=ax.transAxes)
                 continue
             _sigma_lines(ax, h, col, sigmas, colors)
-            if col == "weight_norm":
+            lo, hi = ax.get_ylim()
+            if col == "weight_norm" and lo > 0 and hi / lo > 3:  # log only where the norms span a factor
                 _log_axis(ax, "y")
         _legend(c if _has(h, "angle") else b, fontsize=6)
     return fig

@@ -32,7 +32,6 @@ from pathlib import Path, PurePosixPath
 import numpy as np
 import torch
 import torch.nn.functional as F
-from PIL import Image
 
 from .config import NUM_CLASSES, SOURCES
 from .errors import ConfigError, DataError
@@ -153,6 +152,11 @@ def _decode_into(out: np.ndarray, data: bytes, origin: str) -> None:
     """One image file → `out` (uint8 [32, 32, 3]). PIL, in this process: ~80 us per CIFAR JPEG here, so the 60,000
     images take ~5 s, paid once per archive (cached). A fork pool measured no gain on 2 shared cores and forking a
     process that holds torch's thread pools is unsafe; torchvision.io's decoders are deprecated since 0.29."""
+    try:  # only image folders need Pillow: a stock PyTorch image may lack it
+        from PIL import Image
+    except ImportError:
+        raise DataError("reading an image-folder source needs Pillow (pip install pillow); torchvision's "
+                        "cifar-10-batches-py folder needs only numpy") from None
     try:
         with Image.open(io.BytesIO(data)) as im:
             if im.size != (32, 32):  # (W, H) from the header, before the pixels are decoded

@@ -142,20 +142,21 @@ def _population(configs: list[TrainConfig], dev: torch.device) -> tuple[members.
 
 
 def train(configs: TrainConfig | list[TrainConfig], *, out_dir: str | Path | None = None, section: str = "adhoc",
-          progress: bool = True, locked: bool = False) -> RunResult | list[RunResult]:
+          progress: bool = True, locked: bool = False, on_step=None) -> RunResult | list[RunResult]:
     """Train one run, or a population (a list of configs that differ only in sigma_w and seed) as one computation;
     return its RunResult, or one per member in order. A non-finite row marks a member "diverged" at that epoch: its
     history up to and including it is kept and the others go on. With `out_dir`, member j is written to
     `out_dir/section/run_id_j/` (writability checked before anything is trained) under its run lock (ResultsError if
     another process holds one; `locked=True`: the caller holds them all), checkpointed every `checkpoint_every`
-    epochs and resumed from the newest valid checkpoint of the same member set."""
+    epochs and resumed from the newest valid checkpoint of the same member set. `on_step(step)` is called before
+    every optimiser step (timing and deadlines: `time_steps`, benchmarks/device_check.py)."""
     single = isinstance(configs, TrainConfig)
     configs = check_members([configs] if single else configs)
     if not isinstance(section, str) or not section or section != Path(section).name or section.startswith("."):
         raise ConfigError(f"section={section!r} is invalid: a plain folder name is accepted")
     resolve_device(configs[0])  # a bad device fails before anything is created on disk
     if out_dir is None:
-        out = _train(configs, None, section, progress)
+        out = _train(configs, None, section, progress, on_step)
     else:
         _results.check_writable(Path(out_dir) / section)
         with contextlib.ExitStack() as held:
@@ -166,7 +167,7 @@ def train(configs: TrainConfig | list[TrainConfig], *, out_dir: str | Path | Non
                     raise ResultsError(f"run folder {str(folder)!r} is locked by {locks.holder(folder)}: that process "
                                        "is training this run; wait for it (or train the others without it)")
                 held.enter_context(lock)
-            out = _train(configs, out_dir, section, progress)
+            out = _train(configs, out_dir, section, progress, on_step)
     return out[0] if single else out
 
 
@@ -433,6 +434,6 @@ def time_steps(config: TrainConfig, steps: int = 5, warmup: int = 2, population:
             torch.cuda.synchronize(dev)
         marks.append(time.perf_counter())
 
-    _train(configs, None, "adhoc", False, on_step=mark)
+    train(configs, progress=False, on_step=mark)
     gaps = sorted(b - a for a, b in zip(marks[warmup:], marks[warmup + 1:], strict=False))
     return gaps[len(gaps) // 2] if gaps else math.nan

@@ -99,7 +99,7 @@ def test_throughput_table_loads_in_the_planner(tiny):
     assert table.kind == "cpu" and table.device.startswith("CPU") and table.entries
     assert doc["throughput"]["entries"] == len(table.entries)
     assert {e.members for e in table.entries} == {1, 3}
-    assert all(e.train_step_s > 0 and e.eval_image_s > 0 for e in table.entries)
+    assert all(e.train_step_s > 0 and e.eval_image_s >= 0 for e in table.entries)
     from initmem.config import TrainConfig
 
     entry, source = lookup(table, TrainConfig(width=0.0625, batch_size=64, device="cpu"))
