@@ -61,12 +61,24 @@ channels_last = True
 compile = False
 
 # %%
-from initmem import metrics, tables
+from initmem import metrics, plots, tables
 from initmem.notebook import refuse_undeclared
 from initmem.point import run_point
 
 refuse_undeclared(globals())  # papermill only warns about a parameter this notebook does not declare
 runs = run_point(globals())  # the point's runs from the parameters above (config.point_configs), as the sweep builds them
+
+# %% [markdown]
+# The point as a researcher reads it: per `sigma_w` (mean ± std over seeds), the test accuracy at the selected
+# (best-validation) epoch, the interpolation epoch, the final/initial weight-norm ratio (radial memory), how far the
+# network turned from its initialisation (degrees) and the measured forgetting clock Θ; then test accuracy against
+# `sigma_w`, and the weight norm and the angle from initialisation over training.
+
+# %%
+tables.point_table(runs)
+
+# %%
+plots.point_figure(runs)
 
 # %% [markdown]
 # One row per run: test accuracy at the best-validation epoch, the interpolation epoch, the initial and final
