@@ -130,11 +130,11 @@ def _cmd_run(args: argparse.Namespace) -> int:
         configs = point_configs(effective)
     out = run_notebook(args.notebook, params, output=args.output, cwd=args.cwd, log_output=not args.quiet)
     if configs is not None:
-        from initmem.results import load_runs
-        from initmem.sweep import point_row
+        from initmem.results import load_runs, run_id
+        from initmem.tables import sweep_row
 
         runs = load_runs(Path(args.cwd or ".") / effective["results_dir"] / effective["section"])
-        row = point_row(runs, out.stem, configs)
+        row = sweep_row(runs, out.stem, [run_id(c) for c in configs])
         print(f"point {row.pop('point')}: " + " ".join(f"{k}={v}" for k, v in row.items()))
     print(f"executed notebook: {out}")
     return 0

@@ -205,9 +205,8 @@ def tune_malloc() -> bool:
     """Make glibc keep freed memory for reuse: every block from the heap (M_MMAP_MAX=0), no trimming below 2 GiB
     (M_TRIM_THRESHOLD). Why: glibc serves a block above its mmap threshold (at most 32 MiB) by a fresh mmap and
     unmaps it on free, so each large activation of each step is page-faulted in anew. A K-member population's
-    activations are K times larger and cross that size at width 0.25 already. Measured on one core: ReLU of 48 MiB
-    25.5 ms by default, 4.4 ms tuned; ResNet-9 b=128 K=3 population step -14% at width 0.25, -24% at width 0.5 (a
-    single run at width 0.5: -10%). The price: the process keeps its peak memory. Process-wide and once; a no-op
+    activations are K times larger and cross that size at width 0.25 already (timings: docs/performance.md). The
+    price: the process keeps its peak memory. Process-wide and once; a no-op
     off glibc and under `INITMEM_MALLOC=default`. Returns whether the setting is in force."""
     if not _MALLOC_TUNED:
         ok = False

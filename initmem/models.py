@@ -231,22 +231,6 @@ def layer_names(model: nn.Module) -> list[str]:
     return [n for n, _ in _weighted_layers(model)]
 
 
-@torch.no_grad()
-def weight_norms_tensor(model: nn.Module) -> torch.Tensor:
-    """1-D tensor of per-layer Frobenius norms, in `layer_names` order, on the model's device (no host sync)."""
-    return torch.stack(torch._foreach_norm([m.weight for _, m in _weighted_layers(model)]))
-
-
-def layer_norms(model: nn.Module) -> dict[str, float]:
-    """Frobenius norm of each conv/linear weight, keyed by module name."""
-    return dict(zip(layer_names(model), weight_norms_tensor(model).tolist(), strict=True))
-
-
-def weight_norm(model: nn.Module) -> float:
-    """||W||_F over all conv and linear weights together (not BatchNorm, not biases): sqrt(sum of layer norms^2)."""
-    return float(weight_norms_tensor(model).double().square().sum().sqrt())
-
-
 def head_parameters(model: nn.Module) -> list[nn.Parameter]:
     """The classifier head's weight and bias (not scale-invariant: no BatchNorm after it)."""
     head = _unwrap(model).head

@@ -8,9 +8,8 @@ Sources (`load_cifar10(source=...)`):
   order. Decoded once and cached as a tensor file keyed by the content hash, so later loads take about a second.
 - `synthetic`: small, deterministic, class-structured images made in code; for tests and smoke runs only.
 - `auto`: the first real source that exists under `root`, then under `$INITMEM_DATA`; never `synthetic`.
-
-Measured on 2 shared CPU cores (torch 2.14.1, Pillow 13), the shared 60,000-JPEG archive: first load (read the
-tar.gz, decode with PIL, write the cache) 8-12 s (22 s with the cores heavily shared), cached load ~0.1-0.6 s.
+The first load of an archive decodes it and writes the cache; later loads read the cache (timings:
+docs/performance.md).
 """
 
 from __future__ import annotations
@@ -149,9 +148,9 @@ def _load_torchvision(root: Path, download: bool) -> Cifar10:
 # --------------------------------------------------------------------------------------------------- imagefolder
 # An entry is (split, class, file name, bytes); `origin` names the file in error messages.
 def _decode_into(out: np.ndarray, data: bytes, origin: str) -> None:
-    """One image file → `out` (uint8 [32, 32, 3]). PIL, in this process: ~80 us per CIFAR JPEG here, so the 60,000
-    images take ~5 s, paid once per archive (cached). A fork pool measured no gain on 2 shared cores and forking a
-    process that holds torch's thread pools is unsafe; torchvision.io's decoders are deprecated since 0.29."""
+    """One image file → `out` (uint8 [32, 32, 3]) with PIL, in this process: paid once per archive (cached). A fork
+    pool gained nothing on 2 shared cores and forking a process that holds torch's thread pools is unsafe;
+    torchvision.io's decoders are deprecated since 0.29."""
     try:  # only image folders need Pillow: a stock PyTorch image may lack it
         from PIL import Image
     except ImportError:

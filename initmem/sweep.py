@@ -202,31 +202,16 @@ class SweepReport:
 
 
 def summarize(section: Section, points: list[Point]) -> Any:
-    """One row per point: test accuracy at the best-validation epoch (%) per σ_w (mean over seeds), the spread
-    across σ_w (pp, `experiment.point_summary`'s), how many runs interpolated, and the largest tau_interp."""
+    """The end-of-run table: one row per point (`tables.sweep_row`)."""
     import pandas as pd
 
-    from initmem.results import load_runs
+    from initmem.results import load_runs, run_id
+    from initmem.tables import sweep_row
 
-    runs = load_runs(_results_path(section, points[0]) / section.name) if points else None
-    return pd.DataFrame([point_row(runs, p.point_id, point_configs(section.effective(p))) for p in points])
-
-
-def point_row(runs: Any, point_id: str, configs: list) -> dict[str, Any]:
-    """One point's row of `summarize` from `load_runs` rows and the point's TrainConfigs."""
-    from initmem.metrics import point_summary
-    from initmem.results import run_id
-
-    ids = {run_id(c) for c in configs}
-    r = runs[runs["run_id"].isin(ids)]
-    row: dict[str, Any] = {"point": point_id, "runs": f"{len(r)}/{len(ids)}"}
-    if len(r):
-        s = point_summary(r)
-        row.update({f"acc@{k:g}": round(100 * v, 1) for k, v in s["test_acc_by_sigma_w"].items()})
-        row["spread_pp"] = round(s["spread_pp"], 1) if s["spread_pp"] is not None else None
-        row["interpolated"] = f"{s['n_interpolated']}/{s['n_runs']}"
-        row["max_tau_interp"] = r["tau_interp"].max()
-    return row
+    folder = _results_path(section, points[0]) / section.name if points else None
+    runs = load_runs(folder, damaged="skip") if folder is not None and folder.is_dir() else None
+    return pd.DataFrame([sweep_row(runs, p.point_id, [run_id(c) for c in point_configs(section.effective(p))])
+                         for p in points])
 
 
 class Progress:

@@ -515,3 +515,20 @@ def point_table(runs: pd.DataFrame) -> pd.DataFrame:
                      "norm ratio": get("norm_ratio", "{:.3g}"), "angle at best (°)": get("angle_at_best", "{:.1f}"),
                      "Θ_final (rad)": get("Theta_final", "{:.3g}")})
     return pd.DataFrame(rows).set_index("σ_w")
+
+
+def sweep_row(runs: pd.DataFrame | None, point_id: str, run_ids: list[str]) -> dict:
+    """One point's line of the sweep's end-of-run table (and of `initmem run`): how many of its runs exist, the test
+    accuracy (%) at the selected epoch per sigma_w (mean over seeds), the spread (pp, `metrics.point_summary`'s),
+    how many runs interpolated or diverged, and the largest tau_interp."""
+    r = runs[runs["run_id"].isin(run_ids)] if runs is not None and len(runs) else pd.DataFrame()
+    row: dict = {"point": point_id, "runs": f"{len(r)}/{len(set(run_ids))}"}
+    if len(r):
+        s = metrics.point_summary(r)
+        row.update({f"acc@{k:g}": round(100 * v, 1) for k, v in s["test_acc_by_sigma_w"].items()})
+        row["spread_pp"] = round(s["spread_pp"], 1) if s["spread_pp"] is not None else None
+        row["interpolated"] = f"{s['n_interpolated']}/{s['n_runs']}"
+        if s["n_diverged"]:
+            row["diverged"] = f"{s['n_diverged']}/{s['n_runs']}"
+        row["max_tau_interp"] = r["tau_interp"].max()
+    return row

@@ -86,8 +86,9 @@ def test_epoch_zero_norms_are_those_of_the_seeded_initialisation(run):
     torch.manual_seed(0)  # TrainConfig's default seed
     model = models.build_model("resnet9", TINY["sigma_w"], TINY["width"])
     h = run[0].history
-    assert h["weight_norm"].iloc[0] == pytest.approx(models.weight_norm(model), rel=1e-6)
-    for name, norm in models.layer_norms(model).items():
+    norms = {name: model.get_submodule(name).weight.double().norm().item() for name in models.layer_names(model)}
+    assert h["weight_norm"].iloc[0] == pytest.approx(math.sqrt(sum(v * v for v in norms.values())), rel=1e-6)
+    for name, norm in norms.items():
         assert h[f"norm:{name}"].iloc[0] == pytest.approx(norm, rel=1e-6)
 
 
