@@ -146,10 +146,11 @@ class ClockAccumulator:
                 "sums": [self._s1, self._c1, self._s2, self._c2]}
 
     def load_state_dict(self, state: dict) -> None:
-        theirs = (state.get("batch_size"), state.get("l2"), state.get("scale", 1.0))
-        if theirs != (self.batch_size, self.l2, self.scale):
-            raise ConfigError(f"clock state (batch_size, l2, scale)={theirs!r} is invalid here: "
-                              f"{(self.batch_size, self.l2, self.scale)!r} is accepted")
+        theirs = {"batch_size": state.get("batch_size"), "l2": state.get("l2"), "scale": state.get("scale", 1.0)}
+        mine = {"batch_size": self.batch_size, "l2": self.l2, "scale": self.scale}
+        if theirs != mine:
+            raise ConfigError("clock state " + ", ".join(f"{k}={v!r}" for k, v in theirs.items()) + " is invalid "
+                              "here: " + ", ".join(f"{k}={v!r}" for k, v in mine.items()) + " is accepted")
         self.steps = int(state["steps"])
         self._s1, self._c1, self._s2, self._c2 = map(float, state["sums"])
 

@@ -92,7 +92,14 @@ def _progress_mode(progress: bool) -> str | None:
         return None
     if env in ("lines", "bar"):
         return env
-    return "bar" if sys.stderr.isatty() or "ipykernel" in sys.modules else "lines"
+    return "bar" if sys.stderr.isatty() or _in_jupyter() else "lines"
+
+
+def _in_jupyter() -> bool:
+    """True inside a running Jupyter kernel (JupyterLab, where tqdm.auto renders a bar), not merely after an import."""
+    ipython = sys.modules.get("IPython")
+    shell = ipython.get_ipython() if ipython is not None else None
+    return type(shell).__name__ == "ZMQInteractiveShell"
 
 
 def _label(c: TrainConfig) -> str:

@@ -85,7 +85,7 @@ CASES = [
     Case("batch-size-zero", flags(TRAIN, "--batch-size", "0"), "batch_size=0", "an integer in [1, "),
     Case("batch-larger-than-data", flags(TRAIN, "--batch-size", "500"), "batch_size=500", "at most the training split"),
     Case("epochs-zero", flags(TRAIN, "--epochs", "0"), "epochs=0", "an integer in [1, "),
-    Case("width-too-small", flags(TRAIN, "--width", "0.001"), "width=0.001", "width >= "),
+    Case("width-too-small", flags(TRAIN, "--width", "0.001"), "width=0.001", "needs width > "),
     Case("unused-hyperparameter", [*TRAIN, "--optimizer", "adam", "--momentum", "0.9"], "momentum=0.9",
          "only its default 0.0"),
     Case("n-train-below-classes", flags(TRAIN, "--n-train", "5"), "n_train=5", "an integer in [10, "),

@@ -155,7 +155,8 @@ def test_notebook_tables_match_the_results(smoke):
     shown = nb.cells[-1].outputs[0]["data"]["text/plain"]
     marks = nb.metadata.papermill.parameters["epoch_marks"]
     table = long_training_table(load_runs(out / "02_long_training"), marks=marks)
-    assert table["epoch"].tolist() == marks and shown == repr(table)
+    with pd.option_context("display.max_columns", 20, "display.width", 80):  # a kernel's (not a terminal's) defaults
+        assert table["epoch"].tolist() == marks and shown == repr(table)
     # 05: one row per run of the point, with the failed-to-interpolate flag
     p = reports["05_depth"].points[0]
     nb = nbformat.read(p.notebook, as_version=4)
