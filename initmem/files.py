@@ -47,3 +47,13 @@ def atomic_write(path: str | Path, data: bytes | str | Callable[[IO[bytes]], obj
         raise
     fsync_dir(path.parent)
     return path
+
+
+def ensure_writable(folder: str | Path) -> Path:
+    """Create `folder` if needed and prove a file can be written into it (OSError otherwise): called before work
+    whose result would go there, so a bad folder fails in a second, not after hours."""
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    with tempfile.NamedTemporaryFile(dir=folder, prefix=".write-test-"):
+        pass
+    return folder

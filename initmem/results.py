@@ -18,7 +18,6 @@ import json
 import math
 import os
 import re
-import tempfile
 import warnings
 from collections import defaultdict
 from dataclasses import dataclass, field
@@ -31,7 +30,7 @@ import pandas as pd
 
 from initmem.config import TrainConfig, run_id
 from initmem.errors import ConfigError, ResultsError
-from initmem.files import atomic_write
+from initmem.files import atomic_write, ensure_writable
 from initmem.metrics import SUMMARY_KEYS
 
 __all__ = ["RunResult", "run_id", "run_dir", "write_run", "read_run", "verify_run", "is_complete", "load_runs",
@@ -82,14 +81,10 @@ def run_dir(results: str | Path, section: str, config: TrainConfig | dict) -> Pa
 def check_writable(folder: str | Path) -> Path:
     """Create `folder` if needed and prove we can write into it; ResultsError naming it otherwise.
     Called before training so that a bad --out fails in a second, not after hours of training."""
-    folder = Path(folder)
     try:
-        folder.mkdir(parents=True, exist_ok=True)
-        with tempfile.NamedTemporaryFile(dir=folder, prefix=".write-test-"):
-            pass
+        return ensure_writable(folder)
     except OSError as exc:
         raise ResultsError(f"results folder {str(folder)!r} is not writable: {exc.strerror or exc}") from None
-    return folder
 
 
 def _jsonable(x: Any) -> Any:

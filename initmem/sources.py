@@ -21,7 +21,6 @@ import io
 import os
 import pickle
 import tarfile
-import tempfile
 import time
 import warnings
 import zlib
@@ -34,6 +33,7 @@ import torch.nn.functional as F
 
 from .config import NUM_CLASSES, SOURCES
 from .errors import ConfigError, DataError
+from .files import ensure_writable
 
 CIFAR10_CLASSES = ("airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck")
 IMAGE_SHAPE = (3, 32, 32)
@@ -293,9 +293,7 @@ def _check_cache_dir(cache: Path, from_env: bool) -> None:
     if cache.exists() and not cache.is_dir():
         raise DataError(f"{what} is a file, not a folder: {fix}")
     try:
-        cache.mkdir(parents=True, exist_ok=True)
-        with tempfile.NamedTemporaryFile(dir=cache, prefix=".write-test-"):
-            pass
+        ensure_writable(cache)
     except OSError as exc:
         raise DataError(f"{what} is not a writable folder ({exc.strerror or exc}): {fix}") from None
 
