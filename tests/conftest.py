@@ -58,6 +58,7 @@ def one_torch_thread():
 SMOKE_FILES = ("test_figures.py", "test_notebooks.py")
 
 
+@pytest.hookimpl(tryfirst=True)  # before xdist's loadgroup hook reads the marks
 def pytest_collection_modifyitems(config, items):
     """With `pytest -n N --dist loadgroup` (make test), every test file runs whole on one worker, so its module
     fixtures (a table of CLI runs, a device check, trained reference runs) are built once; the files that share the
