@@ -26,9 +26,9 @@ $(VENV)/.installed: pyproject.toml
 
 venv: $(VENV)/.installed  ## create .venv and install initmem with its dev tools
 
-test: venv  ## run the test suite (what CI runs): two workers, one test file each (tests/conftest.py groups them)
+test: venv  ## run the test suite (what CI runs): two pytest-xdist workers, each test file whole on one of them
 	$(VENV)/bin/ruff check .
-	$(PY) -m pytest -q -n 2 --dist loadgroup $(PYTEST_ARGS)
+	$(PY) -m pytest -q -n 2 --dist loadfile $(PYTEST_ARGS)
 
 lint: venv  ## ruff
 	$(VENV)/bin/ruff check .

@@ -54,21 +54,6 @@ def one_torch_thread():
     torch.set_num_threads(n)
 
 
-# Files that read the session's smoke study run on one xdist worker, so it is swept once.
-SMOKE_FILES = ("test_figures.py", "test_notebooks.py")
-
-
-@pytest.hookimpl(tryfirst=True)  # before xdist's loadgroup hook reads the marks
-def pytest_collection_modifyitems(config, items):
-    """With `pytest -n N --dist loadgroup` (make test), every test file runs whole on one worker, so its module
-    fixtures (a table of CLI runs, a device check, trained reference runs) are built once; the files that share the
-    session smoke study share a worker. Without xdist the marks change nothing."""
-    for item in items:
-        name = item.path.name
-        if not any(m.name == "xdist_group" for m in item.iter_markers()):
-            item.add_marker(pytest.mark.xdist_group("smoke" if name in SMOKE_FILES else name))
-
-
 SECTIONS = ("01_optimizers", "02_long_training", "03_lr_l2", "04_batch_size", "05_depth")
 
 
