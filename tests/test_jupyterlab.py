@@ -106,6 +106,7 @@ def test_lab_opens_and_runs_percent_notebooks(lab, tmp_path):
         )  # fmt: skip
         page = browser.pages[0] if browser.pages else browser.new_page()
         page.set_default_timeout(60_000)
+        expect.set_options(timeout=60_000)  # assertions wait as long as actions: a loaded machine renders slowly
         try:
             # 1. the experiment notebook by URL: rendered markdown, the parameters cell, Run All with smoke defaults
             page.goto(lab.lab_url(EXPERIMENT))
