@@ -130,8 +130,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
         configs = point_configs(effective)
     out = run_notebook(args.notebook, params, output=args.output, cwd=args.cwd, log_output=not args.quiet)
     if configs is not None:
+        from initmem.point_report import sweep_row
         from initmem.results import load_runs, run_id
-        from initmem.tables import sweep_row
 
         runs = load_runs(Path(args.cwd or ".") / effective["results_dir"] / effective["section"])
         row = sweep_row(runs, out.stem, [run_id(c) for c in configs])
@@ -300,7 +300,8 @@ def _add_migrate(sub: argparse._SubParsersAction) -> None:
 
 
 def _cmd_migrate(args: argparse.Namespace) -> int:
-    from initmem.results import SCHEMA, load_runs, migrate
+    from initmem.migrate import migrate
+    from initmem.results import SCHEMA, load_runs
 
     upgraded = migrate(args.path)
     for file in upgraded:

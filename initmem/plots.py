@@ -45,13 +45,14 @@ class StudyFigure(Figure):
         return buf.getvalue()
 
 
-def _figure(ncols: int = 1, nrows: int = 1, width: float = 6.4, height: float = 3.2, **kw) -> tuple[Figure, np.ndarray]:
+def new_figure(ncols: int = 1, nrows: int = 1, width: float = 6.4, height: float = 3.2,
+               **kw) -> tuple[Figure, np.ndarray]:
     fig = StudyFigure(figsize=(width, height), layout="constrained")
     axes = fig.subplots(nrows, ncols, squeeze=False, **kw)
     return fig, axes.ravel()
 
 
-def _log_axis(ax, which: str) -> None:
+def log_axis(ax, which: str) -> None:
     """Log scale with plain-number ticks at 1-2-5 (a norm axis spans less than a few decades)."""
     getattr(ax, f"set_{which}scale")("log")
     axis = getattr(ax, f"{which}axis")
@@ -60,20 +61,20 @@ def _log_axis(ax, which: str) -> None:
     axis.set_minor_formatter(ticker.NullFormatter())
 
 
-def _sigma_axis(ax, sigmas: Sequence[float]) -> None:
+def sigma_axis(ax, sigmas: Sequence[float]) -> None:
     ax.set_xscale("log")
     ax.set_xticks(list(sigmas), [f"{s:g}" for s in sigmas])
     ax.minorticks_off()
     ax.set_xlabel("σ_w (initialisation scale)")
 
 
-def _sigma_colors(sigmas: Sequence[float]):
+def sigma_colors(sigmas: Sequence[float]):
     norm = LogNorm(min(sigmas), max(sigmas)) if len(sigmas) > 1 and min(sigmas) > 0 else Normalize(0, 1)
     cmap = matplotlib.colormaps["viridis"]
     return {s: cmap(0.9 * norm(s)) if len(sigmas) > 1 else cmap(0.4) for s in sigmas}
 
 
-def _legend(ax, **kw) -> None:
+def legend(ax, **kw) -> None:
     if ax.get_legend_handles_labels()[0]:
         ax.legend(frameon=False, **kw)
 
@@ -86,7 +87,7 @@ def accuracy_vs_sigma(runs: pd.DataFrame) -> Figure:
     σ_w's accuracy, right of the grid, labelled as the paper's."""
     confs = tables.configurations(runs)
     sigmas = sorted(confs["sigma_w"].unique())
-    fig, (ax,) = _figure(width=6.4, height=3.6)
+    fig, (ax,) = new_figure(width=6.4, height=3.6)
     brackets = []
     for _, g in confs.groupby("config", sort=True):
         acc = 100 * g.groupby("sigma_w")["test_acc_at_best"].agg(["mean", "std"])
@@ -96,7 +97,7 @@ def accuracy_vs_sigma(runs: pd.DataFrame) -> Figure:
         paper = tables.paper_spread(g.iloc[0])
         if not math.isnan(paper) and acc["mean"].notna().any():
             brackets.append((g["label"].iloc[0], paper, float(acc["mean"].max()), line.lines[0].get_color()))
-    _sigma_axis(ax, sigmas)
+    sigma_axis(ax, sigmas)
     for k, (name, paper, top, color) in enumerate(brackets):
         x = max(sigmas) * 1.45 ** (k + 1)
         ax.annotate("", xy=(x, top - paper), xytext=(x, top),
@@ -133,8 +134,8 @@ def weight_norm_curves(runs: pd.DataFrame, histories: pd.DataFrame, optimizers: 
     ids = sorted(confs["config"].unique(), key=lambda c: (list(optimizers).index(
         confs.loc[confs["config"] == c, "optimizer"].iloc[0]), c))
     sigmas = sorted(confs["sigma_w"].unique())
-    colors = _sigma_colors(sigmas)
-    fig, axes = _figure(ncols=len(ids), width=3.2 * len(ids) + 0.6, height=3.2, sharey=True)
+    colors = sigma_colors(sigmas)
+    fig, axes = new_figure(ncols=len(ids), width=3.2 * len(ids) + 0.6, height=3.2, sharey=True)
     for ax, cid in zip(axes, ids, strict=True):
         g = confs[confs["config"] == cid]
         h = histories[histories["run_id"].isin(g["run_id"])]
@@ -143,11 +144,11 @@ def weight_norm_curves(runs: pd.DataFrame, histories: pd.DataFrame, optimizers: 
             curve = h[h["sigma_w"] == s].groupby("epoch")["weight_norm"].mean()
             if len(curve):
                 ax.plot(curve.index, curve.to_numpy(), color=colors[s], label=f"σ_w={s:g}")
-        _log_axis(ax, "y")
+        log_axis(ax, "y")
         ax.set_title(g["label"].iloc[0])
         ax.set_xlabel("epoch")
     axes[0].set_ylabel("total weight norm ‖W‖_F")
-    _legend(axes[-1], loc="best")
+    legend(axes[-1], loc="best")
     return fig
 
 
@@ -156,7 +157,7 @@ def radial_memory_plot(runs: pd.DataFrame) -> Figure:
     """F3: final against initial weight norm across σ_w for every configuration, log-log, each with its fitted
     slope (`metrics.radial_memory`: ~1 the final norm remembers the initial, ~0 it forgot) in the legend."""
     confs = tables.configurations(runs)
-    fig, (ax,) = _figure(width=4.6, height=3.8)
+    fig, (ax,) = new_figure(width=4.6, height=3.8)
     for _, g in confs.groupby("config", sort=True):
         ok = g[["init_weight_norm", "final_weight_norm"]].dropna().astype(float)
         ok = ok[(ok > 0).all(axis=1)].sort_values("init_weight_norm")
@@ -167,11 +168,11 @@ def radial_memory_plot(runs: pd.DataFrame) -> Figure:
         ax.plot(ok["init_weight_norm"], ok["final_weight_norm"], marker="o", label=label)
     lo, hi = ax.get_xlim()
     ax.plot([lo, hi], [lo, hi], color="0.6", linestyle="--", linewidth=0.8, label="final = initial")
-    _log_axis(ax, "x")
-    _log_axis(ax, "y")
+    log_axis(ax, "x")
+    log_axis(ax, "y")
     ax.set_xlabel("initial weight norm ‖W₀‖_F")
     ax.set_ylabel("final weight norm ‖W‖_F")
-    _legend(ax)
+    legend(ax)
     return fig
 
 
@@ -179,7 +180,7 @@ def radial_memory_plot(runs: pd.DataFrame) -> Figure:
 def spread_vs_batch_size(runs: pd.DataFrame) -> Figure:
     """F4: spread (pp) against batch size, one line per optimiser; error bars = std over seeds."""
     cs = tables.config_spreads(runs)
-    fig, (ax,) = _figure(width=4.6, height=3.4)
+    fig, (ax,) = new_figure(width=4.6, height=3.4)
     others = [c for c in dict.fromkeys(["optimizer", *tables.label_columns(cs)])
               if c != "batch_size" and c in cs.columns]
     for key, g in cs.groupby(others, sort=False):
@@ -194,7 +195,7 @@ def spread_vs_batch_size(runs: pd.DataFrame) -> Figure:
     ax.set_xlabel("batch size b")
     ax.set_ylabel("test-accuracy spread across σ_w (pp)")
     ax.set_ylim(bottom=-0.5)  # spreads are >= 0; a zero stays visible
-    _legend(ax)
+    legend(ax)
     return fig
 
 
@@ -206,7 +207,7 @@ def spread_heatmap(runs: pd.DataFrame) -> Figure:
     cells = [c for c in t.columns if c.startswith("wd=") and not c.endswith("_std")]
     lead = [c for c in t.columns if c not in cells and not c.endswith("_std") and c != "diverged"]
     z = t[cells].to_numpy(dtype=float)
-    fig, (ax,) = _figure(width=1.2 * len(cells) + 2.4, height=0.45 * len(t) + 1.8)
+    fig, (ax,) = new_figure(width=1.2 * len(cells) + 2.4, height=0.45 * len(t) + 1.8)
     im = ax.imshow(z, cmap="magma_r", aspect="auto", vmin=0, vmax=max(1.0, float(np.nanmax(z)) if z.size else 1))
     narrowed = set(t.attrs.get("narrowed", ()))
     for (i, j), v in np.ndenumerate(z):
@@ -231,7 +232,7 @@ def depth_interpolation_map(runs: pd.DataFrame) -> Figure:
     archs = sorted(confs["arch"].unique(), key=lambda a: tables.order_key("arch", a))
     opts = sorted(confs["optimizer"].unique(), key=lambda o: tables.order_key("optimizer", o))
     sigmas = sorted(confs["sigma_w"].unique())
-    fig, axes = _figure(ncols=len(opts), width=0.55 * len(sigmas) * len(opts) + 1.8, height=0.5 * len(archs) + 1.7)
+    fig, axes = new_figure(ncols=len(opts), width=0.55 * len(sigmas) * len(opts) + 1.8, height=0.5 * len(archs) + 1.7)
     norm = Normalize(100 * confs["test_acc_at_best"].min(), 100 * confs["test_acc_at_best"].max())
     for ax, opt in zip(axes, opts, strict=True):
         z = np.full((len(archs), len(sigmas)), np.nan)
@@ -257,12 +258,12 @@ def depth_interpolation_map(runs: pd.DataFrame) -> Figure:
 MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*", "h", "<", ">", "p")
 
 
-def _with_markers(cs: pd.DataFrame) -> pd.DataFrame:
+def with_markers(cs: pd.DataFrame) -> pd.DataFrame:
     """`config_spreads` rows with a `marker` per configuration within its section (F7 and F11 agree)."""
     return cs.assign(marker=[MARKERS[k % len(MARKERS)] for k in cs.groupby("section", sort=False).cumcount()])
 
 
-def _config_label(r) -> str:
+def config_label(r) -> str:
     """'03 lr=0.1 wd=0.01' for a `config_spreads` row (itertuples), with '(σ_w 2/3)' when its spread is over fewer
     σ_w than it ran (a σ_w's runs diverged)."""
     narrowed = getattr(r, "n_sigma_in_spread", r.n_sigma) < r.n_sigma
@@ -275,15 +276,15 @@ def spread_vs_clocks(runs: pd.DataFrame) -> Figure:
     has its own legend entry. A configuration's clock is its value at the end of training (median over its runs):
     clocks do not depend on σ_w, while the best epoch does. Zero clocks (no L2) cannot sit on a log axis; how many
     are left off is said under the panel."""
-    cs = _with_markers(tables.config_spreads(runs))
-    fig, axes = _figure(ncols=3, width=10.0, height=0.12 * len(cs) + 1.6 if len(cs) > 16 else 3.4, sharey=True)
+    cs = with_markers(tables.config_spreads(runs))
+    fig, axes = new_figure(ncols=3, width=10.0, height=0.12 * len(cs) + 1.6 if len(cs) > 16 else 3.4, sharey=True)
     names = {"T_SGD": "T_SGD = Σ η² / b", "T_L2": "T_L2 = λ Σ η", "T_adapt": "T_adapt = Σ η"}
     for ax, clock in zip(axes, tables.CLOCKS, strict=True):
         ok = cs[cs[clock] > 0]
         for r in ok.itertuples():
             ax.errorbar(getattr(r, clock), r.spread_pp, yerr=0 if math.isnan(r.spread_pp_std) else r.spread_pp_std,
                         fmt=r.marker, capsize=2, color=SECTION_COLORS.get(r.section[:2], "C7"), markersize=5.5,
-                        markeredgecolor="white", markeredgewidth=0.4, label=_config_label(r))
+                        markeredgecolor="white", markeredgewidth=0.4, label=config_label(r))
         skipped = int((~(cs[clock] > 0)).sum())
         label = names[clock] + " (end of training)"
         if len(ok):
@@ -294,12 +295,12 @@ def spread_vs_clocks(runs: pd.DataFrame) -> Figure:
     axes[0].set_ylim(bottom=-0.5)  # spreads are >= 0; a zero stays visible
     handles = {lab: h for ax in axes for h, lab in zip(*ax.get_legend_handles_labels(), strict=True)}
     if handles:
-        _config_legend(fig, handles, cs)
+        config_legend(fig, handles, cs)
     return fig
 
 
-def _config_legend(fig: Figure, handles: dict, cs: pd.DataFrame, loc: str = "outside right upper") -> None:
-    order = [_config_label(r) for r in cs.itertuples() if _config_label(r) in handles]
+def config_legend(fig: Figure, handles: dict, cs: pd.DataFrame, loc: str = "outside right upper") -> None:
+    order = [config_label(r) for r in cs.itertuples() if config_label(r) in handles]
     fig.legend([handles[k] for k in order], order, loc=loc, frameon=False, fontsize=6,
                ncols=1 if len(order) <= 24 else 2, handletextpad=0.3, labelspacing=0.35)
 
@@ -310,7 +311,7 @@ def repair_gap_bars(runs: pd.DataFrame) -> Figure:
     mean over its runs that interpolated, whiskers min–max across σ_w and seeds."""
     cs = tables.config_spreads(runs)
     labels = [f"{r.section[:2]} {r.label}" for r in cs.itertuples()]
-    fig, (ax,) = _figure(width=5.8, height=0.22 * len(cs) + 1.4)
+    fig, (ax,) = new_figure(width=5.8, height=0.22 * len(cs) + 1.4)
     y = np.arange(len(cs))
     mean = cs["repair_gap_pp"].to_numpy(dtype=float)
     err = np.abs(np.vstack([mean - cs["repair_gap_pp_min"].to_numpy(dtype=float),
@@ -341,7 +342,7 @@ def training_curves(runs: pd.DataFrame, histories: pd.DataFrame, sigma_w: float 
     if not common:
         raise NoResults(f"no runs of optimizer {' or '.join(optimizers)}")
     s = min(common, key=lambda v: (abs(math.log(v / sigma_w)), v))
-    fig, axes = _figure(ncols=2, width=7.0, height=3.0)
+    fig, axes = new_figure(ncols=2, width=7.0, height=3.0)
     for k, opt in enumerate(o for o in optimizers if o in set(sel["optimizer"])):
         r = sel[(sel["optimizer"] == opt) & (sel["sigma_w"] == s)].sort_values(["seed", "run_id"])
         if r.empty:
@@ -360,75 +361,26 @@ def training_curves(runs: pd.DataFrame, histories: pd.DataFrame, sigma_w: float 
         ax.set_xlabel("epoch")
     axes[0].set_title(f"accuracy, σ_w = {s:g}")
     axes[1].set_title(f"loss, σ_w = {s:g}")
-    _legend(axes[0])
+    legend(axes[0])
     return fig
 
 
 # --- helpers of the per-σ_w curves (point_figure, plots_forgetting.angle_curves) ------------------------------
-def _with_sigma(h: pd.DataFrame, g: pd.DataFrame) -> pd.DataFrame:
+def with_sigma(h: pd.DataFrame, g: pd.DataFrame) -> pd.DataFrame:
     return h.assign(sigma_w=h["run_id"].map(g.set_index("run_id")["sigma_w"]))  # the run's, not the history's
 
 
-def _has(h: pd.DataFrame, column: str) -> bool:
+def has_values(h: pd.DataFrame, column: str) -> bool:
     return column in h.columns and bool(pd.to_numeric(h[column], errors="coerce").notna().any())
 
 
-def _sigma_lines(ax, h: pd.DataFrame, column: str, sigmas: Sequence[float], colors: dict) -> None:
+def sigma_lines(ax, h: pd.DataFrame, column: str, sigmas: Sequence[float], colors: dict) -> None:
     """One line per σ_w: the mean over seeds of `column` against epoch."""
     for s in sigmas:
         curve = pd.to_numeric(h.loc[h["sigma_w"] == s, column], errors="coerce").groupby(
             h.loc[h["sigma_w"] == s, "epoch"]).mean().dropna()
         if len(curve) >= 2:  # a run that diverged in its first epoch has only epoch 0: no curve
             ax.plot(curve.index, curve.to_numpy(), color=colors[s], label=f"σ_w={s:g}")
-
-
-# --- one point, for the section notebooks ------------------------------------------------------------------
-def point_figure(runs: pd.DataFrame, histories: pd.DataFrame | None = None) -> Figure:
-    """One point at a glance (8 × 2.6 in, the study's style): test accuracy at the selected epoch against σ_w (mean
-    ± std over seeds; ✗ where a σ_w's runs diverged without one) with the spread in the title; the total weight
-    norm over epochs per σ_w (log where it spans more than a factor 3); the angle from initialisation over epochs
-    per σ_w (a note instead where the runs predate the instrument). `histories` default to the runs' own folders
-    (`results.load_histories(path)`). Displays inline in Jupyter by itself (`StudyFigure`)."""
-    tables.check_runs(runs, ("run_id", "sigma_w", "seed", "status", "test_acc_at_best", "interpolated"))
-    if runs.empty:
-        raise NoResults("no runs")
-    if histories is None:
-        from initmem.results import load_histories
-
-        frames = [load_histories(p) for p in runs["path"].dropna().unique()] if "path" in runs.columns else []
-        histories = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=["run_id", "epoch"])
-    h = _with_sigma(histories[histories["run_id"].isin(runs["run_id"])], runs)
-    sigmas = sorted(runs["sigma_w"].unique())
-    colors = _sigma_colors(sigmas)
-    with matplotlib.rc_context(STYLE):
-        fig, (a, b, c) = _figure(ncols=3, width=8.0, height=2.6)
-        acc = 100 * pd.to_numeric(runs["test_acc_at_best"], errors="coerce").groupby(runs["sigma_w"]).agg(
-            ["mean", "std"])
-        a.errorbar(acc.index, acc["mean"], yerr=acc["std"].fillna(0), marker="o", capsize=2, color="C0")
-        lost = [s for s in sigmas if math.isnan(acc.loc[s, "mean"])]
-        for s in lost:
-            a.annotate("✗ diverged", (s, 0.03), xycoords=("data", "axes fraction"), ha="center", fontsize=6,
-                       color="C3")
-        _sigma_axis(a, sigmas)
-        summary = tables.point_spread(runs)[0]
-        a.set_title("test acc. at selected epoch" + ("" if math.isnan(summary) else f"\nspread {summary:.1f} pp")
-                    + (f" over {len(sigmas) - len(lost)}/{len(sigmas)} σ_w" if lost else ""))
-        a.set_ylabel("test accuracy (%)")
-        for ax, col, what, unit in ((b, "weight_norm", "weight norm", " ‖W‖_F"),
-                                    (c, "angle", "angle from initialisation", " (°)")):
-            ax.set_title(what + unit)
-            ax.set_xlabel("epoch")
-            if not _has(h, col):
-                ax.set_axis_off()
-                ax.text(0.5, 0.5, f"no {what} recorded\n(runs predate the instrument)",
-                        ha="center", va="center", fontsize=7, color="0.4", transform=ax.transAxes)
-                continue
-            _sigma_lines(ax, h, col, sigmas, colors)
-            lo, hi = ax.get_ylim()
-            if col == "weight_norm" and lo > 0 and hi / lo > 3:  # log only where the norms span a factor
-                _log_axis(ax, "y")
-        _legend(c if _has(h, "angle") else b, fontsize=6)
-    return fig
 
 
 # --- captions and placeholders ------------------------------------------------------------------------------
@@ -453,7 +405,7 @@ def caption_figure(fig: Figure, title: str, footer: str) -> Figure:
 
 def message_figure(message: str) -> Figure:
     """A figure that says only `message` (a section without results)."""
-    fig, (ax,) = _figure(width=6.4, height=2.0)
+    fig, (ax,) = new_figure(width=6.4, height=2.0)
     ax.set_axis_off()
     ax.text(0.5, 0.5, textwrap.fill(message, 90), ha="center", va="center", fontsize=9, transform=ax.transAxes)
     return fig

@@ -34,7 +34,7 @@ from initmem.files import atomic_write, ensure_writable
 from initmem.metrics import SUMMARY_KEYS
 
 __all__ = ["RunResult", "run_id", "run_dir", "write_run", "read_run", "verify_run", "is_complete", "load_runs",
-           "load_histories", "set_aside", "migrate"]
+           "load_histories", "set_aside"]
 
 SCHEMA = 2
 FINISHED = ("complete", "diverged")
@@ -50,10 +50,8 @@ RECORD_TYPES: dict[str, type] = {"schema": int, "run_id": str, "section": str, "
                                  "finished_at": str}  # run.json's keys, in order, with their JSON types
 HISTORY_KEYS = ("sha256", "rows", "columns")
 DAMAGED_DIR = ".damaged"  # <section>/.damaged/<run_id>-<UTC stamp>/: where set_aside moves a damaged run
-_V1_KEYS = tuple(k for k in RECORD_TYPES if k != "history")
-_V1_NEW_FIELDS = frozenset({"eval_every", "deterministic", "precision"})  # config fields added after schema 1
-_AMP = {"off": "fp32", "bf16": "bf16"}  # schema 1's config field `amp` → `precision`
-_CONFIG_FIELDS = tuple(f.name for f in dataclasses.fields(TrainConfig))
+V1_KEYS = tuple(k for k in RECORD_TYPES if k != "history")
+CONFIG_FIELDS = tuple(f.name for f in dataclasses.fields(TrainConfig))
 
 
 @dataclass
@@ -100,11 +98,11 @@ def _jsonable(x: Any) -> Any:
     return x
 
 
-def _dumps(record: dict) -> str:
+def dumps_record(record: dict) -> str:
     return json.dumps(_jsonable(record), indent=2, allow_nan=False) + "\n"
 
 
-def _fail(file: Path, what: str) -> ResultsError:
+def record_error(file: Path, what: str) -> ResultsError:
     return ResultsError(" ".join(f"{str(file)!r} {what}".split()))  # one line, whatever the cause said
 
 
@@ -137,7 +135,7 @@ def _frame_problem(h: pd.DataFrame) -> str | None:
     return None
 
 
-def _history_meta(data: bytes, h: pd.DataFrame) -> dict:
+def history_meta(data: bytes, h: pd.DataFrame) -> dict:
     """run.json's `history` entry: the sha256 of history.csv's bytes, its rows and its columns."""
     return {"sha256": hashlib.sha256(data).hexdigest(), "rows": len(h),
             "columns": [str(c) for c in h.columns]}
@@ -153,7 +151,7 @@ def write_run(result: RunResult, results: str | Path, section: str) -> Path:
               "config": result.config.to_dict(), "summary": result.summary, "history": None,
               "provenance": result.provenance, "started_at": result.started_at, "finished_at": result.finished_at}
     try:
-        _check_record(json.loads(_dumps({**record, "history": {"sha256": "0" * 64, "rows": 0, "columns": []}})),
+        _check_record(json.loads(dumps_record({**record, "history": {"sha256": "0" * 64, "rows": 0, "columns": []}})),
                       folder / "run.json")
     except ResultsError as exc:
         raise ResultsError(f"not written: {exc}") from None
@@ -161,26 +159,26 @@ def write_run(result: RunResult, results: str | Path, section: str) -> Path:
         folder.mkdir(parents=True, exist_ok=True)
         (folder / "run.json").unlink(missing_ok=True)  # a stale run.json must never vouch for a new history
         atomic_write(folder / "history.csv", result.history.to_csv(index=False))
-        data, h = _read_history(folder)
+        data, h = read_history(folder)
         if problem := _frame_problem(h) or (len(h) != len(result.history) and "lost rows on the way to disk"):
-            raise _fail(folder / "history.csv", f"was written but is no run's history, so no run.json was: it "
+            raise record_error(folder / "history.csv", f"was written but is no run's history, so no run.json was: it "
                                                 f"{problem}")
-        atomic_write(folder / "run.json", _dumps({**record, "history": _history_meta(data, h)}))
+        atomic_write(folder / "run.json", dumps_record({**record, "history": history_meta(data, h)}))
     except OSError as exc:
         raise ResultsError(f"cannot write run folder {str(folder)!r}: {exc.strerror or exc}") from None
     return folder
 
 
 # ------------------------------------------------------------------------------------------------ verifying
-def _parse(file: Path) -> dict:
+def parse_record(file: Path) -> dict:
     try:
         record = json.loads(file.read_text(encoding="utf-8"))
     except FileNotFoundError:
-        raise _fail(file, "does not exist") from None
+        raise record_error(file, "does not exist") from None
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise _fail(file, f"is corrupt or truncated: {exc}") from None
+        raise record_error(file, f"is corrupt or truncated: {exc}") from None
     if not isinstance(record, dict):
-        raise _fail(file, f"is not a run record: it holds a JSON {type(record).__name__}")
+        raise record_error(file, f"is not a run record: it holds a JSON {type(record).__name__}")
     return record
 
 
@@ -188,83 +186,83 @@ def _check_record(record: dict, file: Path) -> None:
     """The record's own consistency: its keys and their types, its schema, its config and the run id it hashes to,
     its summary's keys and its history entry."""
     schema = record.get("schema")
-    if type(schema) is int and schema == 1 and all(k in record for k in _V1_KEYS):
-        raise _fail(file, f"is a schema-1 run record (no history checksum): run `initmem migrate "
+    if type(schema) is int and schema == 1 and all(k in record for k in V1_KEYS):
+        raise record_error(file, f"is a schema-1 run record (no history checksum): run `initmem migrate "
                           f"{file.parent.parent.parent}` to upgrade it")
     if missing := [k for k in RECORD_TYPES if k not in record]:
-        raise _fail(file, f"is not a run record: missing keys {missing}")
+        raise record_error(file, f"is not a run record: missing keys {missing}")
     if unknown := [k for k in record if k not in RECORD_TYPES]:
-        raise _fail(file, f"is not a run record: unknown keys {unknown}")
+        raise record_error(file, f"is not a run record: unknown keys {unknown}")
     for key, kind in RECORD_TYPES.items():
         if not isinstance(record[key], kind) or (kind is int and isinstance(record[key], bool)):
-            raise _fail(file, f"has {key}={_short(record[key])}: a JSON {kind.__name__} is expected")
+            raise record_error(file, f"has {key}={_short(record[key])}: a JSON {kind.__name__} is expected")
     if schema != SCHEMA:
-        raise _fail(file, f"has schema {schema!r}; this initmem reads schema {SCHEMA}")
+        raise record_error(file, f"has schema {schema!r}; this initmem reads schema {SCHEMA}")
     if record["status"] not in FINISHED:
-        raise _fail(file, f"has status {record['status']!r}: one of {FINISHED} is expected")
-    if missing := [k for k in _CONFIG_FIELDS if k not in record["config"]]:
-        raise _fail(file, f"has a config without the fields {missing}")
+        raise record_error(file, f"has status {record['status']!r}: one of {FINISHED} is expected")
+    if missing := [k for k in CONFIG_FIELDS if k not in record["config"]]:
+        raise record_error(file, f"has a config without the fields {missing}")
     try:
         rid = run_id(record["config"])
     except (TypeError, ValueError) as exc:  # ConfigError is a ValueError
-        raise _fail(file, f"has an invalid config: {exc}") from None
+        raise record_error(file, f"has an invalid config: {exc}") from None
     if rid != record["run_id"]:
-        raise _fail(file, f"has a config that is not its run's: it hashes to run id {rid}, the record says "
+        raise record_error(file, f"has a config that is not its run's: it hashes to run id {rid}, the record says "
                           f"{record['run_id']} (edited after the run was written?)")
     summary = record["summary"]
     if missing := [k for k in SUMMARY_KEYS if k not in summary]:
-        raise _fail(file, f"has a summary without the keys {missing}")
+        raise record_error(file, f"has a summary without the keys {missing}")
     for k, v in summary.items():
         if v is not None and not isinstance(v, (int, float)):
-            raise _fail(file, f"has summary {k}={_short(v)}: a number, true/false or null is expected")
+            raise record_error(file, f"has summary {k}={_short(v)}: a number, true/false or null is expected")
     h = record["history"]
     if (sorted(h) != sorted(HISTORY_KEYS) or not isinstance(h["sha256"], str)
             or not re.fullmatch(r"[0-9a-f]{64}", h["sha256"]) or type(h["rows"]) is not int
             or not isinstance(h["columns"], list) or not all(isinstance(c, str) for c in h["columns"])):
-        raise _fail(file, f"has history={_short(h)}: {{sha256: 64 hex digits, rows: int, columns: [str]}} "
+        raise record_error(file, f"has history={_short(h)}: {{sha256: 64 hex digits, rows: int, columns: [str]}} "
                           "is expected")
 
 
-def _read_history(folder: Path) -> tuple[bytes, pd.DataFrame]:
+def read_history(folder: Path) -> tuple[bytes, pd.DataFrame]:
     file = folder / "history.csv"
     try:
         data = file.read_bytes()
     except FileNotFoundError:
-        raise _fail(file, "is missing") from None
+        raise record_error(file, "is missing") from None
     except OSError as exc:
-        raise _fail(file, f"is unreadable: {exc.strerror or exc}") from None
+        raise record_error(file, f"is unreadable: {exc.strerror or exc}") from None
     if not data.strip():
-        raise _fail(file, "is empty")
+        raise record_error(file, "is empty")
     try:
         return data, pd.read_csv(io.BytesIO(data))  # pandas >= 3 parses floats round-trip
     except ValueError as exc:  # pandas parser errors and UnicodeDecodeError are ValueErrors
-        raise _fail(file, f"is unreadable: {exc}") from None
+        raise record_error(file, f"is unreadable: {exc}") from None
 
 
-def _verify(folder: Path, record: dict) -> pd.DataFrame:
+def verify_record(folder: Path, record: dict) -> pd.DataFrame:
     """Check a parsed record against its folder and history; return the history frame."""
     file = folder / "run.json"
     _check_record(record, file)
     here = folder.resolve()
     if here.name != record["run_id"]:
-        raise _fail(file, f"lies in folder {here.name!r}, not in its run id's {record['run_id']!r} (a copied or "
+        raise record_error(file, f"lies in folder {here.name!r}, not in its run id's {record['run_id']!r} (a copied or "
                           "renamed run folder?)")
     if here.parent.name != record["section"]:
-        raise _fail(file, f"lies in section folder {here.parent.name!r}, not in its section's "
+        raise record_error(file, f"lies in section folder {here.parent.name!r}, not in its section's "
                           f"{record['section']!r} (a moved run folder?)")
-    data, h = _read_history(folder)
+    data, h = read_history(folder)
     meta, hfile = record["history"], folder / "history.csv"
     columns = [str(c) for c in h.columns]
     if columns != meta["columns"]:
         lost, extra = [c for c in meta["columns"] if c not in columns], [c for c in columns if c not in meta["columns"]]
-        raise _fail(hfile, f"has other columns than run.json records: missing {lost}, unexpected {extra}"
+        raise record_error(hfile, f"has other columns than run.json records: missing {lost}, unexpected {extra}"
                            + ("" if lost or extra else " (the same, in another order)"))
     if len(h) != meta["rows"]:
-        raise _fail(hfile, f"has {len(h)} rows; run.json records {meta['rows']} (truncated or appended to?)")
+        raise record_error(hfile, f"has {len(h)} rows; run.json records {meta['rows']} (truncated or appended to?)")
     if problem := _frame_problem(h):
-        raise _fail(hfile, problem)
+        raise record_error(hfile, problem)
     if hashlib.sha256(data).hexdigest() != meta["sha256"]:
-        raise _fail(hfile, "does not match the sha256 run.json records: it changed after the run was written")
+        raise record_error(hfile, "does not match the sha256 run.json records: it changed after the run was written")
     return h
 
 
@@ -277,7 +275,7 @@ def read_run(path: str | Path) -> dict:
     """The run.json of a run folder (or that file's path), its keys, types, config/run id and summary checked;
     ResultsError naming the file otherwise. `verify_run` also checks the folder and the history."""
     file = _record_file(path)
-    record = _parse(file)
+    record = parse_record(file)
     _check_record(record, file)
     return record
 
@@ -287,8 +285,8 @@ def verify_run(folder: str | Path) -> dict:
     types, `<section>/<run_id(config)>` as its folder, the history against its sha256, rows and columns (numbers,
     an epoch and a step on every row), every summary key. ResultsError naming the file and what is wrong."""
     file = _record_file(folder)
-    record = _parse(file)
-    _verify(file.parent, record)
+    record = parse_record(file)
+    verify_record(file.parent, record)
     return record
 
 
@@ -329,7 +327,7 @@ def set_aside(folder: str | Path) -> Path:
 
 
 # ------------------------------------------------------------------------------------------------ loaders
-def _run_folders(path: str | Path) -> list[Path]:
+def run_folders(path: str | Path) -> list[Path]:
     """Every folder under `path` (any depth, `path` included) holding a run.json, hidden folders (.damaged, ...)
     left out; ResultsError when `path` is not an existing folder."""
     if not (root := Path(path)).is_dir():
@@ -344,11 +342,11 @@ def _scan(path: str | Path, damaged: str) -> tuple[list[tuple[Path, dict, pd.Dat
     if damaged not in ("raise", "skip"):
         raise ConfigError(f"damaged={damaged!r} is invalid: 'raise' or 'skip' is accepted")
     good, bad, holders = [], {}, defaultdict(list)
-    for folder in _run_folders(path):
+    for folder in run_folders(path):
         record = None
         try:
-            record = _parse(folder / "run.json")
-            good.append((folder, record, _verify(folder, record)))
+            record = parse_record(folder / "run.json")
+            good.append((folder, record, verify_record(folder, record)))
         except ResultsError as exc:
             bad[str(folder)] = str(exc)
         if record is not None:  # a run's address is <section>/<run_id>: one section may not hold it twice
@@ -384,13 +382,13 @@ def load_runs(path: str | Path, *, damaged: str = "raise") -> pd.DataFrame:
     rows = []
     for folder, rec, _ in good:
         row = {"run_id": rec["run_id"], "section": rec["section"], "status": rec["status"], "path": str(folder)}
-        row.update({k: _cell(rec["config"].get(k)) for k in _CONFIG_FIELDS})
+        row.update({k: _cell(rec["config"].get(k)) for k in CONFIG_FIELDS})
         row.update({k: rec["summary"].get(k) for k in SUMMARY_KEYS})
         row.update({k: v for k, v in rec["summary"].items() if k not in row})  # keys added to metrics later
         prov = rec["provenance"]
         row.update(git_commit=prov.get("git_commit"), data_source=prov.get("data_source"))
         rows.append(row)
-    columns = [*RUN_COLUMNS, *_CONFIG_FIELDS, *SUMMARY_KEYS, "git_commit", "data_source"]
+    columns = [*RUN_COLUMNS, *CONFIG_FIELDS, *SUMMARY_KEYS, "git_commit", "data_source"]
     extra = sorted({k for r in rows for k in r} - set(columns))
     df = pd.DataFrame(rows, columns=[*columns, *extra])
     df.attrs["damaged"] = bad
@@ -417,53 +415,3 @@ def load_histories(path: str | Path, *, damaged: str = "raise") -> pd.DataFrame:
         df = pd.DataFrame(columns=["run_id", "section", *HISTORY_CONFIG_COLUMNS, *own])
     df.attrs["damaged"] = bad
     return df
-
-
-# ------------------------------------------------------------------------------------------------ migration
-def _upgrade(record: dict, file: Path) -> dict:
-    """The schema-2 record of a schema-1 one: `amp` → `precision`, the config fields added since at their
-    defaults, the history's sha256/rows/columns; every value it had kept. It verifies, or ResultsError."""
-    if sorted(record) != sorted(_V1_KEYS) or not isinstance(record["config"], dict):
-        raise _fail(file, f"is not a schema-1 run record: keys {sorted(record)}, a config dict and {_V1_KEYS} "
-                          "are expected")
-    config = dict(record["config"])
-    if "amp" in config:
-        amp = config.pop("amp")
-        if amp not in _AMP or config.get("precision", _AMP[amp]) != _AMP[amp]:
-            raise _fail(file, f"has config amp={amp!r}: 'off' or 'bf16' (and no other precision) is expected")
-        config["precision"] = _AMP[amp]
-    if lacking := sorted(set(_CONFIG_FIELDS) - set(config) - _V1_NEW_FIELDS):
-        raise _fail(file, f"has a config without the fields {lacking}")
-    try:
-        new_config = TrainConfig.from_dict(config).to_dict()
-    except ConfigError as exc:
-        raise _fail(file, f"has an invalid config: {exc}") from None
-    if changed := [k for k, v in config.items() if new_config[k] != v]:
-        raise _fail(file, f"has config values TrainConfig would change: {changed}")
-    data, h = _read_history(file.parent)
-    new = {**record, "schema": SCHEMA, "config": new_config, "history": _history_meta(data, h)}
-    new = {k: new[k] for k in RECORD_TYPES}  # the key order write_run writes
-    _verify(file.parent, new)
-    return new
-
-
-def migrate(path: str | Path) -> list[Path]:
-    """Upgrade every schema-1 run.json under `path` to schema 2 in place, atomically, and return their paths. Every
-    number is kept and history.csv is not touched; schema-2 records are left as they are, so a second call returns
-    []. Every record is checked before any is written: one that cannot be upgraded (unreadable, its config not its
-    run id's, its history malformed) is a ResultsError naming it, and nothing is written."""
-    plan = []
-    for folder in _run_folders(path):
-        file = folder / "run.json"
-        record = _parse(file)
-        if record.get("schema") == SCHEMA:
-            continue
-        if record.get("schema") != 1:
-            raise _fail(file, f"has schema {record.get('schema')!r}: migrate upgrades schema 1 to {SCHEMA}")
-        plan.append((file, _upgrade(record, file)))
-    for file, record in plan:
-        try:
-            atomic_write(file, _dumps(record))
-        except OSError as exc:
-            raise ResultsError(f"cannot write {str(file)!r}: {exc.strerror or exc}") from None
-    return [file for file, _ in plan]

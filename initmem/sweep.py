@@ -202,11 +202,11 @@ class SweepReport:
 
 
 def summarize(section: Section, points: list[Point]) -> Any:
-    """The end-of-run table: one row per point (`tables.sweep_row`)."""
+    """The end-of-run table: one row per point (`point_report.sweep_row`)."""
     import pandas as pd
 
+    from initmem.point_report import sweep_row
     from initmem.results import load_runs, run_id
-    from initmem.tables import sweep_row
 
     folder = _results_path(section, points[0]) / section.name if points else None
     runs = load_runs(folder, damaged="skip") if folder is not None and folder.is_dir() else None

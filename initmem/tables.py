@@ -1,5 +1,5 @@
 """The study's tables: pure functions from `results.load_runs` / `load_histories` frames to DataFrames (T1–T5,
-the per-run and per-point tables of the section notebooks; T6 and the clock correlations of the forgetting
+the views of one point are in `initmem.point_report`; T6 and the clock correlations of the forgetting
 instruments are in `initmem.tables_forgetting`). Writing them (md, tex, csv and a provenance sidecar) is
 `initmem.figures`' job.
 
@@ -28,8 +28,7 @@ from initmem.config import RUN_ID_EXCLUDE, TrainConfig
 from initmem.errors import ConfigError, NoResults, ResultsError
 
 __all__ = ["NoResults", "configurations", "optimizer_table", "long_training_table", "config_spreads",
-           "spread_pivot", "lr_l2_table", "batch_size_table", "depth_table", "run_table", "interpolation_table",
-           "point_table", "DIVERGED"]
+           "spread_pivot", "lr_l2_table", "batch_size_table", "depth_table", "DIVERGED"]
 
 CLOCKS = ("T_SGD", "T_L2", "T_adapt")
 EFF_CLOCKS = tuple(f"{c}_eff" for c in CLOCKS)  # momentum-aware (metrics.lr_scale); NaN for older runs
@@ -135,7 +134,7 @@ def sigma_column(sigma_w: float) -> str:
     return f"sigma_w={sigma_w:g}"
 
 
-def _mean_std(xs: Sequence[float]) -> tuple[float, float]:
+def mean_std(xs: Sequence[float]) -> tuple[float, float]:
     xs = [float(x) for x in xs if x is not None and not math.isnan(float(x))]
     if not xs:
         return math.nan, math.nan
@@ -156,14 +155,14 @@ def _multi_seed(confs: pd.DataFrame) -> bool:
 DIVERGED = "diverged"  # the cell of a σ_w whose runs all diverged before any finite epoch: no value to show
 
 
-def _diverged(g: pd.DataFrame) -> pd.Series:
+def diverged_runs(g: pd.DataFrame) -> pd.Series:
     """Which runs of `g` diverged (status 'diverged'; none when the frame has no status)."""
     return g["status"].eq("diverged") if "status" in g.columns else pd.Series(False, index=g.index)
 
 
 def diverged_count(g: pd.DataFrame) -> str:
     """'k/n': runs diverged of runs."""
-    return f"{int(_diverged(g).sum())}/{len(g)}"
+    return f"{int(diverged_runs(g).sum())}/{len(g)}"
 
 
 def sigma_cells(g: pd.DataFrame, sigmas: Iterable[float], multi: bool, value: str = "test_acc_at_best",
@@ -173,8 +172,8 @@ def sigma_cells(g: pd.DataFrame, sigmas: Iterable[float], multi: bool, value: st
     row = {}
     for s in sigmas:
         r = g[g["sigma_w"] == s]
-        m, sd = _mean_std(scale * pd.to_numeric(r[value], errors="coerce"))
-        row[sigma_column(s)] = DIVERGED if math.isnan(m) and len(r) and _diverged(r).any() else m
+        m, sd = mean_std(scale * pd.to_numeric(r[value], errors="coerce"))
+        row[sigma_column(s)] = DIVERGED if math.isnan(m) and len(r) and diverged_runs(r).any() else m
         if multi:
             row[sigma_column(s) + "_std"] = sd
     return row
@@ -326,7 +325,7 @@ def config_spreads(runs: pd.DataFrame) -> pd.DataFrame:
                **{c: g[c].iloc[0] for c in key},
                "n_runs": len(g), "n_sigma": g["sigma_w"].nunique(), "n_seeds": g["seed"].nunique(),
                "spread_pp": m, "spread_pp_std": sd, "n_sigma_in_spread": len(sigmas_in_spread(g)),
-               "diverged": diverged_count(g), "n_diverged": int(_diverged(g).sum()),
+               "diverged": diverged_count(g), "n_diverged": int(diverged_runs(g).sum()),
                **{c: run_median(g, c) for c in (*CLOCKS, *EFF_CLOCKS)},
                "angle_range_deg": _sigma_range(g, "angle_at_best"), "Theta_final": run_median(g, "Theta_final"),
                "n_interp": int(g["tau_interp"].notna().sum()),
@@ -428,107 +427,7 @@ def depth_table(runs: pd.DataFrame) -> pd.DataFrame:
             when = "never" if tau.empty else f"{tau.median():.0f}"
             if 0 < len(tau) < len(r):
                 when += f" ({len(tau)}/{len(r)})"
-            row[sigma_column(s)] = DIVERGED if math.isnan(acc) and _diverged(r).any() else f"{acc:.1f} / {when}"
+            row[sigma_column(s)] = DIVERGED if math.isnan(acc) and diverged_runs(r).any() else f"{acc:.1f} / {when}"
         n = int(g["tau_interp"].notna().sum())
         rows.append({**row, "interpolated": f"{n}/{len(g)}", "diverged": diverged_count(g), **_spread_cells(g, multi)})
     return finish(pd.DataFrame(rows))
-
-
-
-
-# --- per-run tables of the section notebooks ---------------------------------------------------------------
-RUN_COLUMNS = ("sigma_w", "seed", "status", "test_acc_at_best", "best_epoch", "tau_interp", "repair_gap",
-               "init_weight_norm", "final_weight_norm", "norm_ratio", "T_SGD", "T_L2", "T_adapt", "wall_time_s")
-RUN_EXTRA = ("diverged_epoch", "angle_final", "Theta_final")
-INTERPOLATION_COLUMNS = ("arch", "sigma_w", "seed", "status", "interpolated", "tau_interp", "final_train_acc",
-                         "test_acc_at_best")
-
-
-def check_runs(runs: pd.DataFrame, need: Sequence[str]) -> None:
-    """ConfigError unless `runs` is a DataFrame with the columns `need` (load_runs / run_point rows)."""
-    if not isinstance(runs, pd.DataFrame) or (missing := set(need) - set(runs.columns)):
-        raise ConfigError(f"got {type(runs).__name__} lacking columns "
-                          f"{sorted(missing) if isinstance(runs, pd.DataFrame) else list(need)}: "
-                          "the rows of run_sigma_sweep (or load_runs) are accepted")
-
-
-def run_table(runs: pd.DataFrame) -> pd.DataFrame:
-    """The columns a reader checks first (`RUN_COLUMNS`, then `RUN_EXTRA` where the runs have them: the epoch a
-    diverged run diverged at, its angle from initialisation and Theta at the end), one row per run, sorted by σ_w
-    then seed."""
-    check_runs(runs, RUN_COLUMNS)
-    cols = [*RUN_COLUMNS, *(c for c in RUN_EXTRA if c in runs.columns)]
-    return runs[cols].sort_values(["sigma_w", "seed"]).reset_index(drop=True)
-
-
-def interpolation_table(runs: pd.DataFrame) -> pd.DataFrame:
-    """Which runs interpolate (train accuracy >= 99.5 %) and which fail to: one row per run, sorted by arch, σ_w
-    and seed. `failed_to_interpolate` is True for a run that never reached the threshold (a diverged run
-    included): in deep ResNets a large σ_w shows as failure to train rather than as a worse solution."""
-    check_runs(runs, INTERPOLATION_COLUMNS)
-    t = runs[list(INTERPOLATION_COLUMNS)].sort_values(["arch", "sigma_w", "seed"]).reset_index(drop=True)
-    return t.assign(failed_to_interpolate=~t["interpolated"].eq(True))
-
-
-# --- the point as a researcher reads it (the section notebooks' last cells) ---------------------------------
-
-
-
-def _pm(x: pd.Series, fmt: str) -> str:
-    """'mean ± std' of the non-missing values (the mean alone for one value); '–' for none. A '{:.3g}' mean gets
-    a two-digit std."""
-    m, sd = _mean_std(pd.to_numeric(x, errors="coerce"))
-    if math.isnan(m):
-        return "–"
-    return fmt.format(m) + ("" if math.isnan(sd) else " ± " + fmt.replace(".3g", ".2g").format(sd))
-
-
-def _status_counts(r: pd.DataFrame) -> str:
-    counts = r["status"].value_counts() if "status" in r.columns else pd.Series({"complete": len(r)})
-    return ", ".join(f"{n} {k}" for k, n in sorted(counts.items(), key=lambda kv: (kv[0] != "complete", kv[0])))
-
-
-def point_table(runs: pd.DataFrame) -> pd.DataFrame:
-    """One point as a researcher reads it: one row per σ_w (the index), narrow enough to show whole. Cells are
-    display strings, 'mean ± std' over seeds where there are several: the runs by status ('2 complete, 1
-    diverged'), the test accuracy (%) at the selected (best-validation-loss) epoch ('diverged' when none has one),
-    that epoch, τ_interp ('never', or '(k/n)' after the mean when only some seeds interpolated), the final/initial
-    weight-norm ratio, the angle from initialisation at the selected epoch (degrees) and Theta at the end
-    (radians), '–' where the runs predate the instruments. The numbers themselves: `run_table`,
-    `metrics.point_summary`."""
-    check_runs(runs, ("sigma_w", "seed", "test_acc_at_best", "tau_interp"))
-    if runs.empty:
-        raise NoResults("no runs")
-    if "section" in runs.columns and (n := configurations(runs)["config"].nunique()) > 1:
-        raise ConfigError(f"point_table got the runs of {n} configurations: one point's runs (run_point's rows, or "
-                          "load_runs rows of one configuration) are accepted")
-    rows = []
-    for s, r in runs.groupby("sigma_w", sort=True):
-        acc = _pm(100 * pd.to_numeric(r["test_acc_at_best"], errors="coerce"), "{:.1f}")
-        tau = r["tau_interp"].dropna()
-        when = "never" if tau.empty else _pm(tau, "{:.0f}") + (f" ({len(tau)}/{len(r)})" if len(tau) < len(r)
-                                                               else "")
-        get = (lambda c, f, r=r: _pm(r[c], f) if c in r.columns else "–")
-        rows.append({"σ_w": float(s), "runs": _status_counts(r),
-                     "test acc (%)": DIVERGED if acc == "–" and _diverged(r).any() else acc,
-                     "best epoch": get("best_epoch", "{:.0f}"), "τ_interp": when,
-                     "norm ratio": get("norm_ratio", "{:.3g}"), "angle at best (°)": get("angle_at_best", "{:.1f}"),
-                     "Θ_final (rad)": get("Theta_final", "{:.3g}")})
-    return pd.DataFrame(rows).set_index("σ_w")
-
-
-def sweep_row(runs: pd.DataFrame | None, point_id: str, run_ids: list[str]) -> dict:
-    """One point's line of the sweep's end-of-run table (and of `initmem run`): how many of its runs exist, the test
-    accuracy (%) at the selected epoch per sigma_w (mean over seeds), the spread (pp, `metrics.point_summary`'s),
-    how many runs interpolated or diverged, and the largest tau_interp."""
-    r = runs[runs["run_id"].isin(run_ids)] if runs is not None and len(runs) else pd.DataFrame()
-    row: dict = {"point": point_id, "runs": f"{len(r)}/{len(set(run_ids))}"}
-    if len(r):
-        s = metrics.point_summary(r)
-        row.update({f"acc@{k:g}": round(100 * v, 1) for k, v in s["test_acc_by_sigma_w"].items()})
-        row["spread_pp"] = round(s["spread_pp"], 1) if s["spread_pp"] is not None else None
-        row["interpolated"] = f"{s['n_interpolated']}/{s['n_runs']}"
-        if s["n_diverged"]:
-            row["diverged"] = f"{s['n_diverged']}/{s['n_runs']}"
-        row["max_tau_interp"] = r["tau_interp"].max()
-    return row

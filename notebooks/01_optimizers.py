@@ -60,7 +60,7 @@ compile = False
 checkpoint_every = 0  # epochs between checkpoints (0: none); a killed run resumes from the newest
 
 # %%
-from initmem import metrics, plots, tables
+from initmem import metrics, point_report
 from initmem.notebook import refuse_undeclared
 from initmem.point import run_point
 
@@ -74,17 +74,17 @@ runs = run_point(globals())  # the point's runs from the parameters above (confi
 # `sigma_w`, and the weight norm and the angle from initialisation over training.
 
 # %%
-tables.point_table(runs)
+point_report.point_table(runs)
 
 # %%
-plots.point_figure(runs)
+point_report.point_figure(runs)
 
 # %% [markdown]
 # One row per run: test accuracy at the best-validation epoch, the interpolation epoch, the initial and final
 # weight norms (radial memory), the angle from initialisation and the forgetting clocks at the end of training.
 
 # %%
-tables.run_table(runs)
+point_report.run_table(runs)
 
 # %% [markdown]
 # The point's numbers: the spread across `sigma_w` (pp), which `sigma_w` is best and worst, how many runs

@@ -24,12 +24,12 @@ import pytest
 from initmem.cli import main
 from initmem.config import TrainConfig, run_id
 from initmem.errors import ResultsError
+from initmem.migrate import migrate
 from initmem.results import (
     DAMAGED_DIR,
     is_complete,
     load_histories,
     load_runs,
-    migrate,
     read_run,
     set_aside,
     verify_run,

@@ -209,4 +209,6 @@ def test_compute_is_apart_from_writing_and_imports_no_torch():
             "assert all(hasattr(f, n) for n in ('Stamp', 'save_table', 'save_figure', 'FigureBook', 'write_index'))\n")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
-    assert "tables._" not in (ROOT / "initmem" / "plots.py").read_text()  # what plots uses of tables is public
+    for name in ("plots", "plots_forgetting", "tables_forgetting", "point_report"):  # what they use of each other
+        text = (ROOT / "initmem" / f"{name}.py").read_text()  # is public
+        assert not re.search(r"\b(tables|plots)\._", text), name

@@ -1,6 +1,6 @@
 """The tables and figures of the forgetting instruments (T6, T7, F10, F11: `tables_forgetting`, `plots_forgetting`),
 the diverged σ_w made visible in every table that shows a spread, and one point as a section notebook shows it
-(`tables.point_table`, `plots.point_figure`), all on hand-made frames or run folders written through
+(`point_report.point_table`, `point_report.point_figure`), all on hand-made frames or run folders written through
 `results.write_run`, with the numbers computed by hand."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from initmem import metrics, plots, plots_forgetting, tables
+from initmem import metrics, plots, plots_forgetting, point_report, tables
 from initmem import tables_forgetting as tf
 from initmem.errors import ConfigError, NoResults
 
@@ -240,11 +240,11 @@ def test_a_diverged_sigma_is_shown_in_every_spread_table(diverged_tree):
     t2 = tables.long_training_table(runs, marks=[2, 3])  # a history with no finite val_loss is no crash
     assert t2.loc[t2["weight_decay"] == 0.01, "sigma_w=2.5"].tolist() == ["diverged"] * 2
     assert t2.loc[t2["weight_decay"] == 0.01, "spread_pp"].tolist() == pytest.approx([10.0, 10.0])
-    rt = tables.run_table(runs)
+    rt = point_report.run_table(runs)
     assert rt.loc[rt["status"] == "diverged", "diverged_epoch"].tolist() == [1, 1]
     assert list(rt.columns[-3:]) == ["diverged_epoch", "angle_final", "Theta_final"]
     assert rt.loc[rt["status"] == "complete", "angle_final"].tolist() == [10.0] * 10
-    assert tables.point_table(runs[runs["weight_decay"] > 0]).loc[2.5, "test acc (%)"] == "diverged"
+    assert point_report.point_table(runs[runs["weight_decay"] > 0]).loc[2.5, "test acc (%)"] == "diverged"
 
 
 # --- one point -----------------------------------------------------------------------------------------------
@@ -253,7 +253,7 @@ def test_point_table_one_row_per_sigma_with_mean_and_std(diverged_tree):
 
     runs = load_runs(diverged_tree)
     point = runs[runs["weight_decay"] > 0]
-    t = tables.point_table(point)
+    t = point_report.point_table(point)
     assert t.index.tolist() == [0.1, 1.0, 2.5] and t.index.name == "σ_w" and len(t.columns) == 7
     assert t.loc[0.1, "test acc (%)"] == f"60.5 ± {100 * math.sqrt(0.5e-4):.1f}"  # seeds 0.60, 0.61
     assert t.loc[0.1, "runs"] == "2 complete" and t.loc[2.5, "runs"] == "2 diverged"
@@ -261,11 +261,11 @@ def test_point_table_one_row_per_sigma_with_mean_and_std(diverged_tree):
     assert t.loc[0.1, "angle at best (°)"] == "8.0 ± 0.0" and t.loc[0.1, "Θ_final (rad)"] == "0.3 ± 0"
     assert t.loc[2.5, "τ_interp"] == "never" and t.loc[2.5, "angle at best (°)"] == "–"
     old = _runs([{"sigma_w": s, "seed": k, "test_acc_at_best": 0.5 + 0.1 * k} for s in (0.5, 1.0) for k in (0, 1)])
-    t = tables.point_table(old.assign(tau_interp=[3.0, None, 4.0, 6.0]))  # recorded before the instruments
+    t = point_report.point_table(old.assign(tau_interp=[3.0, None, 4.0, 6.0]))  # recorded before the instruments
     assert t.loc[0.5, "angle at best (°)"] == "–" and t.loc[0.5, "τ_interp"] == "3 (1/2)"
     assert t.loc[1.0, "τ_interp"] == f"5 ± {math.sqrt(2):.0f}"
     with pytest.raises(ConfigError, match="2 configurations"):
-        tables.point_table(runs)
+        point_report.point_table(runs)
 
 
 def test_point_figure_reads_the_run_folders_and_shows_inline(diverged_tree):
@@ -274,7 +274,7 @@ def test_point_figure_reads_the_run_folders_and_shows_inline(diverged_tree):
     from initmem.results import load_runs
 
     runs = load_runs(diverged_tree)
-    fig = plots.point_figure(runs[runs["weight_decay"] > 0])  # histories from the runs' own folders
+    fig = point_report.point_figure(runs[runs["weight_decay"] > 0])  # histories from the runs' own folders
     a, b, c = fig.axes
     assert tuple(fig.get_size_inches()) == (8.0, 2.6)
     assert a.get_title() == "test acc. at selected epoch\nspread 10.0 pp over 2/3 σ_w"
@@ -286,7 +286,7 @@ def test_point_figure_reads_the_run_folders_and_shows_inline(diverged_tree):
     assert data["image/png"][:8] == b"\x89PNG\r\n\x1a\n"  # inline in Jupyter without registering anything
     old = runs[runs["weight_decay"] == 0]
     h = pd.DataFrame({"run_id": old["run_id"].repeat(2).to_numpy(), "epoch": [0, 1] * len(old), "weight_norm": 1.0})
-    fig = plots.point_figure(old, h)  # histories without the instruments
+    fig = point_report.point_figure(old, h)  # histories without the instruments
     assert not fig.axes[2].lines and "no angle from initialisation recorded" in fig.axes[2].texts[0].get_text()
     with pytest.raises(NoResults):
-        plots.point_figure(old.iloc[:0], h)
+        point_report.point_figure(old.iloc[:0], h)

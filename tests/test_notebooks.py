@@ -20,9 +20,10 @@ import yaml
 from initmem import metrics, results
 from initmem.config import TrainConfig, point_configs
 from initmem.params import load_section
+from initmem.point_report import interpolation_table
 from initmem.results import load_runs, run_id
 from initmem.sweep import run_sweep
-from initmem.tables import interpolation_table, long_training_table
+from initmem.tables import long_training_table
 
 REPO = Path(__file__).resolve().parent.parent
 SECTIONS = ("01_optimizers", "02_long_training", "03_lr_l2", "04_batch_size", "05_depth")

@@ -1,0 +1,76 @@
+"""Upgrading old run records: `migrate(path)` rewrites every schema-1 run.json under `path` as schema 2 (the record
+`initmem.results` verifies), keeping every number; `initmem migrate PATH` runs it.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from initmem.config import TrainConfig
+from initmem.errors import ConfigError, ResultsError
+from initmem.files import atomic_write
+from initmem.results import (
+    CONFIG_FIELDS,
+    RECORD_TYPES,
+    SCHEMA,
+    V1_KEYS,
+    dumps_record,
+    history_meta,
+    parse_record,
+    read_history,
+    record_error,
+    run_folders,
+    verify_record,
+)
+
+V1_NEW_FIELDS = frozenset({"eval_every", "deterministic", "precision"})  # config fields added after schema 1
+AMP = {"off": "fp32", "bf16": "bf16"}  # schema 1's config field `amp` → `precision`
+
+
+def _upgrade(record: dict, file: Path) -> dict:
+    """The schema-2 record of a schema-1 one: `amp` → `precision`, the config fields added since at their
+    defaults, the history's sha256/rows/columns; every value it had kept. It verifies, or ResultsError."""
+    if sorted(record) != sorted(V1_KEYS) or not isinstance(record["config"], dict):
+        raise record_error(file, f"is not a schema-1 run record: keys {sorted(record)}, a config dict and {V1_KEYS} "
+                          "are expected")
+    config = dict(record["config"])
+    if "amp" in config:
+        amp = config.pop("amp")
+        if amp not in AMP or config.get("precision", AMP[amp]) != AMP[amp]:
+            raise record_error(file, f"has config amp={amp!r}: 'off' or 'bf16' (and no other precision) is expected")
+        config["precision"] = AMP[amp]
+    if lacking := sorted(set(CONFIG_FIELDS) - set(config) - V1_NEW_FIELDS):
+        raise record_error(file, f"has a config without the fields {lacking}")
+    try:
+        new_config = TrainConfig.from_dict(config).to_dict()
+    except ConfigError as exc:
+        raise record_error(file, f"has an invalid config: {exc}") from None
+    if changed := [k for k, v in config.items() if new_config[k] != v]:
+        raise record_error(file, f"has config values TrainConfig would change: {changed}")
+    data, h = read_history(file.parent)
+    new = {**record, "schema": SCHEMA, "config": new_config, "history": history_meta(data, h)}
+    new = {k: new[k] for k in RECORD_TYPES}  # the key order write_run writes
+    verify_record(file.parent, new)
+    return new
+
+
+def migrate(path: str | Path) -> list[Path]:
+    """Upgrade every schema-1 run.json under `path` to schema 2 in place, atomically, and return their paths. Every
+    number is kept and history.csv is not touched; schema-2 records are left as they are, so a second call returns
+    []. Every record is checked before any is written: one that cannot be upgraded (unreadable, its config not its
+    run id's, its history malformed) is a ResultsError naming it, and nothing is written."""
+    plan = []
+    for folder in run_folders(path):
+        file = folder / "run.json"
+        record = parse_record(file)
+        if record.get("schema") == SCHEMA:
+            continue
+        if record.get("schema") != 1:
+            raise record_error(file, f"has schema {record.get('schema')!r}: migrate upgrades schema 1 to {SCHEMA}")
+        plan.append((file, _upgrade(record, file)))
+    for file, record in plan:
+        try:
+            atomic_write(file, dumps_record(record))
+        except OSError as exc:
+            raise ResultsError(f"cannot write {str(file)!r}: {exc.strerror or exc}") from None
+    return [file for file, _ in plan]

@@ -1,0 +1,169 @@
+"""One point as a researcher reads it: what the section notebooks show at their end and what the sweep prints per
+point. Built from the `point.run_point` (or `load_runs`) rows of one point, with the study's tables and figures
+(`initmem.tables`, `initmem.plots`) underneath.
+
+- `point_table`: per sigma_w (mean ± std over seeds) the test accuracy at the selected epoch, tau_interp, the norm
+  ratio, the angle from initialisation and Theta; `point_figure`: accuracy against sigma_w, weight norm and angle
+  over epochs; `run_table`, `interpolation_table`: one row per run; `sweep_row`: the sweep's end-of-run line.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import matplotlib
+import pandas as pd
+from matplotlib.figure import Figure
+
+from initmem import metrics, plots, tables
+from initmem.errors import ConfigError, NoResults
+
+__all__ = ["point_table", "point_figure", "run_table", "interpolation_table", "sweep_row", "check_runs"]
+
+
+# --- per-run tables ------------------------------------------------------------------------------------------
+RUN_COLUMNS = ("sigma_w", "seed", "status", "test_acc_at_best", "best_epoch", "tau_interp", "repair_gap",
+               "init_weight_norm", "final_weight_norm", "norm_ratio", "T_SGD", "T_L2", "T_adapt", "wall_time_s")
+RUN_EXTRA = ("diverged_epoch", "angle_final", "Theta_final")
+INTERPOLATION_COLUMNS = ("arch", "sigma_w", "seed", "status", "interpolated", "tau_interp", "final_train_acc",
+                         "test_acc_at_best")
+
+
+def check_runs(runs: pd.DataFrame, need: Sequence[str]) -> None:
+    """ConfigError unless `runs` is a DataFrame with the columns `need` (load_runs / run_point rows)."""
+    if not isinstance(runs, pd.DataFrame) or (missing := set(need) - set(runs.columns)):
+        raise ConfigError(f"got {type(runs).__name__} lacking columns "
+                          f"{sorted(missing) if isinstance(runs, pd.DataFrame) else list(need)}: "
+                          "the rows of run_point (or load_runs) are accepted")
+
+
+def run_table(runs: pd.DataFrame) -> pd.DataFrame:
+    """The columns a reader checks first (`RUN_COLUMNS`, then `RUN_EXTRA` where the runs have them: the epoch a
+    diverged run diverged at, its angle from initialisation and Theta at the end), one row per run, sorted by σ_w
+    then seed."""
+    check_runs(runs, RUN_COLUMNS)
+    cols = [*RUN_COLUMNS, *(c for c in RUN_EXTRA if c in runs.columns)]
+    return runs[cols].sort_values(["sigma_w", "seed"]).reset_index(drop=True)
+
+
+def interpolation_table(runs: pd.DataFrame) -> pd.DataFrame:
+    """Which runs interpolate (train accuracy >= 99.5 %) and which fail to: one row per run, sorted by arch, σ_w
+    and seed. `failed_to_interpolate` is True for a run that never reached the threshold (a diverged run
+    included): in deep ResNets a large σ_w shows as failure to train rather than as a worse solution."""
+    check_runs(runs, INTERPOLATION_COLUMNS)
+    t = runs[list(INTERPOLATION_COLUMNS)].sort_values(["arch", "sigma_w", "seed"]).reset_index(drop=True)
+    return t.assign(failed_to_interpolate=~t["interpolated"].eq(True))
+
+
+# --- the point as a researcher reads it (the section notebooks' last cells) ---------------------------------
+
+
+
+def _pm(x: pd.Series, fmt: str) -> str:
+    """'mean ± std' of the non-missing values (the mean alone for one value); '–' for none. A '{:.3g}' mean gets
+    a two-digit std."""
+    m, sd = tables.mean_std(pd.to_numeric(x, errors="coerce"))
+    if math.isnan(m):
+        return "–"
+    return fmt.format(m) + ("" if math.isnan(sd) else " ± " + fmt.replace(".3g", ".2g").format(sd))
+
+
+def _status_counts(r: pd.DataFrame) -> str:
+    counts = r["status"].value_counts() if "status" in r.columns else pd.Series({"complete": len(r)})
+    return ", ".join(f"{n} {k}" for k, n in sorted(counts.items(), key=lambda kv: (kv[0] != "complete", kv[0])))
+
+
+def point_table(runs: pd.DataFrame) -> pd.DataFrame:
+    """One point as a researcher reads it: one row per σ_w (the index), narrow enough to show whole. Cells are
+    display strings, 'mean ± std' over seeds where there are several: the runs by status ('2 complete, 1
+    diverged'), the test accuracy (%) at the selected (best-validation-loss) epoch ('diverged' when none has one),
+    that epoch, τ_interp ('never', or '(k/n)' after the mean when only some seeds interpolated), the final/initial
+    weight-norm ratio, the angle from initialisation at the selected epoch (degrees) and Theta at the end
+    (radians), '–' where the runs predate the instruments. The numbers themselves: `run_table`,
+    `metrics.point_summary`."""
+    check_runs(runs, ("sigma_w", "seed", "test_acc_at_best", "tau_interp"))
+    if runs.empty:
+        raise NoResults("no runs")
+    if "section" in runs.columns and (n := tables.configurations(runs)["config"].nunique()) > 1:
+        raise ConfigError(f"point_table got the runs of {n} configurations: one point's runs (run_point's rows, or "
+                          "load_runs rows of one configuration) are accepted")
+    rows = []
+    for s, r in runs.groupby("sigma_w", sort=True):
+        acc = _pm(100 * pd.to_numeric(r["test_acc_at_best"], errors="coerce"), "{:.1f}")
+        tau = r["tau_interp"].dropna()
+        when = "never" if tau.empty else _pm(tau, "{:.0f}") + (f" ({len(tau)}/{len(r)})" if len(tau) < len(r)
+                                                               else "")
+        get = (lambda c, f, r=r: _pm(r[c], f) if c in r.columns else "–")
+        rows.append({"σ_w": float(s), "runs": _status_counts(r),
+                     "test acc (%)": tables.DIVERGED if acc == "–" and tables.diverged_runs(r).any() else acc,
+                     "best epoch": get("best_epoch", "{:.0f}"), "τ_interp": when,
+                     "norm ratio": get("norm_ratio", "{:.3g}"), "angle at best (°)": get("angle_at_best", "{:.1f}"),
+                     "Θ_final (rad)": get("Theta_final", "{:.3g}")})
+    return pd.DataFrame(rows).set_index("σ_w")
+
+
+def sweep_row(runs: pd.DataFrame | None, point_id: str, run_ids: list[str]) -> dict:
+    """One point's line of the sweep's end-of-run table (and of `initmem run`): how many of its runs exist, the test
+    accuracy (%) at the selected epoch per sigma_w (mean over seeds), the spread (pp, `metrics.point_summary`'s),
+    how many runs interpolated or diverged, and the largest tau_interp."""
+    r = runs[runs["run_id"].isin(run_ids)] if runs is not None and len(runs) else pd.DataFrame()
+    row: dict = {"point": point_id, "runs": f"{len(r)}/{len(set(run_ids))}"}
+    if len(r):
+        s = metrics.point_summary(r)
+        row.update({f"acc@{k:g}": round(100 * v, 1) for k, v in s["test_acc_by_sigma_w"].items()})
+        row["spread_pp"] = round(s["spread_pp"], 1) if s["spread_pp"] is not None else None
+        row["interpolated"] = f"{s['n_interpolated']}/{s['n_runs']}"
+        if s["n_diverged"]:
+            row["diverged"] = f"{s['n_diverged']}/{s['n_runs']}"
+        row["max_tau_interp"] = r["tau_interp"].max()
+    return row
+
+
+# --- the point's figure -----------------------------------------------------------------------------------------
+def point_figure(runs: pd.DataFrame, histories: pd.DataFrame | None = None) -> Figure:
+    """One point at a glance (8 × 2.6 in, the study's style): test accuracy at the selected epoch against σ_w (mean
+    ± std over seeds; ✗ where a σ_w's runs diverged without one) with the spread in the title; the total weight
+    norm over epochs per σ_w (log where it spans more than a factor 3); the angle from initialisation over epochs
+    per σ_w (a note instead where the runs predate the instrument). `histories` default to the runs' own folders
+    (`results.load_histories(path)`). Displays inline in Jupyter by itself (`StudyFigure`)."""
+    check_runs(runs, ("run_id", "sigma_w", "seed", "status", "test_acc_at_best", "interpolated"))
+    if runs.empty:
+        raise NoResults("no runs")
+    if histories is None:
+        from initmem.results import load_histories
+
+        frames = [load_histories(p) for p in runs["path"].dropna().unique()] if "path" in runs.columns else []
+        histories = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=["run_id", "epoch"])
+    h = plots.with_sigma(histories[histories["run_id"].isin(runs["run_id"])], runs)
+    sigmas = sorted(runs["sigma_w"].unique())
+    colors = plots.sigma_colors(sigmas)
+    with matplotlib.rc_context(plots.STYLE):
+        fig, (a, b, c) = plots.new_figure(ncols=3, width=8.0, height=2.6)
+        acc = 100 * pd.to_numeric(runs["test_acc_at_best"], errors="coerce").groupby(runs["sigma_w"]).agg(
+            ["mean", "std"])
+        a.errorbar(acc.index, acc["mean"], yerr=acc["std"].fillna(0), marker="o", capsize=2, color="C0")
+        lost = [s for s in sigmas if math.isnan(acc.loc[s, "mean"])]
+        for s in lost:
+            a.annotate("✗ diverged", (s, 0.03), xycoords=("data", "axes fraction"), ha="center", fontsize=6,
+                       color="C3")
+        plots.sigma_axis(a, sigmas)
+        summary = tables.point_spread(runs)[0]
+        a.set_title("test acc. at selected epoch" + ("" if math.isnan(summary) else f"\nspread {summary:.1f} pp")
+                    + (f" over {len(sigmas) - len(lost)}/{len(sigmas)} σ_w" if lost else ""))
+        a.set_ylabel("test accuracy (%)")
+        for ax, col, what, unit in ((b, "weight_norm", "weight norm", " ‖W‖_F"),
+                                    (c, "angle", "angle from initialisation", " (°)")):
+            ax.set_title(what + unit)
+            ax.set_xlabel("epoch")
+            if not plots.has_values(h, col):
+                ax.set_axis_off()
+                ax.text(0.5, 0.5, f"no {what} recorded\n(runs predate the instrument)",
+                        ha="center", va="center", fontsize=7, color="0.4", transform=ax.transAxes)
+                continue
+            plots.sigma_lines(ax, h, col, sigmas, colors)
+            lo, hi = ax.get_ylim()
+            if col == "weight_norm" and lo > 0 and hi / lo > 3:  # log only where the norms span a factor
+                plots.log_axis(ax, "y")
+        plots.legend(c if plots.has_values(h, "angle") else b, fontsize=6)
+    return fig
