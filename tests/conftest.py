@@ -66,10 +66,24 @@ class SmokeStudy:
 @pytest.fixture(scope="session")
 def smoke_study(tmp_path_factory: pytest.TempPathFactory) -> SmokeStudy:
     """Every section's smoke profile swept once per test session through the real runner (papermill, one kernel
-    per point, two at a time). The notebook, sweep and figure tests all read this one tree."""
+    per point, two at a time). The notebook, sweep and figure tests all read this one tree. Under pytest-xdist
+    (`make test`) the workers share it: the first to ask sweeps it under a file lock, the others wait and read the
+    reports it pickled, so the study is swept once per session, not once per worker."""
+    import fcntl
+    import pickle
+
     from initmem.sweep import run_sweep
 
-    root = tmp_path_factory.mktemp("study") / "smoke"
-    reports = {name: run_sweep(REPO / "params" / f"{name}.yaml", profile="smoke", results=root, jobs=2,
-                               progress=False) for name in SECTIONS}
-    return SmokeStudy(root, reports)
+    base = tmp_path_factory.getbasetemp()
+    shared = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base  # xdist: <session>/popen-gwN
+    done = shared / "smoke-study.pkl"
+    with open(shared / "smoke-study.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes (or the worker dies)
+        if done.exists():
+            return pickle.loads(done.read_bytes())
+        root = shared / "smoke-study" / "smoke"
+        reports = {name: run_sweep(REPO / "params" / f"{name}.yaml", profile="smoke", results=root, jobs=2,
+                                   progress=False) for name in SECTIONS}
+        study = SmokeStudy(root, reports)
+        done.write_bytes(pickle.dumps(study))
+        return study
