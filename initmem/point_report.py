@@ -23,9 +23,9 @@ __all__ = ["point_table", "point_figure", "run_table", "interpolation_table", "s
 
 
 # --- per-run tables ------------------------------------------------------------------------------------------
-RUN_COLUMNS = ("sigma_w", "seed", "status", "test_acc_at_best", "best_epoch", "tau_interp", "repair_gap",
+RUN_TABLE_COLUMNS = ("sigma_w", "seed", "status", "test_acc_at_best", "best_epoch", "tau_interp", "repair_gap",
                "init_weight_norm", "final_weight_norm", "norm_ratio", "T_SGD", "T_L2", "T_adapt", "wall_time_s")
-RUN_EXTRA = ("diverged_epoch", "angle_final", "Theta_final")
+RUN_TABLE_EXTRA = ("diverged_epoch", "angle_final", "Theta_final")
 INTERPOLATION_COLUMNS = ("arch", "sigma_w", "seed", "status", "interpolated", "tau_interp", "final_train_acc",
                          "test_acc_at_best")
 
@@ -39,11 +39,11 @@ def check_runs(runs: pd.DataFrame, need: Sequence[str]) -> None:
 
 
 def run_table(runs: pd.DataFrame) -> pd.DataFrame:
-    """The columns a reader checks first (`RUN_COLUMNS`, then `RUN_EXTRA` where the runs have them: the epoch a
-    diverged run diverged at, its angle from initialisation and Theta at the end), one row per run, sorted by σ_w
-    then seed."""
-    check_runs(runs, RUN_COLUMNS)
-    cols = [*RUN_COLUMNS, *(c for c in RUN_EXTRA if c in runs.columns)]
+    """The columns a reader checks first (`RUN_TABLE_COLUMNS`, then `RUN_TABLE_EXTRA` where the runs have them:
+    the epoch a diverged run diverged at, its angle from initialisation and Theta at the end), one row per run,
+    sorted by σ_w then seed."""
+    check_runs(runs, RUN_TABLE_COLUMNS)
+    cols = [*RUN_TABLE_COLUMNS, *(c for c in RUN_TABLE_EXTRA if c in runs.columns)]
     return runs[cols].sort_values(["sigma_w", "seed"]).reset_index(drop=True)
 
 

@@ -162,7 +162,7 @@ def test_long_training_table_reads_the_histories_of_run_folders_like_spread_at_m
 def test_run_and_interpolation_tables(two_optimizers):
     runs = two_optimizers.assign(arch="resnet56", best_epoch=3, norm_ratio=1.0, wall_time_s=1.0, final_train_acc=0.9)
     t = point_report.run_table(runs)
-    assert list(t.columns) == list(tables.RUN_COLUMNS) and len(t) == len(runs)
+    assert list(t.columns) == list(point_report.RUN_TABLE_COLUMNS) and len(t) == len(runs)
     assert t[["sigma_w", "seed"]].apply(tuple, axis=1).is_monotonic_increasing
     i = point_report.interpolation_table(runs)
     assert i["failed_to_interpolate"].sum() == 2 and not i.loc[i["sigma_w"] != 2.0, "failed_to_interpolate"].any()
