@@ -28,13 +28,15 @@ venv: $(VENV)/.installed  ## create .venv and install initmem with its dev tools
 
 test: venv  ## run the test suite (what CI runs): two pytest-xdist workers, each test file whole on one of them
 	$(VENV)/bin/ruff check .
-	$(PY) -m pytest -q -n 2 --dist loadfile $(PYTEST_ARGS)
+	$(PY) -m pytest -q -n 2 --dist loadfile --durations=15 $(PYTEST_ARGS)
 
 lint: venv  ## ruff
 	$(VENV)/bin/ruff check .
 
-figures: venv  ## regenerate every table and figure from the committed results (RESULTS=..., OUT=...)
-	$(INITMEM) figures --results $(RESULTS) --out $(OUT)
+# Without RESULTS/OUT on the command line: every committed set (initmem.figures.COMMITTED_SETS).
+FIGURES_ARGS = $(if $(filter command line,$(origin RESULTS) $(origin OUT)),--results $(RESULTS) --out $(OUT))
+figures: venv  ## regenerate every table and figure from the committed results (or RESULTS=... OUT=...)
+	$(INITMEM) figures $(FIGURES_ARGS)
 
 smoke: venv  ## the whole study at smoke scale (synthetic data, seconds per section), then its figures
 	$(MAKE) reproduce PROFILE=smoke

@@ -188,10 +188,12 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
 
 # --- figures -----------------------------------------------------------------------------------------------
 def _add_figures(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("figures", help="regenerate every table and figure from a results folder")
-    p.add_argument("--results", default="results/cpu", help="results tree to read (default: %(default)s)")
-    p.add_argument("--out", default="figures", help="folder for the figures, tables/ and README.md "
-                   "(default: %(default)s; executed notebooks go to <out>/.executed/)")
+    p = sub.add_parser("figures", help="regenerate every table and figure from a results folder (default: every "
+                       "committed one: results/cpu -> figures, results/cpu_steps -> figures/cpu_steps)")
+    p.add_argument("--results", default=None, help="results tree to read (default: results/cpu when --out or "
+                   "--notebooks is given, else every committed tree)")
+    p.add_argument("--out", default=None, help="folder for the figures, tables/ and README.md (default: figures; "
+                   "executed notebooks go to <out>/.executed/)")
     p.add_argument("--notebooks", nargs="+", default=None, metavar="NAME",
                    help="only these figure notebooks (stems like 01_optimizers, or .py paths; default: all)")
     p.add_argument("--no-progress", dest="progress", action="store_false", help="do not stream notebook output")
@@ -199,9 +201,15 @@ def _add_figures(sub: argparse._SubParsersAction) -> None:
 
 
 def _cmd_figures(args: argparse.Namespace) -> int:
-    from initmem.figures import make_figures
+    from initmem.figures import make_figures, make_study_figures
 
-    written = make_figures(args.results, args.out, notebooks=args.notebooks, progress=args.progress)
+    if args.results is args.out is args.notebooks is None:
+        written = make_study_figures(progress=args.progress)
+        print(f"initmem figures: {len(written)} files written; indexes: "
+              + ", ".join(str(f) for f in written if f.name == "README.md"))
+        return 0
+    written = make_figures(args.results or "results/cpu", args.out or "figures", notebooks=args.notebooks,
+                           progress=args.progress)
     print(f"initmem figures: {len(written)} files written; index: {written[-1]}")
     return 0
 

@@ -394,6 +394,21 @@ def write_index(out: str | Path) -> Path:
     return write_text(out / "README.md", "\n".join(lines))
 
 
+# The committed artefacts: (results tree, figures folder, figure notebooks or None for all). results/cpu_steps is
+# section 01 only (params/01_optimizers.yaml, profile cpu_steps), so only the notebooks that read section 01 or
+# every section run over it. `initmem figures` without --results/--out (`make figures`) regenerates them all.
+COMMITTED_SETS: tuple[tuple[str, str, tuple[str, ...] | None], ...] = (
+    ("results/cpu", "figures", None),
+    ("results/cpu_steps", "figures/cpu_steps", ("01_optimizers", "06_forgetting_clocks")),
+)
+
+
+def make_study_figures(progress: bool = True) -> list[Path]:
+    """`make_figures` for every entry of `COMMITTED_SETS`, in order; the files written, each set's index last."""
+    return [f for results, out, nbs in COMMITTED_SETS
+            for f in make_figures(results, out, notebooks=list(nbs) if nbs else None, progress=progress)]
+
+
 def make_figures(results: str | Path = "results/cpu", out: str | Path = "figures",
                  notebooks: list[str | Path] | None = None, progress: bool = True) -> list[Path]:
     """Execute every figure notebook (or those named: stems like '01_optimizers' or .py paths) over `results`,

@@ -1,6 +1,7 @@
-"""The committed figures/ are what the figures command makes from the committed results/cpu, the way a user meets
-them: `git clone` the repository, run `initmem figures --results results/cpu --out figures` (what `make figures`
-runs) in the clone, with the clone's own code, and `git status --porcelain` there stays empty.
+"""The committed figures/ are what the figures command makes from the committed results, the way a user meets
+them: `git clone` the repository, run `initmem figures` (what `make figures` runs: every set of
+`initmem.figures.COMMITTED_SETS`, results/cpu -> figures/ and results/cpu_steps -> figures/cpu_steps/) in the clone,
+with the clone's own code, and `git status --porcelain` there stays empty.
 
 While the working tree has changes nobody committed yet, the clone gets them on top of HEAD (one commit in the
 clone), so the check is about the code and figures under test; once they are committed the clone is a plain clone.
@@ -15,6 +16,8 @@ import sys
 from pathlib import Path
 
 import pytest
+
+from initmem.figures import COMMITTED_SETS
 
 REPO = Path(__file__).resolve().parents[1]
 KINDS = {".png", ".pdf", ".md", ".tex", ".csv", ".json"}
@@ -54,8 +57,8 @@ def clone(tmp_path_factory) -> tuple[Path, subprocess.CompletedProcess]:
     where = subprocess.run([sys.executable, "-c", "import initmem; print(initmem.__file__)"], cwd=dst, env=env,
                            capture_output=True, text=True, check=True).stdout.strip()
     assert Path(where).is_relative_to(dst), where
-    proc = subprocess.run([sys.executable, "-m", "initmem.cli", "figures", "--results", "results/cpu", "--out",
-                           "figures", "--no-progress"], cwd=dst, env=env, capture_output=True, text=True, timeout=900)
+    proc = subprocess.run([sys.executable, "-m", "initmem.cli", "figures", "--no-progress"], cwd=dst, env=env,
+                          capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return dst, proc
 
@@ -67,7 +70,8 @@ def _files(root: Path) -> list[Path]:
 
 def test_the_figures_command_leaves_a_fresh_clone_clean(clone):
     dst, proc = clone
-    assert (dst / "figures" / ".executed" / "01_optimizers.ipynb").is_file()  # it did run the notebooks
+    for _, out, _ in COMMITTED_SETS:  # it did run the notebooks of every set
+        assert (dst / out / ".executed" / "01_optimizers.ipynb").is_file(), out
     status = _git("status", "--porcelain", "--untracked-files=all", cwd=dst)
     assert status == "", f"the figures command changed the clone (run `make figures` and commit figures/):\n{status}"
     assert f"{len(_files(dst / 'figures'))} files" in proc.stdout  # every artefact and README.md, counted once

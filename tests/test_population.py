@@ -19,6 +19,13 @@ stem angle differs by 9.4e-2 and its train accuracy by 3 examples, adam's step a
 | sgd_momentum         | 2.8e-4 -> 1e-3                 | 5.7e-3 (step_angle:prep.conv) -> 2e-2 |
 | muon (lr 0.02)       | 4.5e-3 -> 1.5e-2               | 5.6e-2 (step_angle:prep.conv) -> 0.2 |
 
+These were measured on the pinned torch (2.14.1). Another torch has other CPU kernels, and the two plain-SGD
+optimisers, whose trajectories amplify rounding the most at sigma_w 2.5 (a validation loss of 34-60: logits in the
+hundreds), need looser ones there: measured on torch 2.11.0 (the GPU image's version; `tests/test_population.py` run
+there with PYTHONPATH=.), sgd 1.2e-4 (test_loss) -> 5e-4 and 8.2e-4 (step_angle:prep.conv) -> 3e-3; sgd_momentum
+1.4e-3 (val_loss) -> 6e-3 and 4.9e-3 -> 2e-2; adam, adamw and muon stayed within the pinned tolerances. A member fed
+another member's data or state differs by far more (order 1).
+
 Muon's are the loosest because it orthogonalises its momentum in bfloat16 (as torch.optim.Muon does): a 1e-6
 gradient difference can flip an element of the update by one bfloat16 ulp (2^-8, 0.4 %), so the two runs' steps
 differ by up to ~1e-3 instead of ~1e-7 from the first step on; the stem conv (few weights, the largest per-step angle)
@@ -68,6 +75,8 @@ CORE = ("train_loss", "val_loss", "test_loss", "weight_norm")  # with every norm
 # optimiser, hyper-parameters (else its defaults), rtol of losses and norms, rtol of every other column
 OPTIMISERS = [("sgd", dict(weight_decay=1e-2), 1e-6, 5e-6), ("adam", {}, 5e-5, 1e-3), ("adamw", {}, 3e-4, 1.5e-2),
               ("sgd_momentum", {}, 1e-3, 2e-2), ("muon", {}, 1.5e-2, 0.2)]
+PINNED_TORCH = torch.__version__.split("+")[0] == "2.14.1"
+OFF_PIN = {"sgd": (5e-4, 3e-3), "sgd_momentum": (6e-3, 2e-2)}  # (rtol of losses/norms, of the rest) on another torch
 
 
 def _members(base: TrainConfig, pairs=MEMBERS) -> list[TrainConfig]:
@@ -128,6 +137,8 @@ def _wild_population(optimizer: str, hparams: dict) -> tuple[list[TrainConfig], 
 # ---------------------------------------------------------------------------------------------------- histories
 @pytest.mark.parametrize("optimizer, hparams, rtol_core, rtol", OPTIMISERS, ids=[o[0] for o in OPTIMISERS])
 def test_a_population_of_three_equals_three_separate_runs_at_the_default_lr(optimizer, hparams, rtol_core, rtol):
+    if not PINNED_TORCH and optimizer in OFF_PIN:
+        rtol_core, rtol = OFF_PIN[optimizer]
     configs, pop = _wild_population(optimizer, hparams)
     assert [r.config for r in pop] == configs
     seps = [train(c, progress=False) for c in configs]
