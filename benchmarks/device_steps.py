@@ -250,7 +250,8 @@ def _timed_epochs(cfg) -> dict[str, Any]:
     import torch
 
     from initmem.plan import split_sizes
-    from initmem.train import resolve_device, train
+    from initmem.runtime import resolve_device
+    from initmem.train import train
 
     dev, sizes = resolve_device(cfg), split_sizes(cfg)
     p = math.ceil(sizes["train"] / cfg.batch_size)

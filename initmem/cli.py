@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from initmem.cli_args import BooleanOnce, Parser
 from initmem.errors import InitmemError
 
 
@@ -28,13 +29,13 @@ def _add_train(sub: argparse._SubParsersAction) -> None:
         kw = dict(dest=f.name, default=argparse.SUPPRESS, help=f"{field_help(f.name)} (default: {shown})".replace(
             "%", "%%"))
         if f.type == "bool":
-            p.add_argument(flag, action=_BooleanOnce, **kw)
+            p.add_argument(flag, action=BooleanOnce, **kw)
         else:  # strings here; _cmd_train converts them so that a bad value is one ConfigError line
             p.add_argument(flag, nargs="+" if f.type.startswith("tuple") else None,
                            metavar=f.name.upper(), **kw)
     p.add_argument("--out", default="results", help="results folder (default: results)")
     p.add_argument("--section", default="adhoc", help="section folder under --out (default: adhoc)")
-    p.add_argument("--progress", action=_BooleanOnce, default=True, help="per-epoch progress (default: on)")
+    p.add_argument("--progress", action=BooleanOnce, default=True, help="per-epoch progress (default: on)")
     p.set_defaults(func=_cmd_train)
 
 
@@ -320,52 +321,8 @@ def _cmd_migrate(args: argparse.Namespace) -> int:
     return 0
 
 
-# -----------------------------------------------------------------------------------------------------------
-class _Once(argparse.Action):
-    """Mixin: a flag given twice is a usage error naming both values (argparse keeps the last one silently)."""
-
-    def __call__(self, parser, namespace, values, option_string=None):
-        given = namespace.__dict__.setdefault("_given", {})
-        shown = " ".join([str(option_string), *map(str, values if isinstance(values, list) else [values])])
-        if self.dest in given:
-            raise argparse.ArgumentError(self, f"given twice ({given[self.dest]}, then {shown}): each flag once is "
-                                               "accepted")
-        given[self.dest] = shown
-        super().__call__(parser, namespace, values, option_string)
-
-
-class _StoreOnce(_Once, argparse._StoreAction):
-    pass
-
-
-class _StoreTrueOnce(_Once, argparse._StoreTrueAction):
-    pass
-
-
-class _StoreFalseOnce(_Once, argparse._StoreFalseAction):
-    pass
-
-
-class _BooleanOnce(_Once, argparse.BooleanOptionalAction):
-    pass
-
-
-class _Parser(argparse.ArgumentParser):
-    """argparse whose usage errors are ONE line, like every other initmem error (no usage block), and whose flags
-    may be given once (subcommand parsers are _Parsers too)."""
-
-    def __init__(self, *args, **kwargs):
-        super().__init__(*args, **kwargs)
-        for name, cls in ((None, _StoreOnce), ("store", _StoreOnce), ("store_true", _StoreTrueOnce),
-                          ("store_false", _StoreFalseOnce)):
-            self.register("action", name, cls)
-
-    def error(self, message: str):
-        self.exit(2, f"{self.prog}: error: {message} (see '{self.prog} --help')\n")
-
-
-def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog="initmem", description="Do deep networks forget initialization?")
+def build_parser() -> Parser:
+    parser = Parser(prog="initmem", description="Do deep networks forget initialization?")
     sub = parser.add_subparsers(dest="command", required=True)
     for add in (_add_train, _add_run, _add_sweep, _add_figures, _add_report, _add_plan, _add_migrate):
         add(sub)
@@ -373,16 +330,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
-    args, extra = parser.parse_known_args(argv)
-    if extra:  # reported by the subcommand's parser, with the closest of its flags
-        import difflib
-
-        sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices[args.command]
-        flags = [s for a in sub._actions for s in a.option_strings if s.startswith("--")]
-        close = difflib.get_close_matches(extra[0].split("=")[0], flags, 1, cutoff=0.7)
-        sub.error(f"unrecognized arguments: {' '.join(extra)}" + (f" (did you mean {close[0]}?)" if close else ""))
-    vars(args).pop("_given", None)
+    args = build_parser().parse_strict(argv)
     try:
         return int(args.func(args) or 0)
     except InitmemError as exc:

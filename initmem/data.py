@@ -16,8 +16,10 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from .errors import ConfigError
-from .sources import CIFAR10_CLASSES, Cifar10, _check_int, default_cache_dir, load_cifar10, make_synthetic
+from .cifar10 import CIFAR10_CLASSES, Cifar10
+from .errors import ConfigError, check_int
+from .imagefolder import default_cache_dir
+from .sources import load_cifar10, make_synthetic
 
 __all__ = ["CIFAR10_CLASSES", "Cifar10", "Splits", "augment_batch", "batches", "channel_stats", "default_cache_dir",
            "load_cifar10", "make_splits", "make_synthetic", "resolve_device", "steps_per_epoch",
@@ -69,7 +71,7 @@ def stratified_indices(labels: torch.Tensor, n: int, generator: torch.Generator 
     labels = labels.cpu()
     counts = torch.bincount(labels)
     present = int((counts > 0).sum())
-    _check_int("n", n, present, len(labels), f" (stratified over {present} classes of {len(labels)} items)")
+    check_int("n", n, present, len(labels), f" (stratified over {present} classes of {len(labels)} items)")
     k = _allocate(counts, n)
     perm = torch.randperm(len(labels), generator=generator)
     lab, order = torch.sort(labels[perm], stable=True)  # grouped by class, random order within a class
@@ -109,23 +111,23 @@ def make_splits(data: Cifar10, n_val: int = 5000, n_train: int | None = None, n_
     """
     if not isinstance(data, Cifar10):
         raise ConfigError(f"data={type(data).__name__} is invalid: a Cifar10 from load_cifar10 is accepted")
-    _check_int("split_seed", split_seed, -(2**63), 2**63 - 1)
+    check_int("split_seed", split_seed, -(2**63), 2**63 - 1)
     c, n_all, n_test_all = data.num_classes, len(data.train_y), len(data.test_y)
-    _check_int("n_val", n_val, c, n_all - c, f" ({n_all} training images, {c} classes, >= {c} left to train)")
+    check_int("n_val", n_val, c, n_all - c, f" ({n_all} training images, {c} classes, >= {c} left to train)")
     val_idx = stratified_indices(data.train_y, n_val, _generator(split_seed, 0))
     keep = torch.ones(n_all, dtype=torch.bool)
     keep[val_idx] = False
     train_idx = keep.nonzero().squeeze(1)
     if n_train is not None:
-        _check_int("n_train", n_train, c, len(train_idx), f" (n_val + n_train <= {n_all} training images)")
+        check_int("n_train", n_train, c, len(train_idx), f" (n_val + n_train <= {n_all} training images)")
         train_idx = train_idx[stratified_indices(data.train_y[train_idx], n_train, _generator(split_seed, 1))]
     test_idx = torch.arange(n_test_all)
     if n_test is not None:
-        _check_int("n_test", n_test, c, n_test_all, f" ({n_test_all} test images)")
+        check_int("n_test", n_test, c, n_test_all, f" ({n_test_all} test images)")
         test_idx = stratified_indices(data.test_y, n_test, _generator(split_seed, 2))
     eval_idx = None
     if train_eval_size is not None:
-        _check_int("train_eval_size", train_eval_size, c, len(train_idx), f" (the train split has {len(train_idx)})")
+        check_int("train_eval_size", train_eval_size, c, len(train_idx), f" (the train split has {len(train_idx)})")
         eval_idx = stratified_indices(data.train_y[train_idx], train_eval_size, _generator(split_seed, 3))
     dev = resolve_device(device)
     train_u8 = data.train_x[train_idx]
@@ -166,7 +168,7 @@ def augment_batch(x: torch.Tensor, generator: torch.Generator | None, crop_pad: 
     generator gives the same augmentation on any device."""
     if not isinstance(x, torch.Tensor) or x.ndim != 4:
         raise ConfigError(f"x={getattr(x, 'shape', type(x).__name__)} is invalid: a [B, C, H, W] tensor is accepted")
-    _check_int("crop_pad", crop_pad, 0, min(x.shape[2], x.shape[3]))
+    check_int("crop_pad", crop_pad, 0, min(x.shape[2], x.shape[3]))
     b, c, h, w = x.shape
     gdev = generator.device if generator is not None else torch.device("cpu")
     shift = torch.randint(0, 2 * crop_pad + 1, (2, b), generator=generator, device=gdev).to(x.device)
@@ -187,8 +189,8 @@ def batches(n: int, batch_size: int, generator: torch.Generator | None, drop_las
     one place minibatch order is decided. The last partial batch is kept by default, so every training image is
     seen once per epoch and the forgetting clocks count that step like any other. `device`: where the index
     tensors live (default: the generator's device, CPU for None)."""
-    _check_int("n", n, 1, 2**62)
-    _check_int("batch_size", batch_size, 1, 2**62)
+    check_int("n", n, 1, 2**62)
+    check_int("batch_size", batch_size, 1, 2**62)
     gdev = generator.device if generator is not None else torch.device("cpu")
     perm = torch.randperm(n, generator=generator, device=gdev)
     if device is not None:

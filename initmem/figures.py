@@ -11,22 +11,18 @@ the new one, never a truncated one. Relative paths are relative to the repositor
 
 from __future__ import annotations
 
-import fnmatch
 import json
-import math
-import re
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
 import matplotlib
-import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
-from initmem import plots
+from initmem import plot_style, table_text
 from initmem.errors import ConfigError, NoResults, ResultsError
 from initmem.files import atomic_write
 
@@ -119,80 +115,6 @@ def _remove_temp_files(out: Path) -> None:
 
 
 # --- tables: md / tex / csv --------------------------------------------------------------------------------
-_HEADERS = {"sigma_w": "σ_w", "tau_interp": "τ_interp", "weight_decay": "wd", "batch_size": "b",
-            "spread_pp": "spread (pp)", "paper_spread_pp": "paper spread (pp)", "norm_ratio_min": "norm ratio min",
-            "norm_ratio_max": "norm ratio max", "radial_slope": "radial slope",
-            # T6, T7 (initmem.tables_forgetting)
-            "predicted": "predicted (rad/step)", "ratio_min": "measured/predicted min",
-            "ratio_max": "measured/predicted max", "sigma_rel_spread": "range/mean over σ_w",
-            "independent_of_sigma": "σ_w-independent", "spearman": "Spearman ρ", "n_configs": "configurations",
-            "n_sections": "sections"}
-
-
-def _header(col: str) -> str:
-    return "σ_w=" + col.split("=", 1)[1] if col.startswith("sigma_w=") else _HEADERS.get(col, col)
-
-
-def _cell(v, fmt: str) -> str:
-    if v is None or (isinstance(v, float) and math.isnan(v)):
-        return "–"
-    if isinstance(v, (bool, np.bool_, str)):
-        return str(v)
-    if isinstance(v, (int, np.integer)) or (isinstance(v, float) and v.is_integer() and fmt == "{:.4g}"):
-        return str(int(v))
-    return fmt.format(v)
-
-
-def display_rows(df: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
-    """Headers and string cells as the md/tex files show them: `c_std` companions folded into 'c ± std'."""
-    formats = df.attrs.get("formats", {})
-    cols = [c for c in df.columns if not (c.endswith("_std") and c[:-4] in df.columns)]
-
-    def fmt(c: str) -> str:
-        return next((f for pat, f in formats.items() if fnmatch.fnmatchcase(c, pat)), "{:.4g}")
-
-    rows = []
-    for r in df.to_dict("records"):
-        cells = []
-        for c in cols:
-            s, sd = _cell(r[c], fmt(c)), r.get(c + "_std")
-            if sd is not None and not (isinstance(sd, float) and math.isnan(sd)) and s != "–":
-                s += " ± " + _cell(sd, fmt(c))
-            cells.append(s)
-        rows.append(cells)
-    return [_header(c) for c in cols], rows
-
-
-_TEX = {"&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#", "_": r"\_", "{": r"\{", "}": r"\}",
-        "~": r"\textasciitilde{}", "^": r"\textasciicircum{}", "\\": r"\textbackslash{}", "σ_w": r"$\sigma_w$",
-        "τ_interp": r"$\tau_\mathrm{interp}$", "σ": r"$\sigma$", "τ": r"$\tau$", "λ": r"$\lambda$", "η": r"$\eta$",
-        "±": r"$\pm$", "×": r"$\times$", "≈": r"$\approx$", "–": "--", "—": "---", "β": r"$\beta$",
-        "ρ": r"$\rho$", "Θ": r"$\Theta$", "Σ": r"$\Sigma$", "−": "$-$", "°": r"$^\circ$", "≤": r"$\leq$"}
-_TEX_RE = re.compile("|".join(re.escape(k) for k in sorted(_TEX, key=len, reverse=True)))
-
-
-def tex_escape(text: str) -> str:
-    """LaTeX-safe text: special characters escaped, the study's Greek letters and dashes as LaTeX."""
-    return _TEX_RE.sub(lambda m: _TEX[m.group(0)], str(text))
-
-
-def markdown_table(headers: list[str], rows: list[list[str]]) -> str:
-    def line(cells: Iterable[str]) -> str:
-        return "| " + " | ".join(str(c).replace("|", "\\|") for c in cells) + " |"
-
-    return "\n".join([line(headers), "|" + "|".join("---" for _ in headers) + "|", *map(line, rows)])
-
-
-def tex_table(headers: list[str], rows: list[list[str]], caption: str, label: str) -> str:
-    """A booktabs table (needs \\usepackage{booktabs}); first column left-aligned, the others right."""
-    return "\n".join([
-        r"\begin{table}[htbp]", r"\centering", r"\small", rf"\caption{{{tex_escape(caption)}}}",
-        rf"\label{{tab:{label}}}", rf"\begin{{tabular}}{{l{'r' * (len(headers) - 1)}}}", r"\toprule",
-        " & ".join(map(tex_escape, headers)) + r" \\", r"\midrule",
-        *(" & ".join(map(tex_escape, r)) + r" \\" for r in rows),
-        r"\bottomrule", r"\end{tabular}", r"\end{table}", ""])
-
-
 def save_table(df: pd.DataFrame | None, name: str, out_dir: str | Path, stamp: Stamp, title: str,
                message: str | None = None) -> list[Path]:
     """Write `<out_dir>/tables/<name>.{md,tex,csv,json}`; with `message` (and no df) a table that says only that.
@@ -203,14 +125,14 @@ def save_table(df: pd.DataFrame | None, name: str, out_dir: str | Path, stamp: S
     md, tex, csv, meta = (folder / f"{name}.{ext}" for ext in ("md", "tex", "csv", "json"))
     if message is not None:
         body, table = message, (f"% {name}: {message}\n\\begin{{table}}[htbp]\\centering\n"
-                                f"\\caption{{{tex_escape(caption)}}}\\label{{tab:{name}}}\n"
-                                f"\\emph{{{tex_escape(message)}}}\n\\end{{table}}\n")
+                                f"\\caption{{{table_text.tex_escape(caption)}}}\\label{{tab:{name}}}\n"
+                                f"\\emph{{{table_text.tex_escape(message)}}}\n\\end{{table}}\n")
         data = pd.DataFrame({"message": [message]}).to_csv(index=False, lineterminator="\n")
     else:
-        headers, rows = display_rows(df)
-        body = markdown_table(headers, rows)
+        headers, rows = table_text.display_rows(df)
+        body = table_text.markdown_table(headers, rows)
         table = (f"% {name}: generated by initmem.figures from {stamp.results_dir}; do not edit\n"
-                 + tex_table(headers, rows, caption, name))
+                 + table_text.tex_table(headers, rows, caption, name))
         data = df.to_csv(index=False, float_format="%.6g", lineterminator="\n")
     write_text(md, f"**{name}.** {title}\n\n{body}\n\n*{stamp.caption()}*\n")
     write_text(tex, table)
@@ -222,18 +144,18 @@ def save_table(df: pd.DataFrame | None, name: str, out_dir: str | Path, stamp: S
 # --- figures: png / pdf ------------------------------------------------------------------------------------
 def _savefig(fig: Figure, fmt: str) -> Callable[[IO[bytes]], None]:
     meta = PNG_METADATA if fmt == "png" else PDF_METADATA
-    return lambda f: fig.savefig(f, format=fmt, dpi=plots.DPI, metadata=meta)
+    return lambda f: fig.savefig(f, format=fmt, dpi=plot_style.DPI, metadata=meta)
 
 
 def save_figure(fig: Figure, name: str, out_dir: str | Path, stamp: Stamp, title: str, missing: bool = False
                 ) -> list[Path]:
-    """Caption `fig` with `title` and its stamp (`plots.caption_figure`) and write `<out_dir>/<name>.{png,pdf,json}`
-    atomically; returns the paths."""
+    """Caption `fig` with `title` and its stamp (`plot_style.caption_figure`) and write
+    `<out_dir>/<name>.{png,pdf,json}` atomically; returns the paths."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    plots.caption_figure(fig, title, f"{name}: {stamp.caption()}")
+    plot_style.caption_figure(fig, title, f"{name}: {stamp.caption()}")
     png, pdf, meta = (out / f"{name}.{ext}" for ext in ("png", "pdf", "json"))
-    with matplotlib.rc_context(plots.STYLE):
+    with matplotlib.rc_context(plot_style.STYLE):
         atomic_write(png, _savefig(fig, "png"))
         atomic_write(pdf, _savefig(fig, "pdf"))
     write_sidecar(meta, stamp.sidecar(name, "figure", title, [png.name, pdf.name], missing=missing))
@@ -245,7 +167,7 @@ def png_bytes(fig: Figure) -> bytes:
     import io
 
     buf = io.BytesIO()
-    with matplotlib.rc_context(plots.STYLE):
+    with matplotlib.rc_context(plot_style.STYLE):
         _savefig(fig, "png")(buf)
     return buf.getvalue()
 
@@ -331,10 +253,10 @@ class FigureBook:
     def figure(self, name: str, build: Callable[[], Figure], title: str) -> Figure:
         """Build and save figure `name` (`save_figure`: PNG + PDF + sidecar); returns the Figure (or the
         placeholder), which a notebook shows inline."""
-        with matplotlib.rc_context(plots.STYLE):
+        with matplotlib.rc_context(plot_style.STYLE):
             fig, msg = self._build(name, build)
             if msg is not None:
-                fig = plots.message_figure(msg)
+                fig = plot_style.message_figure(msg)
         self.written += save_figure(fig, name, self.out_dir, self.stamp, title, missing=msg is not None)
         return fig
 

@@ -9,7 +9,7 @@ from pathlib import Path
 from initmem.config import TrainConfig
 from initmem.errors import ConfigError, ResultsError
 from initmem.files import atomic_write
-from initmem.results import (
+from initmem.record import (
     CONFIG_FIELDS,
     RECORD_TYPES,
     SCHEMA,
@@ -19,9 +19,9 @@ from initmem.results import (
     parse_record,
     read_history,
     record_error,
-    run_folders,
     verify_record,
 )
+from initmem.results import run_folders
 
 V1_NEW_FIELDS = frozenset({"eval_every", "deterministic", "precision"})  # config fields added after schema 1
 AMP = {"off": "fp32", "bf16": "bf16"}  # schema 1's config field `amp` → `precision`

@@ -18,7 +18,7 @@ import torch
 from torch import nn
 
 from .config import _NEUTRAL, OPTIMIZER_DEFAULTS, OPTIMIZER_HPARAMS, OPTIMIZERS, SCHEDULES
-from .errors import ConfigError
+from .errors import ConfigError, check_int, invalid
 from .models import head_parameters
 
 NS_COEFFICIENTS = (3.4445, -4.7750, 2.0315)
@@ -68,35 +68,25 @@ def _muon_lr_scale(shape: torch.Size, members: int = 1) -> float:
 
 
 # ---------------------------------------------------------------------------------------------------- optimisers
-def _bad(name: str, value: object, accepted: str) -> ConfigError:
-    return ConfigError(f"{name}={value!r} is invalid: {accepted} is accepted")
-
-
 def _check_real(name: str, x: object, lo: float = 0.0, lo_open: bool = False, hi: float = math.inf,
                 hi_open: bool = True) -> float:
     ok = not isinstance(x, bool) and isinstance(x, (int, float)) and math.isfinite(x)
     ok = ok and (x > lo if lo_open else x >= lo) and (x < hi if hi_open else x <= hi)
     if not ok:
         lo_s, hi_s = ("(" if lo_open else "[") + f"{lo:g}", f"{hi:g}" + (")" if hi_open else "]")
-        raise _bad(name, x, f"a finite real in {lo_s}, {hi_s}")
+        raise invalid(name, x, f"a finite real in {lo_s}, {hi_s}")
     return float(x)
-
-
-def _check_int(name: str, x: object, lo: int, hi: int) -> int:
-    if isinstance(x, bool) or not isinstance(x, int) or not lo <= x <= hi:
-        raise _bad(name, x, f"an integer in [{lo}, {hi}]")
-    return x
 
 
 def _check_bool(name: str, x: object) -> bool:
     if not isinstance(x, bool):
-        raise _bad(name, x, "True or False")
+        raise invalid(name, x, "True or False")
     return x
 
 
 def _check_betas(x: object) -> tuple[float, float]:
     if isinstance(x, (str, bytes)) or not isinstance(x, Iterable) or len(x := tuple(x)) != 2:
-        raise _bad("betas", x, "a pair of reals in [0, 1)")
+        raise invalid("betas", x, "a pair of reals in [0, 1)")
     return tuple(_check_real("betas", b, 0.0, hi=1.0) for b in x)
 
 
@@ -114,7 +104,7 @@ def _check_group(group: dict) -> None:
     if group["use_muon"]:
         _check_real("momentum", group["momentum"], hi=1.0)
         _check_bool("nesterov", group["nesterov"])
-        _check_int("ns_steps", group["ns_steps"], 1, 99)
+        check_int("ns_steps", group["ns_steps"], 1, 99)
         for p in group["params"]:
             if p.ndim < 2:
                 raise ConfigError(f"Muon got a parameter of shape {tuple(p.shape)}: only >= 2-D parameters are "
@@ -212,7 +202,7 @@ class Muon(MuonWithAuxAdam):
 
 def _resolve(name: str, lr: float | None, hparams: dict) -> dict:
     if name not in OPTIMIZER_DEFAULTS:
-        raise _bad("optimizer", name, "one of " + ", ".join(OPTIMIZERS))
+        raise invalid("optimizer", name, "one of " + ", ".join(OPTIMIZERS))
     if unknown := sorted(set(hparams) - set(_NEUTRAL)):
         raise ConfigError(f"optimizer hyper-parameters {unknown} are invalid: {sorted(_NEUTRAL)} are accepted")
     hp = dict(OPTIMIZER_DEFAULTS[name])
@@ -225,14 +215,14 @@ def _resolve(name: str, lr: float | None, hparams: dict) -> dict:
     hp["betas"] = _check_betas(hp["betas"])
     hp["eps"] = _check_real("eps", hp["eps"], lo_open=True)
     hp["nesterov"] = _check_bool("nesterov", hp["nesterov"])
-    hp["ns_steps"] = _check_int("ns_steps", hp["ns_steps"], 1, 99)
+    hp["ns_steps"] = check_int("ns_steps", hp["ns_steps"], 1, 99)
     hp["muon_aux_lr"] = _check_real("muon_aux_lr", hp["muon_aux_lr"], lo_open=True)
     inapplicable = [k for k in _NEUTRAL if k not in OPTIMIZER_HPARAMS[name] and hp[k] != OPTIMIZER_DEFAULTS[name][k]]
     if inapplicable:
         raise ConfigError(f"{', '.join(f'{k}={hp[k]!r}' for k in inapplicable)} invalid for optimizer={name!r}: "
                           f"it accepts {', '.join(('lr',) + OPTIMIZER_HPARAMS[name])}")
     if name == "sgd_momentum" and hp["nesterov"] and hp["momentum"] == 0:
-        raise _bad("nesterov", True, "False when momentum=0")
+        raise invalid("nesterov", True, "False when momentum=0")
     return hp
 
 
@@ -287,10 +277,10 @@ def lr_factor(schedule: str, step: int, total_steps: int, warmup_steps: int = 0,
     total_steps}. Steps past the end keep the final value.
     """
     if schedule not in SCHEDULES:
-        raise _bad("schedule", schedule, "one of " + ", ".join(SCHEDULES))
-    total_steps = _check_int("total_steps", total_steps, 1, 2**62)
-    step = _check_int("step", step, 0, 2**62)
-    warmup_steps = _check_int("warmup_steps", warmup_steps, 0, total_steps)
+        raise invalid("schedule", schedule, "one of " + ", ".join(SCHEDULES))
+    total_steps = check_int("total_steps", total_steps, 1, 2**62)
+    step = check_int("step", step, 0, 2**62)
+    warmup_steps = check_int("warmup_steps", warmup_steps, 0, total_steps)
     if step < warmup_steps:
         return (step + 1) / warmup_steps
     if schedule == "cosine":

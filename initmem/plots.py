@@ -1,82 +1,34 @@
 """The study's figures: pure functions from `results.load_runs` / `load_histories` frames to matplotlib Figures
-(F1–F9, and `point_figure` for a section notebook; F10–F11, of the forgetting instruments, are in
+(F1–F9; a section notebook's `point_figure` is in `initmem.point_report`; F10–F11, of the forgetting instruments, are in
 `initmem.plots_forgetting`). Stamping and writing them (PNG, PDF, sidecar) is `initmem.figures`' job.
 
-Figures are `StudyFigure`s, plain `matplotlib.figure.Figure`s (no pyplot: no global state, nothing to close, the
-Agg/PDF canvases are picked per file) that Jupyter shows inline as PNG by themselves (`_repr_png_`). Every builder
-raises `errors.NoResults` when it has nothing to draw. Build them inside `matplotlib.rc_context(STYLE)` to get the
-study's look (`point_figure`, which a section notebook calls directly, does so itself).
+Figures are `plot_style.StudyFigure`s, plain `matplotlib.figure.Figure`s (no pyplot: no global state, nothing to
+close) that Jupyter shows inline as PNG by themselves. Every builder raises `errors.NoResults` when it has nothing to
+draw. Build them inside `matplotlib.rc_context(plot_style.STYLE)` to get the study's look.
 """
 
 from __future__ import annotations
 
-import io
 import math
-import textwrap
 from collections.abc import Sequence
 
-import matplotlib
 import numpy as np
 import pandas as pd
 from matplotlib import ticker
-from matplotlib.colors import LogNorm, Normalize
+from matplotlib.colors import Normalize
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 
-from initmem import tables
+from initmem import table_cells, tables
 from initmem.errors import NoResults
-
-DPI = 150
-STYLE = {"font.size": 8, "axes.titlesize": 9, "axes.labelsize": 8, "legend.fontsize": 7, "xtick.labelsize": 7,
-         "ytick.labelsize": 7, "axes.spines.top": False, "axes.spines.right": False, "axes.grid": True,
-         "grid.alpha": 0.3, "grid.linewidth": 0.5, "lines.linewidth": 1.2, "lines.markersize": 4,
-         "savefig.dpi": DPI, "pdf.compression": 6, "svg.hashsalt": "initmem"}
-SECTION_COLORS = {"01": "C0", "02": "C1", "03": "C2", "04": "C3", "05": "C4"}
-
-
-class StudyFigure(Figure):
-    """A Figure that an IPython kernel (JupyterLab, papermill) displays inline as image/png without pyplot or a
-    registered formatter: the PNG its artefact would hold (`figures.png_bytes` is the same picture)."""
-
-    def _repr_png_(self) -> bytes:
-        buf = io.BytesIO()
-        with matplotlib.rc_context(STYLE):
-            self.savefig(buf, format="png", dpi=DPI, metadata={"Software": None})
-        return buf.getvalue()
-
-
-def new_figure(ncols: int = 1, nrows: int = 1, width: float = 6.4, height: float = 3.2,
-               **kw) -> tuple[Figure, np.ndarray]:
-    fig = StudyFigure(figsize=(width, height), layout="constrained")
-    axes = fig.subplots(nrows, ncols, squeeze=False, **kw)
-    return fig, axes.ravel()
-
-
-def log_axis(ax, which: str) -> None:
-    """Log scale with plain-number ticks at 1-2-5 (a norm axis spans less than a few decades)."""
-    getattr(ax, f"set_{which}scale")("log")
-    axis = getattr(ax, f"{which}axis")
-    axis.set_major_locator(ticker.LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
-    axis.set_major_formatter(ticker.FormatStrFormatter("%g"))
-    axis.set_minor_formatter(ticker.NullFormatter())
-
-
-def sigma_axis(ax, sigmas: Sequence[float]) -> None:
-    ax.set_xscale("log")
-    ax.set_xticks(list(sigmas), [f"{s:g}" for s in sigmas])
-    ax.minorticks_off()
-    ax.set_xlabel("σ_w (initialisation scale)")
-
-
-def sigma_colors(sigmas: Sequence[float]):
-    norm = LogNorm(min(sigmas), max(sigmas)) if len(sigmas) > 1 and min(sigmas) > 0 else Normalize(0, 1)
-    cmap = matplotlib.colormaps["viridis"]
-    return {s: cmap(0.9 * norm(s)) if len(sigmas) > 1 else cmap(0.4) for s in sigmas}
-
-
-def legend(ax, **kw) -> None:
-    if ax.get_legend_handles_labels()[0]:
-        ax.legend(frameon=False, **kw)
+from initmem.plot_style import (
+    SECTION_COLORS,
+    legend,
+    log_axis,
+    new_figure,
+    sigma_axis,
+    sigma_colors,
+)
 
 
 # --- F1 ----------------------------------------------------------------------------------------------------
@@ -91,7 +43,7 @@ def accuracy_vs_sigma(runs: pd.DataFrame) -> Figure:
     brackets = []
     for _, g in confs.groupby("config", sort=True):
         acc = 100 * g.groupby("sigma_w")["test_acc_at_best"].agg(["mean", "std"])
-        ours = tables.point_spread(g)[0]
+        ours = table_cells.point_spread(g)[0]
         label = g["label"].iloc[0] + ("" if math.isnan(ours) else f": {ours:.1f} pp")
         line = ax.errorbar(acc.index, acc["mean"], yerr=acc["std"].fillna(0), marker="o", capsize=2, label=label)
         paper = tables.paper_spread(g.iloc[0])
@@ -362,50 +314,4 @@ def training_curves(runs: pd.DataFrame, histories: pd.DataFrame, sigma_w: float 
     axes[0].set_title(f"accuracy, σ_w = {s:g}")
     axes[1].set_title(f"loss, σ_w = {s:g}")
     legend(axes[0])
-    return fig
-
-
-# --- helpers of the per-σ_w curves (point_figure, plots_forgetting.angle_curves) ------------------------------
-def with_sigma(h: pd.DataFrame, g: pd.DataFrame) -> pd.DataFrame:
-    return h.assign(sigma_w=h["run_id"].map(g.set_index("run_id")["sigma_w"]))  # the run's, not the history's
-
-
-def has_values(h: pd.DataFrame, column: str) -> bool:
-    return column in h.columns and bool(pd.to_numeric(h[column], errors="coerce").notna().any())
-
-
-def sigma_lines(ax, h: pd.DataFrame, column: str, sigmas: Sequence[float], colors: dict) -> None:
-    """One line per σ_w: the mean over seeds of `column` against epoch."""
-    for s in sigmas:
-        curve = pd.to_numeric(h.loc[h["sigma_w"] == s, column], errors="coerce").groupby(
-            h.loc[h["sigma_w"] == s, "epoch"]).mean().dropna()
-        if len(curve) >= 2:  # a run that diverged in its first epoch has only epoch 0: no curve
-            ax.plot(curve.index, curve.to_numpy(), color=colors[s], label=f"σ_w={s:g}")
-
-
-# --- captions and placeholders ------------------------------------------------------------------------------
-FOOTER_PT = 5.0
-
-
-def caption_figure(fig: Figure, title: str, footer: str) -> Figure:
-    """Add `title` (unless it has one) and a small grey `footer` (the provenance stamp), both wrapped to the
-    figure's width, and make room for the footer under the axes."""
-    width, height = fig.get_size_inches()
-    if title and fig.get_suptitle() == "":
-        fig.suptitle(textwrap.fill(title, int(width * 72 / (0.6 * 8))), fontsize=8)
-    # DejaVu Sans averages ~0.5 em per character; 0.6 leaves room for digit-heavy lines
-    lines = textwrap.wrap(footer, int(width * 72 / (0.6 * FOOTER_PT)), break_on_hyphens=False)
-    fig.text(0.005, 0.004, "\n".join(lines), fontsize=FOOTER_PT, color="0.45", ha="left", va="bottom",
-             linespacing=1.2)
-    bottom = (len(lines) * 1.2 * FOOTER_PT + 4) / (72 * height)
-    if fig.get_layout_engine() is not None:
-        fig.get_layout_engine().set(rect=(0, bottom, 1, 1 - bottom))
-    return fig
-
-
-def message_figure(message: str) -> Figure:
-    """A figure that says only `message` (a section without results)."""
-    fig, (ax,) = new_figure(width=6.4, height=2.0)
-    ax.set_axis_off()
-    ax.text(0.5, 0.5, textwrap.fill(message, 90), ha="center", va="center", fontsize=9, transform=ax.transAxes)
     return fig

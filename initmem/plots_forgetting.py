@@ -14,7 +14,7 @@ import math
 import pandas as pd
 from matplotlib.figure import Figure
 
-from initmem import plots, tables, tables_forgetting
+from initmem import plot_style, plots, tables, tables_forgetting
 from initmem.errors import NoResults
 
 __all__ = ["angle_curves", "spread_vs_measured_clock"]
@@ -29,18 +29,18 @@ def angle_curves(runs: pd.DataFrame, histories: pd.DataFrame, max_cols: int = 5)
     confs = tables.configurations(runs)
     h = histories[histories["run_id"].isin(confs["run_id"])]
     ids = [cid for cid, g in confs.groupby("config", sort=True)
-           if plots.has_values(h[h["run_id"].isin(g["run_id"])], "angle")]
+           if plot_style.has_values(h[h["run_id"].isin(g["run_id"])], "angle")]
     if not ids:
         raise NoResults("no run with the angle-from-initialisation instrument (runs recorded before it have none)")
     sigmas = sorted(confs["sigma_w"].unique())
-    colors = plots.sigma_colors(sigmas)
+    colors = plot_style.sigma_colors(sigmas)
     ncols = min(len(ids), max_cols)
     nrows = math.ceil(len(ids) / ncols)
-    fig, axes = plots.new_figure(ncols=ncols, nrows=nrows, width=2.3 * ncols + 0.9, height=2.3 * nrows + 0.5,
+    fig, axes = plot_style.new_figure(ncols=ncols, nrows=nrows, width=2.3 * ncols + 0.9, height=2.3 * nrows + 0.5,
                                  sharey=True)
     for ax, cid in zip(axes, ids, strict=False):
         g = confs[confs["config"] == cid]
-        plots.sigma_lines(ax, plots.with_sigma(h[h["run_id"].isin(g["run_id"])], g), "angle", sigmas, colors)
+        plot_style.sigma_lines(ax, plot_style.with_sigma(h[h["run_id"].isin(g["run_id"])], g), "angle", sigmas, colors)
         ax.set_title(g["label"].iloc[0] if confs["section"].nunique() == 1 else f"{g['section'].iloc[0][:2]} "
                      f"{g['label'].iloc[0]}")
         ax.set_xlabel("epoch")
@@ -68,17 +68,19 @@ def spread_vs_measured_clock(runs: pd.DataFrame) -> Figure:
     if cs.empty:
         raise NoResults("no configuration with the forgetting instruments (angle, Theta: runs recorded before them "
                         "have none)")
-    fig, axes = plots.new_figure(ncols=2, width=7.6, height=0.12 * len(cs) + 1.6 if len(cs) > 18 else 3.4, sharey=True)
+    fig, axes = plot_style.new_figure(ncols=2, width=7.6, height=0.12 * len(cs) + 1.6 if len(cs) > 18 else 3.4,
+                                      sharey=True)
     xlabels = {"angle_range_deg": "σ_w-range of the angle from initialisation\nat the selected epoch (°)",
                "Theta_final": "Θ_final = Σ per-step angle (rad, end of training)"}
     for ax, x in zip(axes, xlabels, strict=True):
         ok = cs[cs[x].notna() & cs["spread_pp"].notna()]
         for r in ok.itertuples():
             ax.errorbar(getattr(r, x), r.spread_pp, yerr=0 if math.isnan(r.spread_pp_std) else r.spread_pp_std,
-                        fmt=r.marker, capsize=2, color=plots.SECTION_COLORS.get(r.section[:2], "C7"), markersize=5.5,
+                        fmt=r.marker, capsize=2, color=plot_style.SECTION_COLORS.get(r.section[:2], "C7"),
+                        markersize=5.5,
                         markeredgecolor="white", markeredgewidth=0.4, label=plots.config_label(r))
         if x == "Theta_final" and len(ok) and (ok[x] > 0).all():
-            plots.log_axis(ax, "x")
+            plot_style.log_axis(ax, "x")
         rho = tables_forgetting.spearman(ok[x], ok["spread_pp"])
         ax.set_title(f"Spearman ρ = {'–' if math.isnan(rho) else f'{rho:+.2f}'.replace('-', '−')} (n = {len(ok)})")
         left = len(cs) - len(ok)

@@ -16,7 +16,7 @@ import matplotlib
 import pandas as pd
 from matplotlib.figure import Figure
 
-from initmem import metrics, plots, tables
+from initmem import metrics, plot_style, table_cells, tables
 from initmem.errors import ConfigError, NoResults
 
 __all__ = ["point_table", "point_figure", "run_table", "interpolation_table", "sweep_row", "check_runs"]
@@ -63,7 +63,7 @@ def interpolation_table(runs: pd.DataFrame) -> pd.DataFrame:
 def _pm(x: pd.Series, fmt: str) -> str:
     """'mean ± std' of the non-missing values (the mean alone for one value); '–' for none. A '{:.3g}' mean gets
     a two-digit std."""
-    m, sd = tables.mean_std(pd.to_numeric(x, errors="coerce"))
+    m, sd = table_cells.mean_std(pd.to_numeric(x, errors="coerce"))
     if math.isnan(m):
         return "–"
     return fmt.format(m) + ("" if math.isnan(sd) else " ± " + fmt.replace(".3g", ".2g").format(sd))
@@ -96,7 +96,7 @@ def point_table(runs: pd.DataFrame) -> pd.DataFrame:
                                                                else "")
         get = (lambda c, f, r=r: _pm(r[c], f) if c in r.columns else "–")
         rows.append({"σ_w": float(s), "runs": _status_counts(r),
-                     "test acc (%)": tables.DIVERGED if acc == "–" and tables.diverged_runs(r).any() else acc,
+                     "test acc (%)": table_cells.DIVERGED if acc == "–" and table_cells.diverged_runs(r).any() else acc,
                      "best epoch": get("best_epoch", "{:.0f}"), "τ_interp": when,
                      "norm ratio": get("norm_ratio", "{:.3g}"), "angle at best (°)": get("angle_at_best", "{:.1f}"),
                      "Θ_final (rad)": get("Theta_final", "{:.3g}")})
@@ -135,11 +135,11 @@ def point_figure(runs: pd.DataFrame, histories: pd.DataFrame | None = None) -> F
 
         frames = [load_histories(p) for p in runs["path"].dropna().unique()] if "path" in runs.columns else []
         histories = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=["run_id", "epoch"])
-    h = plots.with_sigma(histories[histories["run_id"].isin(runs["run_id"])], runs)
+    h = plot_style.with_sigma(histories[histories["run_id"].isin(runs["run_id"])], runs)
     sigmas = sorted(runs["sigma_w"].unique())
-    colors = plots.sigma_colors(sigmas)
-    with matplotlib.rc_context(plots.STYLE):
-        fig, (a, b, c) = plots.new_figure(ncols=3, width=8.0, height=2.6)
+    colors = plot_style.sigma_colors(sigmas)
+    with matplotlib.rc_context(plot_style.STYLE):
+        fig, (a, b, c) = plot_style.new_figure(ncols=3, width=8.0, height=2.6)
         acc = 100 * pd.to_numeric(runs["test_acc_at_best"], errors="coerce").groupby(runs["sigma_w"]).agg(
             ["mean", "std"])
         a.errorbar(acc.index, acc["mean"], yerr=acc["std"].fillna(0), marker="o", capsize=2, color="C0")
@@ -147,8 +147,8 @@ def point_figure(runs: pd.DataFrame, histories: pd.DataFrame | None = None) -> F
         for s in lost:
             a.annotate("✗ diverged", (s, 0.03), xycoords=("data", "axes fraction"), ha="center", fontsize=6,
                        color="C3")
-        plots.sigma_axis(a, sigmas)
-        summary = tables.point_spread(runs)[0]
+        plot_style.sigma_axis(a, sigmas)
+        summary = table_cells.point_spread(runs)[0]
         a.set_title("test acc. at selected epoch" + ("" if math.isnan(summary) else f"\nspread {summary:.1f} pp")
                     + (f" over {len(sigmas) - len(lost)}/{len(sigmas)} σ_w" if lost else ""))
         a.set_ylabel("test accuracy (%)")
@@ -156,14 +156,14 @@ def point_figure(runs: pd.DataFrame, histories: pd.DataFrame | None = None) -> F
                                     (c, "angle", "angle from initialisation", " (°)")):
             ax.set_title(what + unit)
             ax.set_xlabel("epoch")
-            if not plots.has_values(h, col):
+            if not plot_style.has_values(h, col):
                 ax.set_axis_off()
                 ax.text(0.5, 0.5, f"no {what} recorded\n(runs predate the instrument)",
                         ha="center", va="center", fontsize=7, color="0.4", transform=ax.transAxes)
                 continue
-            plots.sigma_lines(ax, h, col, sigmas, colors)
+            plot_style.sigma_lines(ax, h, col, sigmas, colors)
             lo, hi = ax.get_ylim()
             if col == "weight_norm" and lo > 0 and hi / lo > 3:  # log only where the norms span a factor
-                plots.log_axis(ax, "y")
-        plots.legend(c if plots.has_values(h, "angle") else b, fontsize=6)
+                plot_style.log_axis(ax, "y")
+        plot_style.legend(c if plot_style.has_values(h, "angle") else b, fontsize=6)
     return fig

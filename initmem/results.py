@@ -5,19 +5,15 @@ history's sha256, row count and columns. A run is trusted only when it verifies 
 record's keys and types, its folder is `<section>/<run_id(config)>`, the history matches the record and the summary
 has every key. A run that fails is *damaged*: the loaders raise a ResultsError naming its file (or, with
 `damaged="skip"`, warn, skip it and list it in `df.attrs["damaged"]`), `is_complete` is False for it and
-`set_aside` moves it out of the way, deleting nothing. Schema-1 records (no checksum) are upgraded by `migrate`.
+`set_aside` moves it out of the way, deleting nothing. What a valid record is: `initmem.record`. Schema-1 records
+(no checksum) are upgraded by `migrate`.
 Torch-free: reading results imports neither torch nor the training stack.
 """
 
 from __future__ import annotations
 
-import dataclasses
-import hashlib
-import io
 import json
-import math
 import os
-import re
 import warnings
 from collections import defaultdict
 from dataclasses import dataclass, field
@@ -25,35 +21,32 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pandas as pd
 
 from initmem.config import TrainConfig, run_id
 from initmem.errors import ConfigError, ResultsError
 from initmem.files import atomic_write, ensure_writable
 from initmem.metrics import SUMMARY_KEYS
+from initmem.record import (
+    CONFIG_FIELDS,
+    HISTORY_COLUMNS,
+    SCHEMA,
+    check_record,
+    dumps_record,
+    frame_problem,
+    history_meta,
+    parse_record,
+    read_history,
+    record_error,
+    verify_record,
+)
 
 __all__ = ["RunResult", "run_id", "run_dir", "write_run", "read_run", "verify_run", "is_complete", "load_runs",
            "load_histories", "set_aside"]
 
-SCHEMA = 2
-FINISHED = ("complete", "diverged")
 RUN_COLUMNS = ("run_id", "section", "status", "path")
-# the contract's history columns, before the per-layer `norm:<layer>` ones
-HISTORY_COLUMNS = (
-    "epoch", "step", "lr", "train_loss", "train_acc_running", "train_acc", "val_loss", "val_acc", "test_loss",
-    "test_acc", "weight_norm", "T_SGD", "T_L2", "T_adapt", "wall_time",
-)  # fmt: skip
 HISTORY_CONFIG_COLUMNS = ("arch", "width", "sigma_w", "optimizer", "lr", "weight_decay", "batch_size", "seed", "epochs")
-RECORD_TYPES: dict[str, type] = {"schema": int, "run_id": str, "section": str, "status": str, "config": dict,
-                                 "summary": dict, "history": dict, "provenance": dict, "started_at": str,
-                                 "finished_at": str}  # run.json's keys, in order, with their JSON types
-HISTORY_KEYS = ("sha256", "rows", "columns")
 DAMAGED_DIR = ".damaged"  # <section>/.damaged/<run_id>-<UTC stamp>/: where set_aside moves a damaged run
-V1_KEYS = tuple(k for k in RECORD_TYPES if k != "history")
-CONFIG_FIELDS = tuple(f.name for f in dataclasses.fields(TrainConfig))
-
-
 @dataclass
 class RunResult:
     """What training returns per run (and `write_run` writes): the config, its run id, `status` ("complete" |
@@ -85,62 +78,6 @@ def check_writable(folder: str | Path) -> Path:
         raise ResultsError(f"results folder {str(folder)!r} is not writable: {exc.strerror or exc}") from None
 
 
-def _jsonable(x: Any) -> Any:
-    """Plain JSON values: tuples → lists, numpy scalars → Python, NaN/inf → None (strict JSON has no NaN)."""
-    if isinstance(x, dict):
-        return {str(k): _jsonable(v) for k, v in x.items()}
-    if isinstance(x, (list, tuple)):
-        return [_jsonable(v) for v in x]
-    if hasattr(x, "item") and not isinstance(x, (str, bytes)):  # numpy / torch scalar
-        x = x.item()
-    if isinstance(x, float) and not math.isfinite(x):
-        return None
-    return x
-
-
-def dumps_record(record: dict) -> str:
-    return json.dumps(_jsonable(record), indent=2, allow_nan=False) + "\n"
-
-
-def record_error(file: Path, what: str) -> ResultsError:
-    return ResultsError(" ".join(f"{str(file)!r} {what}".split()))  # one line, whatever the cause said
-
-
-def _short(v: Any) -> str:
-    s = repr(v)
-    return s if len(s) <= 40 else s[:37] + "..."
-
-
-def _frame_problem(h: pd.DataFrame) -> str | None:
-    """What makes a history frame unfit to be a run's history (None when it is fit): contract columns, numbers
-    only, no empty row, epochs 0, ... increasing, a step on every row. Line numbers are the CSV file's."""
-    if len(h) == 0:
-        return "has no rows"
-    if missing := [c for c in HISTORY_COLUMNS if c not in h.columns]:
-        return f"lacks the columns {missing}"
-    for c, dtype in h.dtypes.items():
-        if not pd.api.types.is_numeric_dtype(dtype) and (bad := pd.to_numeric(h[c], errors="coerce").isna()
-                                                         & h[c].notna()).any():
-            i = int(bad.to_numpy().argmax())
-            return f"holds a non-number in column {c!r} on line {i + 2}: {_short(h[c].iloc[i])}"
-    a = h.to_numpy(dtype=float, na_value=np.nan)
-    if (empty := np.isnan(a).all(axis=1)).any():
-        return f"has a row without any value (all missing or NaN) on line {int(empty.argmax()) + 2}"
-    for c in ("epoch", "step"):
-        if (gap := np.isnan(a[:, h.columns.get_loc(c)])).any():
-            return f"has a row with no {c} on line {int(gap.argmax()) + 2}"
-    e = a[:, h.columns.get_loc("epoch")]
-    if e[0] != 0 or not np.isfinite(e).all() or (e != e.round()).any() or (e[1:] <= e[:-1]).any():
-        return "has epochs that are not whole numbers increasing from 0"
-    return None
-
-
-def history_meta(data: bytes, h: pd.DataFrame) -> dict:
-    """run.json's `history` entry: the sha256 of history.csv's bytes, its rows and its columns."""
-    return {"sha256": hashlib.sha256(data).hexdigest(), "rows": len(h),
-            "columns": [str(c) for c in h.columns]}
-
-
 def write_run(result: RunResult, results: str | Path, section: str) -> Path:
     """Write `result` to `<results>/<section>/<run_id>/`: history.csv, then run.json (which records the history's
     sha256, rows and columns), each atomically; returns the run folder. A result whose record would not verify
@@ -151,7 +88,7 @@ def write_run(result: RunResult, results: str | Path, section: str) -> Path:
               "config": result.config.to_dict(), "summary": result.summary, "history": None,
               "provenance": result.provenance, "started_at": result.started_at, "finished_at": result.finished_at}
     try:
-        _check_record(json.loads(dumps_record({**record, "history": {"sha256": "0" * 64, "rows": 0, "columns": []}})),
+        check_record(json.loads(dumps_record({**record, "history": {"sha256": "0" * 64, "rows": 0, "columns": []}})),
                       folder / "run.json")
     except ResultsError as exc:
         raise ResultsError(f"not written: {exc}") from None
@@ -160,110 +97,13 @@ def write_run(result: RunResult, results: str | Path, section: str) -> Path:
         (folder / "run.json").unlink(missing_ok=True)  # a stale run.json must never vouch for a new history
         atomic_write(folder / "history.csv", result.history.to_csv(index=False))
         data, h = read_history(folder)
-        if problem := _frame_problem(h) or (len(h) != len(result.history) and "lost rows on the way to disk"):
+        if problem := frame_problem(h) or (len(h) != len(result.history) and "lost rows on the way to disk"):
             raise record_error(folder / "history.csv", f"was written but is no run's history, so no run.json was: it "
                                                 f"{problem}")
         atomic_write(folder / "run.json", dumps_record({**record, "history": history_meta(data, h)}))
     except OSError as exc:
         raise ResultsError(f"cannot write run folder {str(folder)!r}: {exc.strerror or exc}") from None
     return folder
-
-
-# ------------------------------------------------------------------------------------------------ verifying
-def parse_record(file: Path) -> dict:
-    try:
-        record = json.loads(file.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise record_error(file, "does not exist") from None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise record_error(file, f"is corrupt or truncated: {exc}") from None
-    if not isinstance(record, dict):
-        raise record_error(file, f"is not a run record: it holds a JSON {type(record).__name__}")
-    return record
-
-
-def _check_record(record: dict, file: Path) -> None:
-    """The record's own consistency: its keys and their types, its schema, its config and the run id it hashes to,
-    its summary's keys and its history entry."""
-    schema = record.get("schema")
-    if type(schema) is int and schema == 1 and all(k in record for k in V1_KEYS):
-        raise record_error(file, f"is a schema-1 run record (no history checksum): run `initmem migrate "
-                          f"{file.parent.parent.parent}` to upgrade it")
-    if missing := [k for k in RECORD_TYPES if k not in record]:
-        raise record_error(file, f"is not a run record: missing keys {missing}")
-    if unknown := [k for k in record if k not in RECORD_TYPES]:
-        raise record_error(file, f"is not a run record: unknown keys {unknown}")
-    for key, kind in RECORD_TYPES.items():
-        if not isinstance(record[key], kind) or (kind is int and isinstance(record[key], bool)):
-            raise record_error(file, f"has {key}={_short(record[key])}: a JSON {kind.__name__} is expected")
-    if schema != SCHEMA:
-        raise record_error(file, f"has schema {schema!r}; this initmem reads schema {SCHEMA}")
-    if record["status"] not in FINISHED:
-        raise record_error(file, f"has status {record['status']!r}: one of {FINISHED} is expected")
-    if missing := [k for k in CONFIG_FIELDS if k not in record["config"]]:
-        raise record_error(file, f"has a config without the fields {missing}")
-    try:
-        rid = run_id(record["config"])
-    except (TypeError, ValueError) as exc:  # ConfigError is a ValueError
-        raise record_error(file, f"has an invalid config: {exc}") from None
-    if rid != record["run_id"]:
-        raise record_error(file, f"has a config that is not its run's: it hashes to run id {rid}, the record says "
-                          f"{record['run_id']} (edited after the run was written?)")
-    summary = record["summary"]
-    if missing := [k for k in SUMMARY_KEYS if k not in summary]:
-        raise record_error(file, f"has a summary without the keys {missing}")
-    for k, v in summary.items():
-        if v is not None and not isinstance(v, (int, float)):
-            raise record_error(file, f"has summary {k}={_short(v)}: a number, true/false or null is expected")
-    h = record["history"]
-    if (sorted(h) != sorted(HISTORY_KEYS) or not isinstance(h["sha256"], str)
-            or not re.fullmatch(r"[0-9a-f]{64}", h["sha256"]) or type(h["rows"]) is not int
-            or not isinstance(h["columns"], list) or not all(isinstance(c, str) for c in h["columns"])):
-        raise record_error(file, f"has history={_short(h)}: {{sha256: 64 hex digits, rows: int, columns: [str]}} "
-                          "is expected")
-
-
-def read_history(folder: Path) -> tuple[bytes, pd.DataFrame]:
-    file = folder / "history.csv"
-    try:
-        data = file.read_bytes()
-    except FileNotFoundError:
-        raise record_error(file, "is missing") from None
-    except OSError as exc:
-        raise record_error(file, f"is unreadable: {exc.strerror or exc}") from None
-    if not data.strip():
-        raise record_error(file, "is empty")
-    try:
-        return data, pd.read_csv(io.BytesIO(data))  # pandas >= 3 parses floats round-trip
-    except ValueError as exc:  # pandas parser errors and UnicodeDecodeError are ValueErrors
-        raise record_error(file, f"is unreadable: {exc}") from None
-
-
-def verify_record(folder: Path, record: dict) -> pd.DataFrame:
-    """Check a parsed record against its folder and history; return the history frame."""
-    file = folder / "run.json"
-    _check_record(record, file)
-    here = folder.resolve()
-    if here.name != record["run_id"]:
-        raise record_error(file, f"lies in folder {here.name!r}, not in its run id's {record['run_id']!r} (a copied or "
-                          "renamed run folder?)")
-    if here.parent.name != record["section"]:
-        raise record_error(file, f"lies in section folder {here.parent.name!r}, not in its section's "
-                          f"{record['section']!r} (a moved run folder?)")
-    data, h = read_history(folder)
-    meta, hfile = record["history"], folder / "history.csv"
-    columns = [str(c) for c in h.columns]
-    if columns != meta["columns"]:
-        lost, extra = [c for c in meta["columns"] if c not in columns], [c for c in columns if c not in meta["columns"]]
-        raise record_error(hfile, f"has other columns than run.json records: missing {lost}, unexpected {extra}"
-                           + ("" if lost or extra else " (the same, in another order)"))
-    if len(h) != meta["rows"]:
-        raise record_error(hfile, f"has {len(h)} rows; run.json records {meta['rows']} (truncated or appended to?)")
-    if problem := _frame_problem(h):
-        raise record_error(hfile, problem)
-    if hashlib.sha256(data).hexdigest() != meta["sha256"]:
-        raise record_error(hfile, "does not match the sha256 run.json records: it changed after the run was written")
-    return h
 
 
 def _record_file(path: str | Path) -> Path:
@@ -276,7 +116,7 @@ def read_run(path: str | Path) -> dict:
     ResultsError naming the file otherwise. `verify_run` also checks the folder and the history."""
     file = _record_file(path)
     record = parse_record(file)
-    _check_record(record, file)
+    check_record(record, file)
     return record
 
 

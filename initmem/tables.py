@@ -26,9 +26,22 @@ import pandas as pd
 from initmem import metrics
 from initmem.config import RUN_ID_EXCLUDE, TrainConfig
 from initmem.errors import ConfigError, NoResults, ResultsError
+from initmem.table_cells import (
+    DIVERGED,
+    diverged_count,
+    diverged_runs,
+    finish,
+    lead_cells,
+    multi_seed,
+    point_spread,
+    sigma_cells,
+    sigma_column,
+    sigmas_in_spread,
+    spread_cells,
+)
 
 __all__ = ["NoResults", "configurations", "optimizer_table", "long_training_table", "config_spreads",
-           "spread_pivot", "lr_l2_table", "batch_size_table", "depth_table", "DIVERGED"]
+           "spread_pivot", "lr_l2_table", "batch_size_table", "depth_table"]
 
 CLOCKS = ("T_SGD", "T_L2", "T_adapt")
 EFF_CLOCKS = tuple(f"{c}_eff" for c in CLOCKS)  # momentum-aware (metrics.lr_scale); NaN for older runs
@@ -129,82 +142,6 @@ def label_columns(confs: pd.DataFrame) -> list[str]:
     return list(dict.fromkeys(c for cs in confs.attrs["label_columns"].values() for c in cs)) or ["label"]
 
 
-def sigma_column(sigma_w: float) -> str:
-    """The table column of one σ_w: 'sigma_w=0.5'."""
-    return f"sigma_w={sigma_w:g}"
-
-
-def mean_std(xs: Sequence[float]) -> tuple[float, float]:
-    xs = [float(x) for x in xs if x is not None and not math.isnan(float(x))]
-    if not xs:
-        return math.nan, math.nan
-    return float(np.mean(xs)), float(np.std(xs, ddof=1)) if len(xs) > 1 else math.nan
-
-
-def point_spread(group: pd.DataFrame) -> tuple[float, float]:
-    """(spread_pp, seed-to-seed std) of one configuration's runs, from `metrics.point_summary`; NaN where it
-    has none (no accuracy, or a single seed)."""
-    s = metrics.point_summary(group)
-    return tuple(math.nan if s[k] is None else float(s[k]) for k in ("spread_pp", "spread_seed_std_pp"))
-
-
-def _multi_seed(confs: pd.DataFrame) -> bool:
-    return bool(confs.groupby(["config", "sigma_w"])["seed"].nunique().max() > 1)
-
-
-DIVERGED = "diverged"  # the cell of a σ_w whose runs all diverged before any finite epoch: no value to show
-
-
-def diverged_runs(g: pd.DataFrame) -> pd.Series:
-    """Which runs of `g` diverged (status 'diverged'; none when the frame has no status)."""
-    return g["status"].eq("diverged") if "status" in g.columns else pd.Series(False, index=g.index)
-
-
-def diverged_count(g: pd.DataFrame) -> str:
-    """'k/n': runs diverged of runs."""
-    return f"{int(diverged_runs(g).sum())}/{len(g)}"
-
-
-def sigma_cells(g: pd.DataFrame, sigmas: Iterable[float], multi: bool, value: str = "test_acc_at_best",
-                 scale: float = 100.0) -> dict:
-    """Per σ_w: the mean over seeds of `value` × `scale` (and its std when `multi`); `DIVERGED` where the σ_w has
-    runs but no value because they diverged (it dropped out of the spread: shown, never silently blank)."""
-    row = {}
-    for s in sigmas:
-        r = g[g["sigma_w"] == s]
-        m, sd = mean_std(scale * pd.to_numeric(r[value], errors="coerce"))
-        row[sigma_column(s)] = DIVERGED if math.isnan(m) and len(r) and diverged_runs(r).any() else m
-        if multi:
-            row[sigma_column(s) + "_std"] = sd
-    return row
-
-
-def sigmas_in_spread(g: pd.DataFrame) -> list[float]:
-    """The σ_w of one configuration that have a test accuracy (those its spread is over)."""
-    acc = pd.to_numeric(g["test_acc_at_best"], errors="coerce")
-    return sorted(float(s) for s in acc.groupby(g["sigma_w"]).mean().dropna().index)
-
-
-def _spread_cells(g: pd.DataFrame, multi: bool) -> dict:
-    m, sd = point_spread(g)
-    return {"spread_pp": m, "spread_pp_std": sd} if multi else {"spread_pp": m}
-
-
-def _lead(g: pd.DataFrame, columns: list[str]) -> dict:
-    first = g.iloc[0]
-    return {c: (first[c] if c in g.columns else first["label"]) for c in columns}
-
-
-_FORMATS = {"sigma_w=*": "{:.1f}", "spread_pp*": "{:.1f}", "*_pp*": "{:.1f}", "tau_interp": "{:.0f}",
-            "norm_ratio*": "{:.3g}", "radial_slope": "{:.2f}", "epoch": "{:.0f}"}
-
-
-def finish(df: pd.DataFrame, formats: dict | None = None) -> pd.DataFrame:
-    """`df` with the study's md/tex cell formats (`attrs["formats"]`), `formats` overriding or adding patterns."""
-    df.attrs["formats"] = {**_FORMATS, **(formats or {})}
-    return df
-
-
 # --- T1 ----------------------------------------------------------------------------------------------------
 def optimizer_table(runs: pd.DataFrame) -> pd.DataFrame:
     """T1: per configuration (section 01: per optimiser) the test accuracy (%) at the best-validation-loss epoch
@@ -213,12 +150,12 @@ def optimizer_table(runs: pd.DataFrame) -> pd.DataFrame:
     diverged ('k/n'), the median interpolation epoch, the range of the final-to-initial weight-norm ratio
     and the radial-memory slope (`metrics.radial_memory`)."""
     confs = configurations(runs)
-    lead, sigmas, multi = label_columns(confs), sorted(confs["sigma_w"].unique()), _multi_seed(confs)
+    lead, sigmas, multi = label_columns(confs), sorted(confs["sigma_w"].unique()), multi_seed(confs)
     rows = []
     for _, g in confs.groupby("config", sort=True):
         tau = g["tau_interp"].dropna().astype(float)
         ratio = g["final_weight_norm"].astype(float) / g["init_weight_norm"].astype(float)
-        rows.append({**_lead(g, lead), **sigma_cells(g, sigmas, multi), **_spread_cells(g, multi),
+        rows.append({**lead_cells(g, lead), **sigma_cells(g, sigmas, multi), **spread_cells(g, multi),
                      "paper_spread_pp": paper_spread(g.iloc[0]),
                      "interpolated": f"{len(tau)}/{len(g)}", "diverged": diverged_count(g),
                      "tau_interp": float(tau.median()) if len(tau) else math.nan,
@@ -279,7 +216,7 @@ def long_training_table(runs: pd.DataFrame, histories: pd.DataFrame | None = Non
     by_run = {rid: hh.sort_values("epoch") for rid, hh in h.groupby("run_id")}
     longest = int(h["epoch"].max())
     marks = default_marks(longest) if marks is None else _check_marks(marks, longest)
-    lead, sigmas, multi = label_columns(confs), sorted(confs["sigma_w"].unique()), _multi_seed(confs)
+    lead, sigmas, multi = label_columns(confs), sorted(confs["sigma_w"].unique()), multi_seed(confs)
     rows = []
     for _, g in confs.groupby("config", sort=True):
         g = g[g["run_id"].isin(by_run)]
@@ -288,7 +225,7 @@ def long_training_table(runs: pd.DataFrame, histories: pd.DataFrame | None = Non
         last = max(int(by_run[r]["epoch"].max()) for r in g["run_id"])
         for m in [m for m in marks if m <= last]:
             at = g.assign(test_acc_at_best=[_test_at_mark(by_run[r], m) for r in g["run_id"]])
-            row = {**_lead(g, lead), "epoch": m, **sigma_cells(at, sigmas, multi), **_spread_cells(at, multi)}
+            row = {**lead_cells(g, lead), "epoch": m, **sigma_cells(at, sigmas, multi), **spread_cells(at, multi)}
             for clock in ("T_SGD", "T_adapt"):
                 if clock in h.columns:
                     row[clock] = float(np.mean([by_run[r].loc[by_run[r]["epoch"] <= m, clock].iloc[-1]
@@ -413,10 +350,10 @@ def depth_table(runs: pd.DataFrame) -> pd.DataFrame:
     any finite epoch), with the counts of interpolating and of diverged runs and the spread (pp)."""
     confs = configurations(runs)
     lead = list(dict.fromkeys(["arch", "optimizer", *label_columns(confs)]))  # always name both
-    sigmas, multi = sorted(confs["sigma_w"].unique()), _multi_seed(confs)
+    sigmas, multi = sorted(confs["sigma_w"].unique()), multi_seed(confs)
     rows = []
     for _, g in confs.groupby("config", sort=True):
-        row = _lead(g, lead)
+        row = lead_cells(g, lead)
         for s in sigmas:
             r = g[g["sigma_w"] == s]
             if r.empty:
@@ -429,5 +366,5 @@ def depth_table(runs: pd.DataFrame) -> pd.DataFrame:
                 when += f" ({len(tau)}/{len(r)})"
             row[sigma_column(s)] = DIVERGED if math.isnan(acc) and diverged_runs(r).any() else f"{acc:.1f} / {when}"
         n = int(g["tau_interp"].notna().sum())
-        rows.append({**row, "interpolated": f"{n}/{len(g)}", "diverged": diverged_count(g), **_spread_cells(g, multi)})
+        rows.append({**row, "interpolated": f"{n}/{len(g)}", "diverged": diverged_count(g), **spread_cells(g, multi)})
     return finish(pd.DataFrame(rows))

@@ -18,7 +18,7 @@ from collections.abc import Sequence
 import numpy as np
 import pandas as pd
 
-from initmem import tables
+from initmem import table_cells, tables
 from initmem.errors import ConfigError, NoResults
 
 __all__ = ["equilibrium_angle", "equilibrium_table", "step_angle_at_end", "clock_correlations",
@@ -128,13 +128,13 @@ def equilibrium_table(runs: pd.DataFrame, histories: pd.DataFrame | None = None,
         rel = float((by.max() - by.min()) / by.mean()) if len(by) >= 2 and by.mean() > 0 else math.nan
         rows.append({**{c: (first[c] if c in g.columns else first["label"]) for c in lead},
                      "predicted": math.nan if pred is None else pred,
-                     **tables.sigma_cells(g, sigmas, False, "step_angle_end", scale=1.0),
+                     **table_cells.sigma_cells(g, sigmas, False, "step_angle_end", scale=1.0),
                      "ratio_min": float(ratio.min()) if len(ratio) else math.nan,
                      "ratio_max": float(ratio.max()) if len(ratio) else math.nan,
                      "sigma_rel_spread": rel,
                      "independent_of_sigma": "–" if math.isnan(rel) else ("yes" if rel <= tolerance else "no"),
                      "T_L2": tables.run_median(g, "T_L2")})
-    return tables.finish(pd.DataFrame(rows), {"predicted": "{:.3g}", "sigma_w=*": "{:.3g}", "ratio_*": "{:.2f}",
+    return table_cells.finish(pd.DataFrame(rows), {"predicted": "{:.3g}", "sigma_w=*": "{:.3g}", "ratio_*": "{:.2f}",
                                                "sigma_rel_spread": "{:.2f}", "T_L2": "{:.3g}"})
 
 
@@ -166,7 +166,7 @@ def clock_correlations(runs: pd.DataFrame) -> pd.DataFrame:
             continue
         rows.append({"x": x, "kind": "measured" if x in MEASURED else "clock", "n_configs": len(ok),
                      "n_sections": ok["section"].nunique(), "spearman": spearman(ok[x], ok["spread_pp"])})
-    return tables.finish(pd.DataFrame(rows), {"spearman": "{:+.2f}"})
+    return table_cells.finish(pd.DataFrame(rows), {"spearman": "{:+.2f}"})
 
 
 def correlation_sentence(corr: pd.DataFrame | str) -> str:

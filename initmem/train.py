@@ -30,7 +30,7 @@ import torch
 
 from initmem import checkpoint as _ckpt
 from initmem import data as _data
-from initmem import forgetting, locks, members, metrics, models, optim
+from initmem import forgetting, locks, members, metrics, optim, record, runtime
 from initmem import results as _results
 from initmem.config import TrainConfig, _bad, check_members, run_id, shared_fields
 from initmem.errors import CheckpointError, ConfigError, ResultsError
@@ -48,39 +48,6 @@ def _utcnow() -> str:
 def _stream_seed(seed: int, stream: str) -> int:
     # Independent generators for independent choices: the minibatch order must not share draws with augmentation.
     return int.from_bytes(hashlib.sha256(f"initmem-train:{seed}:{stream}".encode()).digest()[:8], "little") >> 1
-
-
-def resolve_device(config: TrainConfig) -> torch.device:
-    """The device `config` runs on; ConfigError for one that is not here or a precision it does not have."""
-    dev = _data.resolve_device(config.device)
-    if config.precision == "tf32" and dev.type != "cuda":
-        raise _bad("precision", config.precision, f"'tf32' is CUDA only (device resolved to {dev.type}); 'fp32' or "
-                                                  "'bf16' is accepted")
-    return dev
-
-
-def engine_settings(config: TrainConfig, dev: torch.device) -> dict:
-    """Set the process-wide numerics `config` asks for and return them (recorded in the run's provenance): fp32 is
-    strict IEEE (PyTorch's default lets cuDNN convolutions run in TF32), tf32 allows TF32 matmuls and convolutions;
-    `deterministic` turns on deterministic algorithms (and the cuBLAS workspace they need), otherwise cuDNN may
-    benchmark its algorithms on CUDA."""
-    tf32 = config.precision == "tf32"
-    torch.backends.cuda.matmul.allow_tf32 = tf32
-    torch.backends.cudnn.allow_tf32 = tf32
-    if config.deterministic:
-        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
-    torch.use_deterministic_algorithms(config.deterministic)
-    torch.backends.cudnn.deterministic = config.deterministic
-    torch.backends.cudnn.benchmark = dev.type == "cuda" and not config.deterministic
-    return {"precision": config.precision, "deterministic": config.deterministic, "allow_tf32": tf32,
-            "cudnn_benchmark": torch.backends.cudnn.benchmark}
-
-
-def autocast(config: TrainConfig, dev: torch.device):
-    """bf16 autocast (weights, loss, norms and metrics stay fp32) or nothing."""
-    if config.precision == "bf16":
-        return torch.autocast(dev.type, dtype=torch.bfloat16)
-    return contextlib.nullcontext()
 
 
 def _progress_mode(progress: bool) -> str | None:
@@ -106,48 +73,6 @@ def _label(c: TrainConfig) -> str:
     return f"sigma_w={c.sigma_w:g} seed={c.seed}"
 
 
-_COMPILED: dict[tuple, tuple[members.PlainPopulation, object]] = {}  # one network shape per process
-
-
-def _population(configs: list[TrainConfig], dev: torch.device) -> tuple[members.PlainPopulation, object]:
-    """The members initialised exactly as separate runs initialise them, and what the loop calls (the population's
-    network, or with `compile` its compiled form). With `compile`, a process compiles a network shape once: the next
-    population of the same shape gets the same module re-initialised in place (bitwise the fresh weights) and the
-    same compiled callable, whose guards still hold."""
-    cfg = configs[0]
-    nets = []
-    for c in configs:
-        torch.manual_seed(c.seed)  # the initialisation draws from the global generator
-        try:
-            nets.append(models.build_model(c.arch, c.sigma_w, c.width).to(dev))
-        except (RuntimeError, MemoryError) as exc:
-            if "memory" not in str(exc).lower() and not isinstance(exc, MemoryError):
-                raise
-            raise _bad("width", cfg.width, f"the network does not fit in memory on {dev} ({type(exc).__name__}); a "
-                                           "smaller width is accepted") from None
-    pop = members.population(nets, same_input=len({c.seed for c in configs}) == 1)
-    if cfg.channels_last:
-        pop.model.to(memory_format=torch.channels_last)
-    if not cfg.compile:
-        return pop, pop.model
-    key = (cfg.arch, cfg.width, len(configs), len({c.seed for c in configs}) == 1, str(dev), cfg.channels_last)
-    if key not in _COMPILED:
-        _COMPILED.clear()
-        # dynamic=False: one graph per shape (the full batch, the epoch's partial last batch, the padded eval batch:
-        # three compilations per process and network shape, never one per epoch). On CUDA the graphs are replayed as
-        # CUDA graphs (mode "reduce-overhead"): one launch per step instead of ~100-1,000 kernel launches.
-        mode = "reduce-overhead" if dev.type == "cuda" else None
-        _COMPILED[key] = (pop, torch.compile(pop.model, dynamic=False, mode=mode))
-        return _COMPILED[key]
-    cached, net = _COMPILED[key]
-    with torch.no_grad():
-        cached.model.load_state_dict(pop.model.state_dict())  # weights, BatchNorm running stats and counters
-    for p in cached.model.parameters():
-        p.grad = None
-    cached.model.train()
-    return cached, net
-
-
 def train(configs: TrainConfig | list[TrainConfig], *, out_dir: str | Path | None = None, section: str = "adhoc",
           progress: bool = True, locked: bool = False, on_step=None) -> RunResult | list[RunResult]:
     """Train one run, or a population (a list of configs that differ only in sigma_w and seed) as one computation;
@@ -161,7 +86,7 @@ def train(configs: TrainConfig | list[TrainConfig], *, out_dir: str | Path | Non
     configs = check_members([configs] if single else configs)
     if not isinstance(section, str) or not section or section != Path(section).name or section.startswith("."):
         raise ConfigError(f"section={section!r} is invalid: a plain folder name is accepted")
-    resolve_device(configs[0])  # a bad device fails before anything is created on disk
+    runtime.resolve_device(configs[0])  # a bad device fails before anything is created on disk
     if out_dir is None:
         out = _train(configs, None, section, progress, on_step)
     else:
@@ -194,11 +119,11 @@ def checkpoint_folder(out_dir: str | Path, section: str, configs: list[TrainConf
 def _train(configs: list[TrainConfig], out_dir: str | Path | None, section: str, progress: bool,
            on_step=None) -> list[RunResult]:
     cfg, k = configs[0], len(configs)
-    dev = resolve_device(cfg)
+    dev = runtime.resolve_device(cfg)
     if dev.type == "cpu" and k > 1:
         members.tune_malloc()
     rids, started_at, prov = [run_id(c) for c in configs], _utcnow(), provenance(str(dev))
-    prov.update(engine_settings(cfg, dev))
+    prov.update(runtime.engine_settings(cfg, dev))
 
     # data: synthetic data is made exactly as large as the splits ask (its default sizes suit no particular split)
     synthetic_sizes = (cfg.n_val + (cfg.n_train or 2000), cfg.n_test or 500)
@@ -215,7 +140,7 @@ def _train(configs: list[TrainConfig], out_dir: str | Path | None, section: str,
     total_steps = per_epoch * cfg.epochs
     warmup_steps = min(total_steps, round(cfg.warmup_epochs * per_epoch))
 
-    pop, net = _population(configs, dev)
+    pop, net = runtime.network(configs, dev)
     # CUDA graphs reuse their output buffers: a new step must say so, or the last step's outputs would be overwritten
     step_begin = (torch.compiler.cudagraph_mark_step_begin if cfg.compile and dev.type == "cuda"
                   and hasattr(torch.compiler, "cudagraph_mark_step_begin") else lambda: None)
@@ -228,7 +153,7 @@ def _train(configs: list[TrainConfig], out_dir: str | Path | None, section: str,
     clocks = [metrics.ClockAccumulator(c.batch_size, c.weight_decay, metrics.lr_scale(c.optimizer, c.momentum))
               for c in configs]
     instruments = forgetting.Instruments(pop.weights, k, pop.layers)
-    columns = [*_results.HISTORY_COLUMNS, *metrics.EXTRA_CLOCKS, *(f"norm:{n}" for n in pop.layers),
+    columns = [*record.HISTORY_COLUMNS, *metrics.EXTRA_CLOCKS, *(f"norm:{n}" for n in pop.layers),
                *instruments.columns()]
     live = torch.ones(k, device=dev)  # loss mask: 0 for diverged members
     st = {"alive": list(range(k)), "status": ["complete"] * k, "histories": [[] for _ in range(k)], "epoch": 0,
@@ -290,7 +215,7 @@ def _train(configs: list[TrainConfig], out_dir: str | Path | None, section: str,
                 if cfg.channels_last:  # rows are independent (BatchNorm uses its running stats), so padding is inert
                     xb = xb.contiguous(memory_format=torch.channels_last)
                 step_begin()
-                with autocast(cfg, dev):
+                with runtime.autocast(cfg, dev):
                     out = net(xb)[:len(yb)].float()  # evaluation shares one 3-channel input across members
                 total += torch.stack([pop.losses(out, yb, "sum"), pop.correct(out, yb)], 1).double()
             parts.append(total / len(x))
@@ -351,7 +276,7 @@ def _train(configs: list[TrainConfig], out_dir: str | Path | None, section: str,
                 if cfg.channels_last:
                     x = x.contiguous(memory_format=torch.channels_last)
                 step_begin()
-                with autocast(cfg, dev):
+                with runtime.autocast(cfg, dev):
                     out = net(x).float()
                 losses = pop.losses(out, y)
                 opt.zero_grad(set_to_none=True)
@@ -429,7 +354,7 @@ def _report_line(row: dict, config: TrainConfig, status: str, k: int) -> None:
 def time_steps(config: TrainConfig, steps: int = 5, warmup: int = 2, population: int = 1) -> float:
     """Median seconds per optimiser step of `config` (a population of `population` members at spread sigma_w),
     measured by this engine on synthetic data of the right shape: what the planner's throughput table holds."""
-    dev = resolve_device(config)
+    dev = runtime.resolve_device(config)
     configs = [config.replace(sigma_w=0.1 + i, seed=0, data="synthetic", epochs=1, checkpoint_every=0, eval_every=1,
                               n_train=config.batch_size * (steps + warmup + 1), n_val=10, n_test=10,
                               train_eval_size=10, schedule="constant", warmup_epochs=0.0,

@@ -14,6 +14,7 @@ import torch
 import torch.nn.functional as F
 from PIL import Image
 
+import initmem.imagefolder as imagefolder
 import initmem.sources as D
 from initmem.data import (
     CIFAR10_CLASSES,
@@ -162,7 +163,7 @@ def test_cache_hit_skips_decoding_and_is_identical(tree, tmp_path: Path, monkeyp
     def no_decode(*args, **kwargs):
         raise AssertionError("decoded although the cache should have been used")
 
-    monkeypatch.setattr(D, "_decode_into", no_decode)
+    monkeypatch.setattr(imagefolder, "_decode_into", no_decode)
     t0 = time.perf_counter()
     second = load_cifar10(root, source="imagefolder", cache_dir=cache)
     assert time.perf_counter() - t0 < 2.0

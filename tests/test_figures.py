@@ -17,7 +17,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from initmem import figures, plots, point_report, tables
+from initmem import figures, plots, point_report, table_cells, table_text, tables
 from initmem.errors import ConfigError, NoResults
 
 REPO = Path(__file__).resolve().parents[1]
@@ -86,7 +86,7 @@ def test_optimizer_table_spread_of_seed_means_with_seed_std(two_optimizers):
     assert t.loc["sgd", "radial_slope"] == pytest.approx(1.0) and t.loc["adam", "radial_slope"] == pytest.approx(0.0)
     assert t.loc["adam", "norm_ratio_min"] == pytest.approx(1.5) and t.loc["adam", "norm_ratio_max"] == pytest.approx(
         6.0)
-    headers, rows = figures.display_rows(t.reset_index())
+    headers, rows = table_text.display_rows(t.reset_index())
     assert headers[:4] == ["optimizer", "σ_w=0.5", "σ_w=1", "σ_w=2"] and "spread (pp)" in headers
     assert rows[0][headers.index("spread (pp)")] == "24.5 ± 2.8"
 
@@ -177,7 +177,7 @@ def test_paper_spreads_sit_beside_ours_in_t1_and_f1(two_optimizers):
     assert math.isnan(t.loc["adam", "paper_spread_pp"])
     assert math.isnan(tables.paper_spread({"optimizer": "sgd", "arch": "resnet9", "batch_size": 256,
                                            "weight_decay": 0.0}))  # not the paper's conditions
-    headers, rows = figures.display_rows(t.reset_index())
+    headers, rows = table_text.display_rows(t.reset_index())
     assert "paper spread (pp)" in headers and rows[0][headers.index("paper spread (pp)")] == "26.5"
     fig = plots.accuracy_vs_sigma(runs)
     ax = fig.axes[0]
@@ -236,8 +236,8 @@ def test_depth_table_cells_and_config_spreads():
 
 
 def test_text_formats_escape_and_stamp(tmp_path, two_optimizers):
-    assert figures.tex_escape("σ_w=0.5 & 10% ± 1_x") == r"$\sigma_w$=0.5 \& 10\% $\pm$ 1\_x"
-    md = figures.markdown_table(["a", "b"], [["1", "x|y"]])
+    assert table_text.tex_escape("σ_w=0.5 & 10% ± 1_x") == r"$\sigma_w$=0.5 \& 10\% $\pm$ 1\_x"
+    md = table_text.markdown_table(["a", "b"], [["1", "x|y"]])
     assert md.splitlines() == ["| a | b |", "|---|---|", r"| 1 | x\|y |"]
     runs = two_optimizers.assign(git_commit="abcdef0123456789", data_source="imagefolder")
     stamp = figures.Stamp.of(runs, tmp_path / "cpu", ["01_optimizers"])
@@ -397,7 +397,7 @@ def test_tables_have_one_row_per_configuration_and_a_column_per_sigma(made, resu
 
     r1, t1 = sec("01_optimizers"), csv("T1_optimizers")
     assert sorted(t1["optimizer"]) == sorted(r1["optimizer"].unique())
-    sig = [tables.sigma_column(s) for s in sorted(r1["sigma_w"].unique())]
+    sig = [table_cells.sigma_column(s) for s in sorted(r1["sigma_w"].unique())]
     assert [c for c in t1.columns if c.startswith("sigma_w=") and not c.endswith("_std")] == sig
     assert {"spread_pp", "interpolated", "tau_interp", "norm_ratio_min", "radial_slope"} <= set(t1.columns)
     assert (t1["spread_pp"] >= 0).all()

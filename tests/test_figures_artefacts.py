@@ -19,7 +19,7 @@ import pytest
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from test_figures import FIGURES, _runs, write_fake_results
 
-from initmem import figures, plots, tables
+from initmem import figures, plot_style, plots, tables
 from initmem.errors import ConfigError, ResultsError
 
 ROOT = figures.ROOT
@@ -105,15 +105,16 @@ def test_the_provenance_footer_fits_every_figure(runs):
                        git_commit=[f"{k:040x}" for k in range(len(runs))])
     stamp = figures.Stamp.of(long, "/a/results/folder/outside/the/repository/cpu", ["01_optimizers"])
     b = long.assign(section="04_batch_size", batch_size=[32 if k % 2 else 128 for k in range(len(long))])
-    with matplotlib.rc_context(plots.STYLE):
+    with matplotlib.rc_context(plot_style.STYLE):
         built = {"F1": plots.accuracy_vs_sigma(long), "F3": plots.radial_memory_plot(long),
                  "F4": plots.spread_vs_batch_size(b), "F7": plots.spread_vs_clocks(long),
-                 "F8": plots.repair_gap_bars(long), "msg": plots.message_figure("no results for section 05_depth")}
+                 "F8": plots.repair_gap_bars(long), "msg": plot_style.message_figure("no results for section 05_depth")}
     for name, fig in built.items():
-        plots.caption_figure(fig, "a title that is long enough to need wrapping " * 3, f"{name}: {stamp.caption()}")
+        title = "a title that is long enough to need wrapping " * 3
+        plot_style.caption_figure(fig, title, f"{name}: {stamp.caption()}")
         if fig.get_figwidth() < 7:
             assert "\n" in fig.texts[-1].get_text(), name  # this caption needs more than one line there
-        with matplotlib.rc_context(plots.STYLE):
+        with matplotlib.rc_context(plot_style.STYLE):
             _footer_fits(fig)
 
 

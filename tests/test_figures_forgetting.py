@@ -12,7 +12,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from initmem import metrics, plots, plots_forgetting, point_report, tables
+from initmem import metrics, plots, plots_forgetting, point_report, table_cells, table_text, tables
 from initmem import tables_forgetting as tf
 from initmem.errors import ConfigError, NoResults
 
@@ -214,12 +214,11 @@ def test_a_diverged_sigma_is_shown_in_every_spread_table(diverged_tree):
     assert summary["sigma_ws_missing"] == [2.5] and summary["diverged_sigma_ws"] == [2.5]
 
     t1 = tables.optimizer_table(runs).set_index("weight_decay")
-    assert t1.loc[0.01, "sigma_w=2.5"] == tables.DIVERGED and t1.loc[0.0, "sigma_w=2.5"] == pytest.approx(30.5)
+    assert t1.loc[0.01, "sigma_w=2.5"] == table_cells.DIVERGED and t1.loc[0.0, "sigma_w=2.5"] == pytest.approx(30.5)
     assert t1.loc[0.01, "diverged"] == "2/6" and t1.loc[0.0, "diverged"] == "0/6"
     assert t1.loc[0.01, "spread_pp"] == pytest.approx(10.0)  # over σ_w 0.1 and 1 only: and it says so
-    from initmem import figures
 
-    headers, rows = figures.display_rows(t1.reset_index())
+    headers, rows = table_text.display_rows(t1.reset_index())
     assert rows[1][headers.index("σ_w=2.5")] == "diverged"
 
     cs = tables.config_spreads(runs).set_index("label")

@@ -59,7 +59,8 @@ from initmem import members, metrics, models, optim
 from initmem.config import TrainConfig, check_members
 from initmem.errors import ConfigError, ResultsError
 from initmem.locks import lock_path
-from initmem.results import HISTORY_COLUMNS, is_complete, load_runs, read_run, run_dir
+from initmem.record import HISTORY_COLUMNS
+from initmem.results import is_complete, load_runs, read_run, run_dir
 from initmem.train import POPULATIONS, checkpoint_folder, population_id, train
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")  # the tolerances below were measured on one thread

@@ -20,8 +20,8 @@ from initmem import metrics
 from initmem.errors import ConfigError, ResultsError
 from initmem.metrics import point_summary
 from initmem.provenance import provenance
+from initmem.record import HISTORY_COLUMNS
 from initmem.results import (
-    HISTORY_COLUMNS,
     HISTORY_CONFIG_COLUMNS,
     RUN_COLUMNS,
     SUMMARY_KEYS,

@@ -16,11 +16,12 @@ import pytest
 import torch
 
 from initmem import config as config_mod
-from initmem import metrics, models, optim
+from initmem import metrics, models, optim, runtime
 from initmem import train as train_mod
 from initmem.config import RUN_ID_EXCLUDE, TrainConfig
 from initmem.errors import ConfigError, ResultsError
-from initmem.results import HISTORY_COLUMNS, is_complete, load_histories, load_runs, read_run, run_id
+from initmem.record import HISTORY_COLUMNS
+from initmem.results import is_complete, load_histories, load_runs, read_run, run_id
 from initmem.train import _progress_mode, train
 
 TINY = dict(arch="resnet9", width=0.0625, sigma_w=1.0, optimizer="sgd", lr=0.05, weight_decay=5e-4, batch_size=64,
@@ -225,7 +226,7 @@ def test_engine_settings_are_recorded_in_the_provenance(run):
     prov = run[0].provenance
     assert {k: prov[k] for k in ("precision", "deterministic", "allow_tf32", "cudnn_benchmark")} == {
         "precision": "fp32", "deterministic": False, "allow_tf32": False, "cudnn_benchmark": False}
-    assert train_mod.resolve_device(TrainConfig(**TINY)) == torch.device("cpu")
+    assert runtime.resolve_device(TrainConfig(**TINY)) == torch.device("cpu")
 
 
 # ------------------------------------------------------------------------------------------------ eval_every
@@ -353,16 +354,14 @@ def test_one_epoch_on_real_cifar10_images():
 def test_compile_compiles_a_network_shape_once_and_each_run_equals_its_uncompiled_run(monkeypatch):
     """The runs of a point share one compiled model, re-initialised in place. torch's 'eager' backend stands in for
     inductor (no C++ toolchain needed), so what is tested is ours: one compilation, fresh weights, same histories."""
-    import initmem.train as train_mod
-
     compiled, real = [], torch.compile
 
     def counting_compile(model, **kwargs):
         compiled.append(model)
         return real(model, backend="eager")
 
-    monkeypatch.setattr(train_mod.torch, "compile", counting_compile)
-    monkeypatch.setattr(train_mod, "_COMPILED", {})
+    monkeypatch.setattr(runtime.torch, "compile", counting_compile)
+    monkeypatch.setattr(runtime, "_COMPILED", {})
     base = TrainConfig(**{**TINY, "epochs": 2})
     runs = [train(base.replace(sigma_w=s, seed=seed, compile=True), progress=False)
             for s, seed in ((0.5, 0), (2.0, 1), (1.0, 0))]

@@ -1,0 +1,122 @@
+"""The study's look and the pieces every figure is built from: `STYLE` (the rc settings to build and save under),
+`StudyFigure` (a matplotlib Figure that Jupyter shows inline as PNG, without pyplot), `new_figure`, the σ_w axis and
+colours, per-σ_w curves, the caption and provenance footer (`caption_figure`) and the placeholder that says why a
+figure is empty (`message_figure`). `initmem.plots`, `initmem.plots_forgetting` and `initmem.point_report` draw with
+these; `initmem.figures` captions and writes."""
+
+from __future__ import annotations
+
+import io
+import textwrap
+from collections.abc import Sequence
+
+import matplotlib
+import numpy as np
+import pandas as pd
+from matplotlib import ticker
+from matplotlib.colors import LogNorm, Normalize
+from matplotlib.figure import Figure
+
+DPI = 150
+STYLE = {"font.size": 8, "axes.titlesize": 9, "axes.labelsize": 8, "legend.fontsize": 7, "xtick.labelsize": 7,
+         "ytick.labelsize": 7, "axes.spines.top": False, "axes.spines.right": False, "axes.grid": True,
+         "grid.alpha": 0.3, "grid.linewidth": 0.5, "lines.linewidth": 1.2, "lines.markersize": 4,
+         "savefig.dpi": DPI, "pdf.compression": 6, "svg.hashsalt": "initmem"}
+SECTION_COLORS = {"01": "C0", "02": "C1", "03": "C2", "04": "C3", "05": "C4"}
+
+
+class StudyFigure(Figure):
+    """A Figure that an IPython kernel (JupyterLab, papermill) displays inline as image/png without pyplot or a
+    registered formatter: the PNG its artefact would hold (`figures.png_bytes` is the same picture)."""
+
+    def _repr_png_(self) -> bytes:
+        buf = io.BytesIO()
+        with matplotlib.rc_context(STYLE):
+            self.savefig(buf, format="png", dpi=DPI, metadata={"Software": None})
+        return buf.getvalue()
+
+
+def new_figure(ncols: int = 1, nrows: int = 1, width: float = 6.4, height: float = 3.2,
+               **kw) -> tuple[Figure, np.ndarray]:
+    """A `StudyFigure` (constrained layout, inches) and its axes as a flat array."""
+    fig = StudyFigure(figsize=(width, height), layout="constrained")
+    axes = fig.subplots(nrows, ncols, squeeze=False, **kw)
+    return fig, axes.ravel()
+
+
+def log_axis(ax, which: str) -> None:
+    """Log scale with plain-number ticks at 1-2-5 (a norm axis spans less than a few decades)."""
+    getattr(ax, f"set_{which}scale")("log")
+    axis = getattr(ax, f"{which}axis")
+    axis.set_major_locator(ticker.LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
+    axis.set_major_formatter(ticker.FormatStrFormatter("%g"))
+    axis.set_minor_formatter(ticker.NullFormatter())
+
+
+def sigma_axis(ax, sigmas: Sequence[float]) -> None:
+    """A log σ_w x-axis ticked at the σ_w that ran."""
+    ax.set_xscale("log")
+    ax.set_xticks(list(sigmas), [f"{s:g}" for s in sigmas])
+    ax.minorticks_off()
+    ax.set_xlabel("σ_w (initialisation scale)")
+
+
+def sigma_colors(sigmas: Sequence[float]) -> dict:
+    """One viridis colour per σ_w, on a log scale: every figure colours a σ_w alike."""
+    norm = LogNorm(min(sigmas), max(sigmas)) if len(sigmas) > 1 and min(sigmas) > 0 else Normalize(0, 1)
+    cmap = matplotlib.colormaps["viridis"]
+    return {s: cmap(0.9 * norm(s)) if len(sigmas) > 1 else cmap(0.4) for s in sigmas}
+
+
+def legend(ax, **kw) -> None:
+    """A frameless legend, only when something is labelled."""
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(frameon=False, **kw)
+
+
+# --- helpers of the per-σ_w curves (point_figure, plots_forgetting.angle_curves) ------------------------------
+def with_sigma(h: pd.DataFrame, g: pd.DataFrame) -> pd.DataFrame:
+    """History rows `h` with their run's σ_w (from the runs `g`)."""
+    return h.assign(sigma_w=h["run_id"].map(g.set_index("run_id")["sigma_w"]))  # the run's, not the history's
+
+
+def has_values(h: pd.DataFrame, column: str) -> bool:
+    """True when `h` has `column` with at least one number (older runs lack the instruments' columns)."""
+    return column in h.columns and bool(pd.to_numeric(h[column], errors="coerce").notna().any())
+
+
+def sigma_lines(ax, h: pd.DataFrame, column: str, sigmas: Sequence[float], colors: dict) -> None:
+    """One line per σ_w: the mean over seeds of `column` against epoch."""
+    for s in sigmas:
+        curve = pd.to_numeric(h.loc[h["sigma_w"] == s, column], errors="coerce").groupby(
+            h.loc[h["sigma_w"] == s, "epoch"]).mean().dropna()
+        if len(curve) >= 2:  # a run that diverged in its first epoch has only epoch 0: no curve
+            ax.plot(curve.index, curve.to_numpy(), color=colors[s], label=f"σ_w={s:g}")
+
+
+# --- captions and placeholders ------------------------------------------------------------------------------
+FOOTER_PT = 5.0
+
+
+def caption_figure(fig: Figure, title: str, footer: str) -> Figure:
+    """Add `title` (unless it has one) and a small grey `footer` (the provenance stamp), both wrapped to the
+    figure's width, and make room for the footer under the axes."""
+    width, height = fig.get_size_inches()
+    if title and fig.get_suptitle() == "":
+        fig.suptitle(textwrap.fill(title, int(width * 72 / (0.6 * 8))), fontsize=8)
+    # DejaVu Sans averages ~0.5 em per character; 0.6 leaves room for digit-heavy lines
+    lines = textwrap.wrap(footer, int(width * 72 / (0.6 * FOOTER_PT)), break_on_hyphens=False)
+    fig.text(0.005, 0.004, "\n".join(lines), fontsize=FOOTER_PT, color="0.45", ha="left", va="bottom",
+             linespacing=1.2)
+    bottom = (len(lines) * 1.2 * FOOTER_PT + 4) / (72 * height)
+    if fig.get_layout_engine() is not None:
+        fig.get_layout_engine().set(rect=(0, bottom, 1, 1 - bottom))
+    return fig
+
+
+def message_figure(message: str) -> Figure:
+    """A figure that says only `message` (a section without results)."""
+    fig, (ax,) = new_figure(width=6.4, height=2.0)
+    ax.set_axis_off()
+    ax.text(0.5, 0.5, textwrap.fill(message, 90), ha="center", va="center", fontsize=9, transform=ax.transAxes)
+    return fig

@@ -1,0 +1,193 @@
+"""A run record on disk, schema 2: what a valid `run.json` holds (its keys and JSON types, a config that hashes to its
+run id, every summary key, the history's sha256, rows and columns) and what a valid `history.csv` is (the contract's
+columns, numbers only, epochs 0, 1, ... increasing, a step on every row). The checks name the file and what is wrong,
+on one line. `initmem.results` writes and loads runs with them; `initmem.migrate` upgrades schema-1 records to this.
+Torch-free."""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import io
+import json
+import math
+import re
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from initmem.config import TrainConfig, run_id
+from initmem.errors import ResultsError
+from initmem.metrics import SUMMARY_KEYS
+
+SCHEMA = 2
+FINISHED = ("complete", "diverged")
+# the contract's history columns, before the per-layer `norm:<layer>` ones
+HISTORY_COLUMNS = (
+    "epoch", "step", "lr", "train_loss", "train_acc_running", "train_acc", "val_loss", "val_acc", "test_loss",
+    "test_acc", "weight_norm", "T_SGD", "T_L2", "T_adapt", "wall_time",
+)  # fmt: skip
+RECORD_TYPES: dict[str, type] = {"schema": int, "run_id": str, "section": str, "status": str, "config": dict,
+                                 "summary": dict, "history": dict, "provenance": dict, "started_at": str,
+                                 "finished_at": str}  # run.json's keys, in order, with their JSON types
+HISTORY_KEYS = ("sha256", "rows", "columns")
+V1_KEYS = tuple(k for k in RECORD_TYPES if k != "history")
+CONFIG_FIELDS = tuple(f.name for f in dataclasses.fields(TrainConfig))
+
+
+def _jsonable(x: Any) -> Any:
+    """Plain JSON values: tuples → lists, numpy scalars → Python, NaN/inf → None (strict JSON has no NaN)."""
+    if isinstance(x, dict):
+        return {str(k): _jsonable(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_jsonable(v) for v in x]
+    if hasattr(x, "item") and not isinstance(x, (str, bytes)):  # numpy / torch scalar
+        x = x.item()
+    if isinstance(x, float) and not math.isfinite(x):
+        return None
+    return x
+
+
+def dumps_record(record: dict) -> str:
+    """A record as run.json holds it: strict JSON (NaN as null), indented, one trailing newline."""
+    return json.dumps(_jsonable(record), indent=2, allow_nan=False) + "\n"
+
+
+def record_error(file: Path, what: str) -> ResultsError:
+    """ResultsError naming `file`, on one line."""
+    return ResultsError(" ".join(f"{str(file)!r} {what}".split()))  # one line, whatever the cause said
+
+
+def _short(v: Any) -> str:
+    s = repr(v)
+    return s if len(s) <= 40 else s[:37] + "..."
+
+
+def frame_problem(h: pd.DataFrame) -> str | None:
+    """What makes a history frame unfit to be a run's history (None when it is fit): contract columns, numbers
+    only, no empty row, epochs 0, ... increasing, a step on every row. Line numbers are the CSV file's."""
+    if len(h) == 0:
+        return "has no rows"
+    if missing := [c for c in HISTORY_COLUMNS if c not in h.columns]:
+        return f"lacks the columns {missing}"
+    for c, dtype in h.dtypes.items():
+        if not pd.api.types.is_numeric_dtype(dtype) and (bad := pd.to_numeric(h[c], errors="coerce").isna()
+                                                         & h[c].notna()).any():
+            i = int(bad.to_numpy().argmax())
+            return f"holds a non-number in column {c!r} on line {i + 2}: {_short(h[c].iloc[i])}"
+    a = h.to_numpy(dtype=float, na_value=np.nan)
+    if (empty := np.isnan(a).all(axis=1)).any():
+        return f"has a row without any value (all missing or NaN) on line {int(empty.argmax()) + 2}"
+    for c in ("epoch", "step"):
+        if (gap := np.isnan(a[:, h.columns.get_loc(c)])).any():
+            return f"has a row with no {c} on line {int(gap.argmax()) + 2}"
+    e = a[:, h.columns.get_loc("epoch")]
+    if e[0] != 0 or not np.isfinite(e).all() or (e != e.round()).any() or (e[1:] <= e[:-1]).any():
+        return "has epochs that are not whole numbers increasing from 0"
+    return None
+
+
+def history_meta(data: bytes, h: pd.DataFrame) -> dict:
+    """run.json's `history` entry: the sha256 of history.csv's bytes, its rows and its columns."""
+    return {"sha256": hashlib.sha256(data).hexdigest(), "rows": len(h),
+            "columns": [str(c) for c in h.columns]}
+
+
+def parse_record(file: Path) -> dict:
+    """run.json's JSON object; ResultsError naming the file when it is missing, unreadable or not an object."""
+    try:
+        record = json.loads(file.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise record_error(file, "does not exist") from None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise record_error(file, f"is corrupt or truncated: {exc}") from None
+    if not isinstance(record, dict):
+        raise record_error(file, f"is not a run record: it holds a JSON {type(record).__name__}")
+    return record
+
+
+def check_record(record: dict, file: Path) -> None:
+    """The record's own consistency: its keys and their types, its schema, its config and the run id it hashes to,
+    its summary's keys and its history entry."""
+    schema = record.get("schema")
+    if type(schema) is int and schema == 1 and all(k in record for k in V1_KEYS):
+        raise record_error(file, f"is a schema-1 run record (no history checksum): run `initmem migrate "
+                          f"{file.parent.parent.parent}` to upgrade it")
+    if missing := [k for k in RECORD_TYPES if k not in record]:
+        raise record_error(file, f"is not a run record: missing keys {missing}")
+    if unknown := [k for k in record if k not in RECORD_TYPES]:
+        raise record_error(file, f"is not a run record: unknown keys {unknown}")
+    for key, kind in RECORD_TYPES.items():
+        if not isinstance(record[key], kind) or (kind is int and isinstance(record[key], bool)):
+            raise record_error(file, f"has {key}={_short(record[key])}: a JSON {kind.__name__} is expected")
+    if schema != SCHEMA:
+        raise record_error(file, f"has schema {schema!r}; this initmem reads schema {SCHEMA}")
+    if record["status"] not in FINISHED:
+        raise record_error(file, f"has status {record['status']!r}: one of {FINISHED} is expected")
+    if missing := [k for k in CONFIG_FIELDS if k not in record["config"]]:
+        raise record_error(file, f"has a config without the fields {missing}")
+    try:
+        rid = run_id(record["config"])
+    except (TypeError, ValueError) as exc:  # ConfigError is a ValueError
+        raise record_error(file, f"has an invalid config: {exc}") from None
+    if rid != record["run_id"]:
+        raise record_error(file, f"has a config that is not its run's: it hashes to run id {rid}, the record says "
+                          f"{record['run_id']} (edited after the run was written?)")
+    summary = record["summary"]
+    if missing := [k for k in SUMMARY_KEYS if k not in summary]:
+        raise record_error(file, f"has a summary without the keys {missing}")
+    for k, v in summary.items():
+        if v is not None and not isinstance(v, (int, float)):
+            raise record_error(file, f"has summary {k}={_short(v)}: a number, true/false or null is expected")
+    h = record["history"]
+    if (sorted(h) != sorted(HISTORY_KEYS) or not isinstance(h["sha256"], str)
+            or not re.fullmatch(r"[0-9a-f]{64}", h["sha256"]) or type(h["rows"]) is not int
+            or not isinstance(h["columns"], list) or not all(isinstance(c, str) for c in h["columns"])):
+        raise record_error(file, f"has history={_short(h)}: {{sha256: 64 hex digits, rows: int, columns: [str]}} "
+                          "is expected")
+
+
+def read_history(folder: Path) -> tuple[bytes, pd.DataFrame]:
+    """history.csv of `folder`: its bytes (for the checksum) and its frame; ResultsError naming the file."""
+    file = folder / "history.csv"
+    try:
+        data = file.read_bytes()
+    except FileNotFoundError:
+        raise record_error(file, "is missing") from None
+    except OSError as exc:
+        raise record_error(file, f"is unreadable: {exc.strerror or exc}") from None
+    if not data.strip():
+        raise record_error(file, "is empty")
+    try:
+        return data, pd.read_csv(io.BytesIO(data))  # pandas >= 3 parses floats round-trip
+    except ValueError as exc:  # pandas parser errors and UnicodeDecodeError are ValueErrors
+        raise record_error(file, f"is unreadable: {exc}") from None
+
+
+def verify_record(folder: Path, record: dict) -> pd.DataFrame:
+    """Check a parsed record against its folder and history; return the history frame."""
+    file = folder / "run.json"
+    check_record(record, file)
+    here = folder.resolve()
+    if here.name != record["run_id"]:
+        raise record_error(file, f"lies in folder {here.name!r}, not in its run id's {record['run_id']!r} (a copied or "
+                          "renamed run folder?)")
+    if here.parent.name != record["section"]:
+        raise record_error(file, f"lies in section folder {here.parent.name!r}, not in its section's "
+                          f"{record['section']!r} (a moved run folder?)")
+    data, h = read_history(folder)
+    meta, hfile = record["history"], folder / "history.csv"
+    columns = [str(c) for c in h.columns]
+    if columns != meta["columns"]:
+        lost, extra = [c for c in meta["columns"] if c not in columns], [c for c in columns if c not in meta["columns"]]
+        raise record_error(hfile, f"has other columns than run.json records: missing {lost}, unexpected {extra}"
+                           + ("" if lost or extra else " (the same, in another order)"))
+    if len(h) != meta["rows"]:
+        raise record_error(hfile, f"has {len(h)} rows; run.json records {meta['rows']} (truncated or appended to?)")
+    if problem := frame_problem(h):
+        raise record_error(hfile, problem)
+    if hashlib.sha256(data).hexdigest() != meta["sha256"]:
+        raise record_error(hfile, "does not match the sha256 run.json records: it changed after the run was written")
+    return h

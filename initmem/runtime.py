@@ -1,0 +1,91 @@
+"""Where and how a run computes: its device (`resolve_device`), the process-wide numerics it asks for
+(`engine_settings`: precision, TF32, deterministic algorithms, cuDNN benchmarking; recorded with the run), bf16
+autocast (`autocast`), and the network the engine's loop calls (`network`: the population built on the device and,
+with `compile`, compiled once per process and network shape)."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+
+import torch
+
+from initmem import data as _data
+from initmem import members, models
+from initmem.config import TrainConfig, _bad
+
+
+def resolve_device(config: TrainConfig) -> torch.device:
+    """The device `config` runs on; ConfigError for one that is not here or a precision it does not have."""
+    dev = _data.resolve_device(config.device)
+    if config.precision == "tf32" and dev.type != "cuda":
+        raise _bad("precision", config.precision, f"'tf32' is CUDA only (device resolved to {dev.type}); 'fp32' or "
+                                                  "'bf16' is accepted")
+    return dev
+
+
+def engine_settings(config: TrainConfig, dev: torch.device) -> dict:
+    """Set the process-wide numerics `config` asks for and return them (recorded in the run's provenance): fp32 is
+    strict IEEE (PyTorch's default lets cuDNN convolutions run in TF32), tf32 allows TF32 matmuls and convolutions;
+    `deterministic` turns on deterministic algorithms (and the cuBLAS workspace they need), otherwise cuDNN may
+    benchmark its algorithms on CUDA."""
+    tf32 = config.precision == "tf32"
+    torch.backends.cuda.matmul.allow_tf32 = tf32
+    torch.backends.cudnn.allow_tf32 = tf32
+    if config.deterministic:
+        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+    torch.use_deterministic_algorithms(config.deterministic)
+    torch.backends.cudnn.deterministic = config.deterministic
+    torch.backends.cudnn.benchmark = dev.type == "cuda" and not config.deterministic
+    return {"precision": config.precision, "deterministic": config.deterministic, "allow_tf32": tf32,
+            "cudnn_benchmark": torch.backends.cudnn.benchmark}
+
+
+def autocast(config: TrainConfig, dev: torch.device):
+    """bf16 autocast (weights, loss, norms and metrics stay fp32) or nothing."""
+    if config.precision == "bf16":
+        return torch.autocast(dev.type, dtype=torch.bfloat16)
+    return contextlib.nullcontext()
+
+
+_COMPILED: dict[tuple, tuple[members.PlainPopulation, object]] = {}  # one network shape per process
+
+
+def network(configs: list[TrainConfig], dev: torch.device) -> tuple[members.PlainPopulation, object]:
+    """The population of `configs` on `dev`: the members initialised exactly as separate runs initialise them, and what
+    the loop calls (the population's
+    network, or with `compile` its compiled form). With `compile`, a process compiles a network shape once: the next
+    population of the same shape gets the same module re-initialised in place (bitwise the fresh weights) and the
+    same compiled callable, whose guards still hold."""
+    cfg = configs[0]
+    nets = []
+    for c in configs:
+        torch.manual_seed(c.seed)  # the initialisation draws from the global generator
+        try:
+            nets.append(models.build_model(c.arch, c.sigma_w, c.width).to(dev))
+        except (RuntimeError, MemoryError) as exc:
+            if "memory" not in str(exc).lower() and not isinstance(exc, MemoryError):
+                raise
+            raise _bad("width", cfg.width, f"the network does not fit in memory on {dev} ({type(exc).__name__}); a "
+                                           "smaller width is accepted") from None
+    pop = members.population(nets, same_input=len({c.seed for c in configs}) == 1)
+    if cfg.channels_last:
+        pop.model.to(memory_format=torch.channels_last)
+    if not cfg.compile:
+        return pop, pop.model
+    key = (cfg.arch, cfg.width, len(configs), len({c.seed for c in configs}) == 1, str(dev), cfg.channels_last)
+    if key not in _COMPILED:
+        _COMPILED.clear()
+        # dynamic=False: one graph per shape (the full batch, the epoch's partial last batch, the padded eval batch:
+        # three compilations per process and network shape, never one per epoch). On CUDA the graphs are replayed as
+        # CUDA graphs (mode "reduce-overhead"): one launch per step instead of ~100-1,000 kernel launches.
+        mode = "reduce-overhead" if dev.type == "cuda" else None
+        _COMPILED[key] = (pop, torch.compile(pop.model, dynamic=False, mode=mode))
+        return _COMPILED[key]
+    cached, net = _COMPILED[key]
+    with torch.no_grad():
+        cached.model.load_state_dict(pop.model.state_dict())  # weights, BatchNorm running stats and counters
+    for p in cached.model.parameters():
+        p.grad = None
+    cached.model.train()
+    return cached, net

@@ -1,0 +1,94 @@
+"""The cells of the study's tables, one rule each: a σ_w's accuracy as the mean over seeds (± their std when a point
+has several seeds), a point's spread from `metrics.point_summary`, 'diverged' where a σ_w's runs all diverged (shown,
+never blank), the leading label cells, and the md/tex formats a frame carries (`finish`). `initmem.tables` and
+`initmem.tables_forgetting` build their rows from these."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+
+import numpy as np
+import pandas as pd
+
+from initmem import metrics
+
+
+def sigma_column(sigma_w: float) -> str:
+    """The table column of one σ_w: 'sigma_w=0.5'."""
+    return f"sigma_w={sigma_w:g}"
+
+
+def mean_std(xs: Sequence[float]) -> tuple[float, float]:
+    """Mean and sample std of the finite values of `xs` (std NaN for fewer than two; both NaN for none)."""
+    xs = [float(x) for x in xs if x is not None and not math.isnan(float(x))]
+    if not xs:
+        return math.nan, math.nan
+    return float(np.mean(xs)), float(np.std(xs, ddof=1)) if len(xs) > 1 else math.nan
+
+
+def point_spread(group: pd.DataFrame) -> tuple[float, float]:
+    """(spread_pp, seed-to-seed std) of one configuration's runs, from `metrics.point_summary`; NaN where it
+    has none (no accuracy, or a single seed)."""
+    s = metrics.point_summary(group)
+    return tuple(math.nan if s[k] is None else float(s[k]) for k in ("spread_pp", "spread_seed_std_pp"))
+
+
+def multi_seed(confs: pd.DataFrame) -> bool:
+    """True when some σ_w of some configuration has runs of several seeds: the tables then show `_std` companions."""
+    return bool(confs.groupby(["config", "sigma_w"])["seed"].nunique().max() > 1)
+
+
+DIVERGED = "diverged"  # the cell of a σ_w whose runs all diverged before any finite epoch: no value to show
+
+
+def diverged_runs(g: pd.DataFrame) -> pd.Series:
+    """Which runs of `g` diverged (status 'diverged'; none when the frame has no status)."""
+    return g["status"].eq("diverged") if "status" in g.columns else pd.Series(False, index=g.index)
+
+
+def diverged_count(g: pd.DataFrame) -> str:
+    """'k/n': runs diverged of runs."""
+    return f"{int(diverged_runs(g).sum())}/{len(g)}"
+
+
+def sigma_cells(g: pd.DataFrame, sigmas: Iterable[float], multi: bool, value: str = "test_acc_at_best",
+                 scale: float = 100.0) -> dict:
+    """Per σ_w: the mean over seeds of `value` × `scale` (and its std when `multi`); `DIVERGED` where the σ_w has
+    runs but no value because they diverged (it dropped out of the spread: shown, never silently blank)."""
+    row = {}
+    for s in sigmas:
+        r = g[g["sigma_w"] == s]
+        m, sd = mean_std(scale * pd.to_numeric(r[value], errors="coerce"))
+        row[sigma_column(s)] = DIVERGED if math.isnan(m) and len(r) and diverged_runs(r).any() else m
+        if multi:
+            row[sigma_column(s) + "_std"] = sd
+    return row
+
+
+def sigmas_in_spread(g: pd.DataFrame) -> list[float]:
+    """The σ_w of one configuration that have a test accuracy (those its spread is over)."""
+    acc = pd.to_numeric(g["test_acc_at_best"], errors="coerce")
+    return sorted(float(s) for s in acc.groupby(g["sigma_w"]).mean().dropna().index)
+
+
+def spread_cells(g: pd.DataFrame, multi: bool) -> dict:
+    """A configuration's `spread_pp` cell (and its seed-to-seed `spread_pp_std` when `multi`)."""
+    m, sd = point_spread(g)
+    return {"spread_pp": m, "spread_pp_std": sd} if multi else {"spread_pp": m}
+
+
+def lead_cells(g: pd.DataFrame, columns: list[str]) -> dict:
+    """The leading cells of a configuration's row: its value of each label column (its label where it has none)."""
+    first = g.iloc[0]
+    return {c: (first[c] if c in g.columns else first["label"]) for c in columns}
+
+
+FORMATS = {"sigma_w=*": "{:.1f}", "spread_pp*": "{:.1f}", "*_pp*": "{:.1f}", "tau_interp": "{:.0f}",
+            "norm_ratio*": "{:.3g}", "radial_slope": "{:.2f}", "epoch": "{:.0f}"}
+
+
+def finish(df: pd.DataFrame, formats: dict | None = None) -> pd.DataFrame:
+    """`df` with the study's md/tex cell formats (`attrs["formats"]`), `formats` overriding or adding patterns."""
+    df.attrs["formats"] = {**FORMATS, **(formats or {})}
+    return df

@@ -1,0 +1,37 @@
+"""benchmarks/bench_train.py's plain loop trains on what a user's loop would see: a seeded random sample of the
+training images, not the first n of a source stored class by class (whose one-class batches drive the loss to 0 and
+the gradients into denormals, timing a loop no user runs)."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import torch
+
+from initmem.data import Cifar10, make_synthetic
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _bench():
+    spec = importlib.util.spec_from_file_location("bench_train", REPO / "benchmarks" / "bench_train.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_loop_samples_every_class_of_a_class_sorted_source():
+    d = make_synthetic(1000, 20)
+    order = torch.argsort(d.train_y, stable=True)  # as an image folder stores them: class by class
+    sorted_d = Cifar10(d.train_x[order], d.train_y[order], d.test_x, d.test_y, d.classes, "sorted")
+    assert len(set(sorted_d.train_y[:96].tolist())) == 1  # the first 96 images are one class
+    bench = _bench()
+    x, y = bench.loop_sample(sorted_d, 96, seed=0)
+    assert x.shape == (96, 3, 32, 32) and len(set(y.tolist())) == 10
+    # each image keeps its label, and the sample is the same for the same seed and different for another
+    for i in range(0, 96, 17):
+        j = int((sorted_d.train_x == x[i]).flatten(1).all(1).nonzero()[0])
+        assert sorted_d.train_y[j] == y[i]
+    assert torch.equal(bench.loop_sample(sorted_d, 96, seed=0)[1], y)
+    assert not torch.equal(bench.loop_sample(sorted_d, 96, seed=1)[1], y)
