@@ -61,10 +61,11 @@ def _cmd_train(args: argparse.Namespace) -> int:
     import dataclasses
 
     from initmem.config import TrainConfig
-    from initmem.train import train
 
     kinds = {f.name: f.type for f in dataclasses.fields(TrainConfig)}
     config = TrainConfig(**{k: _train_value(k, kinds[k], v) for k, v in vars(args).items() if k in kinds})
+    from initmem.train import train  # after the config is checked: a bad flag is answered before torch loads
+
     result = train(config, out_dir=args.out, section=args.section, progress=args.progress)
     s = result.summary
 
