@@ -250,10 +250,10 @@ def _timed_epochs(cfg) -> dict[str, Any]:
     import torch
 
     from initmem.plan import split_sizes
-    from initmem.runtime import resolve_device
+    from initmem.runtime import run_device
     from initmem.train import train
 
-    dev, sizes = resolve_device(cfg), split_sizes(cfg)
+    dev, sizes = run_device(cfg), split_sizes(cfg)
     p = math.ceil(sizes["train"] / cfg.batch_size)
     if p < 2:
         raise ValueError(f"{p} step per epoch: at least 2 are needed to time a step")

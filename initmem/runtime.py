@@ -1,4 +1,4 @@
-"""Where and how a run computes: its device (`resolve_device`), the process-wide numerics it asks for
+"""Where and how a run computes: its device (`run_device`), the process-wide numerics it asks for
 (`engine_settings`: precision, TF32, deterministic algorithms, cuDNN benchmarking; recorded with the run), bf16
 autocast (`autocast`), and the network the engine's loop calls (`network`: the population built on the device and,
 with `compile`, compiled once per process and network shape)."""
@@ -15,7 +15,7 @@ from initmem import members, models
 from initmem.config import TrainConfig, _bad
 
 
-def resolve_device(config: TrainConfig) -> torch.device:
+def run_device(config: TrainConfig) -> torch.device:
     """The device `config` runs on; ConfigError for one that is not here or a precision it does not have."""
     dev = _data.resolve_device(config.device)
     if config.precision == "tf32" and dev.type != "cuda":

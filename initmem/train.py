@@ -86,7 +86,7 @@ def train(configs: TrainConfig | list[TrainConfig], *, out_dir: str | Path | Non
     configs = check_members([configs] if single else configs)
     if not isinstance(section, str) or not section or section != Path(section).name or section.startswith("."):
         raise ConfigError(f"section={section!r} is invalid: a plain folder name is accepted")
-    runtime.resolve_device(configs[0])  # a bad device fails before anything is created on disk
+    runtime.run_device(configs[0])  # a bad device fails before anything is created on disk
     if out_dir is None:
         out = _train(configs, None, section, progress, on_step)
     else:
@@ -119,7 +119,7 @@ def checkpoint_folder(out_dir: str | Path, section: str, configs: list[TrainConf
 def _train(configs: list[TrainConfig], out_dir: str | Path | None, section: str, progress: bool,
            on_step=None) -> list[RunResult]:
     cfg, k = configs[0], len(configs)
-    dev = runtime.resolve_device(cfg)
+    dev = runtime.run_device(cfg)
     if dev.type == "cpu" and k > 1:
         members.tune_malloc()
     rids, started_at, prov = [run_id(c) for c in configs], _utcnow(), provenance(str(dev))
@@ -354,7 +354,7 @@ def _report_line(row: dict, config: TrainConfig, status: str, k: int) -> None:
 def time_steps(config: TrainConfig, steps: int = 5, warmup: int = 2, population: int = 1) -> float:
     """Median seconds per optimiser step of `config` (a population of `population` members at spread sigma_w),
     measured by this engine on synthetic data of the right shape: what the planner's throughput table holds."""
-    dev = runtime.resolve_device(config)
+    dev = runtime.run_device(config)
     configs = [config.replace(sigma_w=0.1 + i, seed=0, data="synthetic", epochs=1, checkpoint_every=0, eval_every=1,
                               n_train=config.batch_size * (steps + warmup + 1), n_val=10, n_test=10,
                               train_eval_size=10, schedule="constant", warmup_epochs=0.0,

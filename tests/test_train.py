@@ -226,7 +226,7 @@ def test_engine_settings_are_recorded_in_the_provenance(run):
     prov = run[0].provenance
     assert {k: prov[k] for k in ("precision", "deterministic", "allow_tf32", "cudnn_benchmark")} == {
         "precision": "fp32", "deterministic": False, "allow_tf32": False, "cudnn_benchmark": False}
-    assert runtime.resolve_device(TrainConfig(**TINY)) == torch.device("cpu")
+    assert runtime.run_device(TrainConfig(**TINY)) == torch.device("cpu")
 
 
 # ------------------------------------------------------------------------------------------------ eval_every
