@@ -10,7 +10,8 @@ other processes hits them alike; the first epoch / first steps of each are warm-
                    negligible measurement.
   a16 engine bf16  the same at precision="bf16" (autocast; on a CPU with AVX512-BF16/AMX oneDNN runs the convs in
                    bf16): the precision contender, against the loop below at fp32.
-  b0/b2 dataloader the loop a user would write: a torchvision-style Dataset (CIFAR10's __getitem__: PIL image ->
+  b0/b2 dataloader the loop a user would write, on a seeded random sample of the training images (`loop_sample`):
+                   a torchvision-style Dataset (CIFAR10's __getitem__: PIL image ->
                    ToTensor -> Normalize) + DataLoader(shuffle=True, num_workers=0 or 2) + the same model and
                    optimiser, `loss.item()` and accuracy read every step; contiguous (NCHW) tensors; `--precision`
                    (fp32 by default: what a user writes).
