@@ -101,6 +101,10 @@ class TrainConfig:
     n_test: int | None = _f(None, "test images (stratified subset); None: all 10,000")
     split_seed: int = _f(0, "seed of the train/validation split and of the subsets")
     augment: bool = _f(False, "random crop (pad 4) and horizontal flip")
+    drop_last: bool = _f(False, "drop each epoch's partial last minibatch (n_train mod batch_size images, a new "
+                                "random set every epoch): a step on a few images, taken right before every "
+                                "measurement, jolts a fast-moving network (docs/findings.md, tau_interp)",
+                         id_default=False)
     train_eval_size: int | None = _f(None, "clean eval-mode train accuracy on a fixed stratified subset of this "
                                            "size; None: the whole split")
     eval_every: int = _f(1, "measure train/val/test every N epochs (and at the last): tau_interp and the best "
@@ -197,6 +201,7 @@ class TrainConfig:
         integer("n_test", NUM_CLASSES, optional=True, hi=10**7)
         integer("split_seed", 0)
         flag("augment")
+        flag("drop_last")
         integer("train_eval_size", NUM_CLASSES, optional=True, hi=10**7)
         integer("eval_every", 1, hi=self.epochs)
         integer("batch_size", 1, hi=10**7)

@@ -73,7 +73,8 @@ def _lr_sums(schedule: str, lr: float, total: int, warmup: int, milestones: tupl
 def run_plan(config: TrainConfig) -> dict[str, Any]:
     """Steps, clocks and evaluation work of one run (every run of a point has the same)."""
     sizes = split_sizes(config)
-    per_epoch = math.ceil(sizes["train"] / config.batch_size)  # data.steps_per_epoch (drop_last False)
+    per_epoch = (sizes["train"] // config.batch_size if config.drop_last  # as data.steps_per_epoch
+                 else math.ceil(sizes["train"] / config.batch_size))
     total = per_epoch * config.epochs
     warmup = min(total, round(config.warmup_epochs * per_epoch))
     s1, s2 = _lr_sums(config.schedule, config.lr, total, warmup, config.step_milestones, config.step_gamma)

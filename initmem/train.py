@@ -136,7 +136,7 @@ def _train(configs: list[TrainConfig], out_dir: str | Path | None, section: str,
     n = len(splits.train_y)
     if cfg.batch_size > n:  # TrainConfig cannot know the data size: caught here, before any step
         raise _bad("batch_size", cfg.batch_size, f"at most the training split's size {n} (n_train) is accepted")
-    per_epoch = _data.steps_per_epoch(n, cfg.batch_size)
+    per_epoch = _data.steps_per_epoch(n, cfg.batch_size, cfg.drop_last)
     total_steps = per_epoch * cfg.epochs
     warmup_steps = min(total_steps, round(cfg.warmup_epochs * per_epoch))
 
@@ -257,7 +257,7 @@ def _train(configs: list[TrainConfig], out_dir: str | Path | None, section: str,
             pop.model.train()
             sums = torch.zeros(k, 2, dtype=torch.float64, device=dev)  # per member [loss * batch, correct]
             lr = math.nan
-            for idxs in zip(*(_data.batches(n, cfg.batch_size, order_gen[s], device=dev) for s in seeds),
+            for idxs in zip(*(_data.batches(n, cfg.batch_size, order_gen[s], cfg.drop_last, device=dev) for s in seeds),
                             strict=True):
                 if on_step is not None:
                     on_step(st["step"])
