@@ -280,6 +280,11 @@ def _unknown_keys(keys: list[str]) -> ConfigError:
     return ConfigError(f"TrainConfig has no field {', '.join(hints)}: accepted fields are {', '.join(_FIELDS)}")
 
 
+# fields added after the first results were written, with the value that reproduces the behaviour before them: a
+# record without one was trained that way (record.check_record fills it in)
+LATER_FIELDS = {f.name: f.metadata["id_default"] for f in dataclasses.fields(TrainConfig) if "id_default" in f.metadata}
+
+
 # ---------------------------------------------------------------------------------------------- run identity
 _AMP = {"fp32": "off", "bf16": "bf16"}  # precision replaced the field `amp` after the first results were committed
 

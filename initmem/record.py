@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from initmem.config import TrainConfig, run_id
+from initmem.config import LATER_FIELDS, TrainConfig, run_id
 from initmem.errors import ResultsError
 from initmem.metrics import SUMMARY_KEYS
 
@@ -110,7 +110,8 @@ def parse_record(file: Path) -> dict:
 
 def check_record(record: dict, file: Path) -> None:
     """The record's own consistency: its keys and their types, its schema, its config and the run id it hashes to,
-    its summary's keys and its history entry."""
+    its summary's keys and its history entry. A config field added after the record was written (`LATER_FIELDS`)
+    is filled in with the value that reproduces how it was trained."""
     schema = record.get("schema")
     if type(schema) is int and schema == 1 and all(k in record for k in V1_KEYS):
         raise record_error(file, f"is a schema-1 run record (no history checksum): run `initmem migrate "
@@ -126,6 +127,8 @@ def check_record(record: dict, file: Path) -> None:
         raise record_error(file, f"has schema {schema!r}; this initmem reads schema {SCHEMA}")
     if record["status"] not in FINISHED:
         raise record_error(file, f"has status {record['status']!r}: one of {FINISHED} is expected")
+    for k, v in LATER_FIELDS.items():  # written before the field existed: trained with its id_default behaviour
+        record["config"].setdefault(k, v)
     if missing := [k for k in CONFIG_FIELDS if k not in record["config"]]:
         raise record_error(file, f"has a config without the fields {missing}")
     try:

@@ -34,3 +34,20 @@ def test_drop_last_is_a_flag():
 
     with pytest.raises(ConfigError, match=r"drop_last=1 is invalid"):
         TrainConfig(**BASE, drop_last=1)
+
+
+def test_records_written_before_the_field_read_as_the_old_behaviour(tmp_path):
+    """A committed run.json has no drop_last: it is read as drop_last=False (how it was trained), not as damaged."""
+    import json
+    import shutil
+    from pathlib import Path
+
+    from initmem.results import load_runs
+
+    src = next((Path(__file__).resolve().parent.parent / "results" / "cpu" / "01_optimizers").glob("*/run.json"))
+    dst = tmp_path / "01_optimizers" / src.parent.name
+    shutil.copytree(src.parent, dst)
+    config = json.loads((dst / "run.json").read_text())["config"]
+    assert "drop_last" not in config
+    runs = load_runs(tmp_path)
+    assert len(runs) == 1 and runs.drop_last.tolist() == [False]
