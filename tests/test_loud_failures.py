@@ -196,6 +196,21 @@ def test_plain_papermill_ends_with_the_one_line_refusal_and_warns_only_for_field
     assert "lr 0.001 eval_every 2 data synthetic" in text
 
 
+@pytest.mark.parametrize("args, line", [
+    (["-p", "eval_evry", "5"], r"unknown parameter 'eval_evry' \(did you mean 'eval_every'\?\); accepted: results_dir, "
+                               r"section, sigma_ws, seeds, population, progress, optimizer, lr, momentum, weight_decay "
+                               r"and every TrainConfig field but sigma_w, seed \(docs/fields.md\)"),
+    (["-p", "eval_every", "five"], r"parameter eval_every='five' has type str; expected int"),
+    (["-p", "eval_every", "5", "-p", "epochs", "2"], r"TrainConfig.eval_every=5 is invalid: an integer in \[1, 2\]"),
+])  # fmt: skip
+def test_initmem_run_answers_a_bad_field_of_a_section_notebook_in_one_line_before_any_kernel(tmp_path, capsys, args,
+                                                                                            line):
+    assert cli.main(["run", str(faults.REPO / "notebooks" / "01_optimizers.py"), *args, "--cwd", str(tmp_path)]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and re.fullmatch(rf"initmem run: error: (\S+01_optimizers\.py: )?{line}\n", err), err
+    assert not (tmp_path / "results").exists()
+
+
 # --- quiet kernels, executed notebooks named by point ----------------------------------------------------------
 def test_a_normal_run_prints_nothing_alarming(tmp_path):
     nb = _notebook(tmp_path / "nb.py", TINY)
