@@ -204,8 +204,8 @@ def check_parameters(params: dict[str, Any], declared: dict[str, Parameter], whe
         if name not in declared:
             close = difflib.get_close_matches(name, declared, n=1)
             cell = [k for k, p in declared.items() if p.in_cell]
-            fields = " and every TrainConfig field but sigma_w, seed (docs/fields.md)" if len(cell) < len(declared) \
-                else ""
+            fields = f" and every TrainConfig field but {', '.join(MEMBER_FIELDS)} (docs/fields.md)" \
+                if len(cell) < len(declared) else ""
             raise ConfigError(f"{where}unknown parameter {name!r}" + (f" (did you mean {close[0]!r}?)" if close else "")
                               + f"; accepted: {', '.join(cell)}{fields}")
     return {k: check_value(k, v, declared[k].type, where) for k, v in params.items()}
