@@ -24,8 +24,8 @@
 #
 # The parameters cell below holds what this section varies, with seconds-long smoke defaults. Any other TrainConfig
 # field (docs/fields.md: `eval_every`, `data`, `n_train`, `precision`, ...) may be added to it or given with
-# `initmem run -p`; one nothing sets runs at the smoke scale of `initmem.notebook.SMOKE` (synthetic data, a
-# 1/16-width network, 2 epochs), else at TrainConfig's default. In the smoke defaults ResNet-20 at `width` 0.25, the
+# `initmem run -p`; a field set nowhere takes its smoke value from `initmem.notebook.SMOKE` (synthetic data, a
+# 1/16-width network, 2 epochs), else TrainConfig's default. In the smoke defaults ResNet-20 at `width` 0.25, the
 # shallowest of the family, stands in for the deep ones; `params/05_depth.yaml` holds the `smoke`, `cpu` and `paper`
 # profiles.
 
