@@ -2,10 +2,12 @@
 
 The `.py` notebooks are the source of truth; papermill cannot read them, so they are converted in memory
 (`jupytext.read`) and handed to papermill as a NotebookNode. The cell tagged `parameters` holds literal defaults,
-optionally annotated (`n_train: int | None = None`); `notebook_parameters` reads it with `ast` (no kernel), and
-`check_parameters` type-checks values against it before anything runs, because papermill only *warns* on unknown
+optionally annotated (`marks: list[int] = [1]`); `notebook_parameters` reads it with `ast` (no kernel). A *section*
+notebook (one that declares `SECTION_REQUIRED`) also accepts every TrainConfig field but sigma_w and seed (swept as
+`sigma_ws`, `seeds`), typed by the dataclass; a field its cell does not set runs at `SMOKE` or TrainConfig's default.
+`check_parameters` type-checks values against that before anything runs, because papermill only *warns* on unknown
 names and happily injects a YAML `1e-3` string where a float was meant (`1e-3` and the like are accepted as the
-floats they look like). Inside the kernel, `refuse_undeclared(globals())` (the first code cell after the parameters
+floats they look like). Inside the kernel, `checked_parameters(globals())` (the first code cell after the parameters
 cell) does the same checks on what papermill injected, so that plain `papermill -p optimiser adam` fails as
 `initmem run` does instead of training the defaults.
 
@@ -16,6 +18,7 @@ from __future__ import annotations
 
 import ast
 import contextlib
+import dataclasses
 import difflib
 import hashlib
 import json
@@ -27,6 +30,7 @@ import time
 from pathlib import Path
 from typing import Any, NamedTuple
 
+from initmem.config import MEMBER_FIELDS, TrainConfig, point_configs
 from initmem.errors import ConfigError, InitmemError, NotebookError, ResultsError
 
 # Kernel start-up failures worth a retry: parallel kernels can race for the same ports.
@@ -36,16 +40,21 @@ _RETRYABLE = ("address already in use", "zmqerror", "kernel didn't respond", "ke
 # caught in kernel" at a normal shutdown, straight to the inherited stderr; neither is a problem of the run.
 KERNEL_ARGUMENTS = ["--IPKernelApp.log_level=CRITICAL"]
 SECTION_REQUIRED = ("results_dir", "section", "sigma_ws", "seeds")  # what every section notebook declares
+# A section notebook's scale for a TrainConfig field neither its parameters cell nor its caller sets: seconds on a
+# laptop (synthetic data, a 1/16-width network, 2 epochs); every profile of params/ sets these fields itself.
+SMOKE = {"data": "synthetic", "width": 0.0625, "epochs": 2, "n_train": 256, "n_val": 128, "n_test": 128}
 NOT_IN_ID = ("results_dir", "section", "progress")  # where and how verbosely, not what: not in a point's digest
 INJECTED = "# Parameters\n"  # the first line of papermill's injected-parameters cell (python translator)
 _SCIENTIFIC = re.compile(r"[-+]?(?:[0-9][0-9_]*)(?:\.[0-9_]*)?[eE][-+]?[0-9]+")  # YAML 1.1 reads these as strings
 
 
 class Parameter(NamedTuple):
-    """One name of a notebook's parameters cell: its declared (or inferred) type and literal default."""
+    """One name a notebook accepts: its type (declared, inferred, or TrainConfig's) and default; `in_cell`: its
+    parameters cell sets it (False: a TrainConfig field a section notebook accepts without listing it)."""
 
     type: str
     default: Any
+    in_cell: bool = True
 
 
 # --- the parameters cell -----------------------------------------------------------------------------------
@@ -73,15 +82,28 @@ def _infer_type(value: Any) -> str:
 
 
 def notebook_parameters(path: str | Path) -> dict[str, Parameter]:
-    """Names, types and literal defaults of the cell tagged `parameters`, in cell order.
-
-    A name's type is its annotation when it has one, else inferred from the default (an untyped `None` is `Any`).
-    """
+    """What a notebook accepts, with types and defaults: the names of the cell tagged `parameters` in cell order
+    (type: the annotation, else inferred from the default; an untyped `None` is `Any`), then, for a section
+    notebook, the other TrainConfig fields (`accepted_parameters`)."""
     nb = _read(path)
     cells = [c for c in nb.cells if "parameters" in c.get("metadata", {}).get("tags", [])]
     if len(cells) != 1:
         raise NotebookError(f"{path}: expected exactly one cell tagged 'parameters', found {len(cells)}")
-    return _parse_parameters(cells[0].source, str(path))
+    return accepted_parameters(_parse_parameters(cells[0].source, str(path)))
+
+
+def accepted_parameters(cell: dict[str, Parameter]) -> dict[str, Parameter]:
+    """A parameters cell's names and, when it declares `SECTION_REQUIRED` (a section notebook), every TrainConfig
+    field but `MEMBER_FIELDS`: typed by the dataclass (in the cell too, where its annotation is not needed), with
+    the cell's default, else `SMOKE`'s, else TrainConfig's. One field added to TrainConfig is accepted everywhere."""
+    if not all(k in cell for k in SECTION_REQUIRED):
+        return dict(cell)
+    out = dict(cell)
+    for f in dataclasses.fields(TrainConfig):
+        if f.name not in MEMBER_FIELDS:
+            default = cell[f.name].default if f.name in cell else SMOKE.get(f.name, f.default)
+            out[f.name] = Parameter(str(f.type), default, f.name in cell)
+    return out
 
 
 def _parse_parameters(source: str, path: str) -> dict[str, Parameter]:
@@ -181,15 +203,21 @@ def check_parameters(params: dict[str, Any], declared: dict[str, Parameter], whe
     for name in params:
         if name not in declared:
             close = difflib.get_close_matches(name, declared, n=1)
+            cell = [k for k, p in declared.items() if p.in_cell]
+            fields = f" and every TrainConfig field but {', '.join(MEMBER_FIELDS)} (docs/fields.md)" \
+                if len(cell) < len(declared) else ""
             raise ConfigError(f"{where}unknown parameter {name!r}" + (f" (did you mean {close[0]!r}?)" if close else "")
-                              + f"; accepted: {', '.join(declared)}")
+                              + f"; accepted: {', '.join(cell)}{fields}")
     return {k: check_value(k, v, declared[k].type, where) for k, v in params.items()}
 
 
 def parameters_digest(effective: dict[str, Any]) -> str:
     """Six hex digits naming a point: the sha256 of its effective parameters (the notebook's defaults overridden by
-    what is injected), without where and how verbosely it runs (`NOT_IN_ID`). Sweep point ids end with it."""
-    key = {k: v for k, v in effective.items() if k not in NOT_IN_ID}
+    what is injected), without where and how verbosely it runs (`NOT_IN_ID`) and without TrainConfig fields at
+    TrainConfig's default (so neither a new field nor a cell that lists one more renames a point). Sweep point ids
+    end with it."""
+    defaults = {f.name: f.default for f in dataclasses.fields(TrainConfig)}
+    key = {k: v for k, v in effective.items() if k not in NOT_IN_ID and not (k in defaults and v == defaults[k])}
     return hashlib.sha256(json.dumps(key, sort_keys=True, default=str).encode()).hexdigest()[:6]
 
 
@@ -201,37 +229,40 @@ def _one_line(shell, etype, value, tb, tb_offset=None):  # noqa: ARG001 - IPytho
     return stb
 
 
-def refuse_undeclared(namespace: dict[str, Any]) -> None:
-    """Check, in the kernel, the parameters papermill injected: `refuse_undeclared(globals())`, called in the first
-    code cell after the parameters cell.
+def checked_parameters(namespace: dict[str, Any]) -> dict[str, Any]:
+    """Check, in the kernel, the parameters papermill injected, and return `namespace`: `checked_parameters(globals())`
+    in the first code cell after the parameters cell (a section notebook: `run_point(checked_parameters(globals()))`).
 
     papermill injects its parameters as a cell of assignments (first line `# Parameters`) right after the cell
     tagged `parameters`, and only warns on a name that cell does not declare, so `papermill -p optimiser adam`
     would train the defaults. IPython keeps the executed cells' sources in `In` (this cell last): when the cell
-    before this one is papermill's, every name it assigns must be declared by the cell before it (ConfigError naming
-    the name, the closest declared one and all of them), and its value must have the declared type; values are
-    converted in `namespace` as `check_parameters` converts them (int → float, YAML's "1e-3" string → 0.001, list →
-    tuple). A section notebook's runs (`config.point_configs`) are then built once, so a bad value fails here. In
-    plain JupyterLab, a script, or a kernel without `In`, nothing was injected and nothing is checked.
+    before this one is papermill's, every name it assigns must be one the notebook accepts (`accepted_parameters`
+    of the cell before it; ConfigError naming the name and the closest accepted one), with the accepted type;
+    values are converted in `namespace` as `check_parameters` converts them (int → float, YAML's "1e-3" string →
+    0.001, list → tuple). In plain JupyterLab, a script, or a kernel without `In`, nothing was injected.
 
-    It also makes the kernel show any later InitmemError as its one line, like the `initmem` command.
+    In a section notebook (`SECTION_REQUIRED` in `namespace`) a `SMOKE` field nothing set is set to its smoke value
+    (printed), and the point's runs (`config.point_configs`) are built once, so a bad value fails here. It also
+    makes the kernel show any later InitmemError as its one line, like the `initmem` command.
     """
     shell = namespace.get("get_ipython")
     if callable(shell) and (ip := shell()) is not None and hasattr(ip, "set_custom_exc"):
         ip.set_custom_exc((InitmemError,), _one_line)
     sources = namespace.get("In")
-    if not isinstance(sources, list) or len(sources) < 3 or not str(sources[-2]).startswith(INJECTED):
-        return
-    injected, cell = str(sources[-2]), str(sources[-3])
-    declared = _parse_parameters(cell, "the parameters cell")
-    names = [t.id for node in ast.parse(injected).body if isinstance(node, ast.Assign)
-             for t in node.targets if isinstance(t, ast.Name)]
-    checked = check_parameters({n: namespace[n] for n in names if n in namespace}, declared, "papermill parameters: ")
-    namespace.update(checked)
-    if all(k in declared for k in SECTION_REQUIRED):
-        from initmem.config import point_configs
-
-        point_configs({k: namespace[k] for k in declared if k in namespace})
+    if isinstance(sources, list) and len(sources) >= 3 and str(sources[-2]).startswith(INJECTED):
+        accepted = accepted_parameters(_parse_parameters(str(sources[-3]), "the parameters cell"))
+        names = [t.id for node in ast.parse(str(sources[-2])).body if isinstance(node, ast.Assign)
+                 for t in node.targets if isinstance(t, ast.Name)]
+        namespace.update(check_parameters({n: namespace[n] for n in names if n in namespace}, accepted,
+                                          "papermill parameters: "))
+    if all(k in namespace for k in SECTION_REQUIRED):
+        unset = {k: v for k, v in SMOKE.items() if k not in namespace}
+        if unset:
+            namespace.update(unset)
+            print("at the smoke scale (initmem.notebook.SMOKE; set them in the parameters cell or with -p): "
+                  + ", ".join(f"{k}={v!r}" for k, v in unset.items()), flush=True)
+        point_configs(namespace)
+    return namespace
 
 
 # --- execution ---------------------------------------------------------------------------------------------
@@ -251,8 +282,10 @@ def _environ(**values: str):
 
 
 class _KnownParameters(logging.Filter):
-    """papermill warns "Passed unknown parameter" for every annotated name it cannot parse (`x: int | None = 1`);
-    `check_parameters` has already checked every name against the cell, so the warning is only noise."""
+    """papermill warns "Passed unknown parameter" for every name its parameters cell does not list (a TrainConfig
+    field a section notebook accepts, like `eval_every`) or lists in a form it cannot parse (`x: int | None = 1`);
+    `check_parameters` has already checked every name against what the notebook accepts, so in `initmem run` and
+    the sweep the warning would contradict an accepted parameter. Plain papermill still prints it."""
 
     def filter(self, record: logging.LogRecord) -> bool:
         return not record.getMessage().startswith("Passed unknown parameter")

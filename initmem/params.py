@@ -2,8 +2,9 @@
 
 A params file is `{section, notebook, description, profiles: {name: {fixed, grid}}}`; a point's parameters are
 `fixed` ∪ one element of the cartesian product of `grid`, plus `results_dir` and `section`. Everything is checked
-when the file is loaded, so a typo fails in a second, not after hours: every value against the notebook's parameters
-cell, and every point's TrainConfigs (`config.point_configs`) of every profile.
+when the file is loaded, so a typo fails in a second, not after hours: every value against what the notebook accepts
+(its parameters cell and every TrainConfig field, `notebook.notebook_parameters`), and every point's TrainConfigs
+(`config.point_configs`) of every profile.
 
 YAML is read with `load_yaml`: PyYAML's safe loader, except that a repeated key is an error naming it and its lines
 (PyYAML keeps the last one silently) and `1e-3` is the float it looks like (YAML 1.1 reads it as a string; 1.2 and
@@ -23,12 +24,11 @@ import yaml
 
 from initmem.config import point_configs
 from initmem.errors import ConfigError, InitmemError, SweepError
+from initmem.notebook import SECTION_REQUIRED as REQUIRED  # what every section notebook must declare
 from initmem.notebook import Parameter, check_parameters, notebook_parameters, parameters_digest
 
 PROFILE_KEYS = ("fixed", "grid")
 SWEEP_SET = ("results_dir", "section")  # set by the sweep, never by a profile
-REQUIRED = ("results_dir", "section", "sigma_ws", "seeds")  # what every section notebook must declare
-NOT_IN_ID = ("results_dir", "section", "progress")  # where and how verbosely, not what
 
 
 # --- strict YAML -------------------------------------------------------------------------------------------
@@ -135,7 +135,7 @@ class Section:
     root: Path  # repository root: the notebooks' working folder
     description: str
     profiles: dict[str, dict[str, dict[str, Any]]]
-    declared: dict[str, Parameter]  # the notebook's parameters cell
+    declared: dict[str, Parameter]  # what the notebook accepts: its parameters cell, then every TrainConfig field
 
     def results_for(self, profile: str, results: str | Path | None = None) -> Path:
         """Absolute results folder: `results`, or `<root>/results/<profile>` by default."""
@@ -205,7 +205,7 @@ def _check_profile(path: Path, name: Any, spec: Any, declared: dict[str, Paramet
 
 
 def load_section(path: str | Path) -> Section:
-    """Parse a params file, type-check every profile against the notebook's parameters cell and build every point's
+    """Parse a params file, type-check every profile against what the notebook accepts and build every point's
     TrainConfigs; SweepError/ConfigError (one line naming the file, the profile and the value) otherwise."""
     path = Path(path).resolve()
     try:

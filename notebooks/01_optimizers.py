@@ -16,16 +16,19 @@
 # %% [markdown]
 # # 01 — Optimisers: SGD remembers, adaptive methods forget
 #
-# Tests findings **1** and **2** of STUDY.md (and the clock side of **7**). ResNet-9 at batch size 128 is trained
-# at every `sigma_w` of the grid, once per optimiser (`sgd`, `sgd_momentum`, `adam`, `adamw`, `muon`, each at its
-# STUDY.md default hyper-parameters); everything else is held fixed. For one optimiser (one sweep point) the
-# **spread** is the best minus the worst test accuracy across `sigma_w`, each read at the epoch with the lowest
-# validation loss. The paper reports 26.5 pp for low-lr SGD (every run interpolating) and about 4 pp for Muon;
-# the final weight norm should stay coupled to the initial one under SGD (`norm_ratio` varies with `sigma_w`)
+# Tests findings **1** and **2** of STUDY.md (and the clock side of **7**). ResNet-9 at batch size 128 is trained at
+# every `sigma_w` of the grid, once per `optimizer` (`sgd`, `sgd_momentum`, `adam`, `adamw`, `muon`, each at its
+# STUDY.md default `lr`, `momentum` and `weight_decay`); everything else is held fixed. For one optimiser (one sweep
+# point) the **spread** is the best minus the worst test accuracy across `sigma_w`, each read at the epoch with the
+# lowest validation loss. The paper reports 26.5 pp for low-lr SGD (every run interpolating) and about 4 pp for
+# Muon; the final weight norm should stay coupled to the initial one under SGD (`norm_ratio` varies with `sigma_w`)
 # and converge to a common scale under the adaptive methods.
 #
-# The defaults below are a seconds-long smoke run on synthetic data; `params/01_optimizers.yaml` holds the
-# `smoke`, `cpu` and `paper` profiles that `initmem sweep` injects here.
+# The parameters cell below holds what this section varies, with seconds-long smoke defaults. Any other TrainConfig
+# field (docs/fields.md: `eval_every`, `data`, `n_train`, `precision`, ...) may be added to it or given with
+# `initmem run -p`; a field set nowhere takes its smoke value from `initmem.notebook.SMOKE` (synthetic data, a
+# 1/16-width network, 2 epochs), else TrainConfig's default. `params/01_optimizers.yaml` holds the `smoke`, `cpu`
+# and `paper` profiles that `initmem sweep` injects here.
 
 # %% tags=["parameters"]
 # where and what to sweep (notebook-level)
@@ -35,37 +38,18 @@ sigma_ws = [0.1, 1.0, 2.5]  # the init scales the spread is taken across
 seeds = [0]
 population = True  # train the missing sigma_w x seed runs as one population (False: one by one)
 progress = True
-# TrainConfig fields, held fixed across sigma_w
-arch = "resnet9"
-width = 0.0625
-optimizer = "sgd"
-lr: float | None = None  # None: the optimiser's STUDY.md default
-momentum: float | None = None
-weight_decay: float | None = None
-schedule = "constant"
-batch_size = 128
-epochs = 2
-data = "synthetic"
-data_root = "data"
-n_train: int | None = 256  # None: all 45,000 after the validation split
-n_val = 128
-n_test: int | None = 128  # None: all 10,000
-train_eval_size: int | None = None
-split_seed = 0
-augment = False
-device = "auto"
-precision = "fp32"  # fp32 | tf32 (CUDA) | bf16
-channels_last = True
-compile = False
-checkpoint_every = 0  # epochs between checkpoints (0: none); a killed run resumes from the newest
+# what this section varies: the optimiser, at its STUDY.md hyper-parameters (None: the optimiser's default)
+optimizer = "sgd"  # sgd | sgd_momentum | adam | adamw | muon
+lr = None
+momentum = None
+weight_decay = None
 
 # %%
 from initmem import metrics, point_report
-from initmem.notebook import refuse_undeclared
+from initmem.notebook import checked_parameters
 from initmem.point import run_point
 
-refuse_undeclared(globals())  # papermill only warns about a parameter this notebook does not declare
-runs = run_point(globals())  # the point's runs from the parameters above (config.point_configs), as the sweep builds them
+runs = run_point(checked_parameters(globals()))  # a misspelt or mistyped -p is refused here, before training
 
 # %% [markdown]
 # The point as a researcher reads it: per `sigma_w` (mean ± std over seeds), the test accuracy at the selected

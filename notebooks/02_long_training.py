@@ -16,16 +16,20 @@
 # %% [markdown]
 # # 02 — Long training: time alone is not enough
 #
-# Tests finding **3** of STUDY.md (and the epoch-vs-clock contrast of **7**). Low-learning-rate plain SGD
-# (lr 0.01, constant) trains ResNet-9 for a long time — 5,000 epochs in the paper — at every `sigma_w`. The
-# test-accuracy **spread** across `sigma_w` is measured as if training had stopped at each of several epoch
-# marks (`epoch_marks`): at each mark, each run's test accuracy is read at its best-validation epoch so far. The
-# paper finds the spread essentially unchanged from 200 to 5,000 epochs, while `T_SGD = (1/b) sum eta_k^2` grows
-# only linearly in epochs and stays tiny. The `cpu` profile also trains Adam (at its own default lr) for as many
-# steps: the contrast of an adaptive method given the same time.
+# Tests finding **3** of STUDY.md (and the epoch-vs-clock contrast of **7**). Low-learning-rate plain SGD (`lr`
+# 0.01, constant) trains ResNet-9 for a long time — 5,000 `epochs` in the paper — at every `sigma_w`. The
+# test-accuracy **spread** across `sigma_w` is measured as if training had stopped at each of several epoch marks
+# (`epoch_marks`): at each mark, each run's test accuracy is read at its best-validation epoch so far. The paper
+# finds the spread essentially unchanged from 200 to 5,000 epochs, while `T_SGD = (1/b) sum eta_k^2` grows only
+# linearly in epochs and stays tiny. The `cpu` profile also trains Adam (`optimizer`, at its own default lr) for as
+# many steps: the contrast of an adaptive method given the same time. Runs this long want checkpoints
+# (`checkpoint_every`): a killed run resumes from the newest.
 #
-# The defaults below are a seconds-long smoke run on synthetic data; `params/02_long_training.yaml` holds the
-# `smoke`, `cpu` and `paper` profiles.
+# The parameters cell below holds what this section varies, with seconds-long smoke defaults. Any other TrainConfig
+# field (docs/fields.md: `eval_every`, `data`, `n_train`, `precision`, ...) may be added to it or given with
+# `initmem run -p`; a field set nowhere takes its smoke value from `initmem.notebook.SMOKE` (synthetic data, a
+# 1/16-width network, 2 epochs), else TrainConfig's default. `params/02_long_training.yaml` holds the `smoke`, `cpu`
+# and `paper` profiles.
 
 # %% tags=["parameters"]
 # where and what to sweep (notebook-level)
@@ -35,38 +39,19 @@ sigma_ws = [0.1, 1.0, 2.5]  # the init scales the spread is taken across
 seeds = [0]
 population = True  # train the missing sigma_w x seed runs as one population (False: one by one)
 progress = True
-# TrainConfig fields, held fixed across sigma_w
-arch = "resnet9"
-width = 0.0625
-optimizer = "sgd"
-lr: float | None = None  # None: the optimiser's STUDY.md default
-momentum: float | None = None
-weight_decay: float | None = None
-schedule = "constant"
-batch_size = 128
+# what this section varies: how long low-lr SGD trains, and the epochs the spread is read at
 epochs = 3
 epoch_marks = [1, 2, 3]  # the spread is reported as if training stopped at each
-checkpoint_every = 0  # epochs between checkpoints (0: none); long runs want them
-data = "synthetic"
-data_root = "data"
-n_train: int | None = 256  # None: all 45,000 after the validation split
-n_val = 128
-n_test: int | None = 128  # None: all 10,000
-train_eval_size: int | None = None
-split_seed = 0
-augment = False
-device = "auto"
-precision = "fp32"  # fp32 | tf32 (CUDA) | bf16
-channels_last = True
-compile = False
+checkpoint_every = 0  # epochs between checkpoints (0: none); long runs want them: a killed run resumes
+optimizer = "sgd"
+lr = None  # None: the optimiser's STUDY.md default (sgd: 0.01)
 
 # %%
 from initmem import metrics, point_report, tables
-from initmem.notebook import refuse_undeclared
+from initmem.notebook import checked_parameters
 from initmem.point import run_point
 
-refuse_undeclared(globals())  # papermill only warns about a parameter this notebook does not declare
-runs = run_point(globals())  # the point's runs from the parameters above (config.point_configs), as the sweep builds them
+runs = run_point(checked_parameters(globals()))  # a misspelt or mistyped -p is refused here, before training
 
 # %% [markdown]
 # The point as a researcher reads it: per `sigma_w` (mean ± std over seeds), the test accuracy at the selected

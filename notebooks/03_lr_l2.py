@@ -16,14 +16,17 @@
 # %% [markdown]
 # # 03 — Learning rate and L2: regularisation makes SGD forget
 #
-# Tests finding **4** of STUDY.md (and **7**). Plain SGD on ResNet-9 (b = 128) over a grid of learning rate ×
+# Tests finding **4** of STUDY.md (and **7**). Plain SGD (`optimizer`) on ResNet-9 (b = 128) over a grid of `lr` ×
 # coupled L2 coefficient (`weight_decay`, including 1e-2); each grid point is trained at every `sigma_w`. A larger
-# learning rate raises `T_SGD = (1/b) sum eta_k^2` and L2 adds `T_L2 = lambda sum eta_k`, the norm-decay clock
-# that shrinks `||W||` towards a common scale; the paper finds that L2 at 1e-2 brings the spread across
-# `sigma_w` to nearly zero, and that a larger learning rate also erases the memory.
+# learning rate raises `T_SGD = (1/b) sum eta_k^2` and L2 adds `T_L2 = lambda sum eta_k`, the norm-decay clock that
+# shrinks `||W||` towards a common scale; the paper finds that L2 at 1e-2 brings the spread across `sigma_w` to
+# nearly zero, and that a larger learning rate also erases the memory.
 #
-# The defaults below are a seconds-long smoke run on synthetic data; `params/03_lr_l2.yaml` holds the `smoke`,
-# `cpu` and `paper` profiles.
+# The parameters cell below holds what this section varies, with seconds-long smoke defaults. Any other TrainConfig
+# field (docs/fields.md: `eval_every`, `data`, `n_train`, `precision`, ...) may be added to it or given with
+# `initmem run -p`; a field set nowhere takes its smoke value from `initmem.notebook.SMOKE` (synthetic data, a
+# 1/16-width network, 2 epochs), else TrainConfig's default. `params/03_lr_l2.yaml` holds the `smoke`, `cpu` and
+# `paper` profiles.
 
 # %% tags=["parameters"]
 # where and what to sweep (notebook-level)
@@ -33,37 +36,17 @@ sigma_ws = [0.1, 1.0, 2.5]  # the init scales the spread is taken across
 seeds = [0]
 population = True  # train the missing sigma_w x seed runs as one population (False: one by one)
 progress = True
-# TrainConfig fields, held fixed across sigma_w
-arch = "resnet9"
-width = 0.0625
+# what this section varies: plain SGD's learning rate and coupled L2
+lr = 0.01
+weight_decay = 0.0  # coupled L2 (added to the gradient)
 optimizer = "sgd"
-lr: float | None = 0.01  # None: the optimiser's STUDY.md default
-momentum: float | None = None
-weight_decay: float | None = 0.0  # coupled L2 (SGD)
-schedule = "constant"
-batch_size = 128
-epochs = 2
-data = "synthetic"
-data_root = "data"
-n_train: int | None = 256  # None: all 45,000 after the validation split
-n_val = 128
-n_test: int | None = 128  # None: all 10,000
-train_eval_size: int | None = None
-split_seed = 0
-augment = False
-device = "auto"
-precision = "fp32"  # fp32 | tf32 (CUDA) | bf16
-channels_last = True
-compile = False
-checkpoint_every = 0  # epochs between checkpoints (0: none); a killed run resumes from the newest
 
 # %%
 from initmem import metrics, point_report
-from initmem.notebook import refuse_undeclared
+from initmem.notebook import checked_parameters
 from initmem.point import run_point
 
-refuse_undeclared(globals())  # papermill only warns about a parameter this notebook does not declare
-runs = run_point(globals())  # the point's runs from the parameters above (config.point_configs), as the sweep builds them
+runs = run_point(checked_parameters(globals()))  # a misspelt or mistyped -p is refused here, before training
 
 # %% [markdown]
 # The point as a researcher reads it: per `sigma_w` (mean ± std over seeds), the test accuracy at the selected

@@ -16,14 +16,17 @@
 # %% [markdown]
 # # 04 — Batch size: larger batches slow forgetting
 #
-# Tests finding **5** of STUDY.md (and **7**). ResNet-9 trained with SGD and with Adam at batch sizes
-# b in {16, 32, 64, 128, 256}, each at every `sigma_w`, for the same number of epochs. At a fixed learning rate and
-# epoch count, a larger batch means fewer steps and a smaller `T_SGD = (1/b) sum eta_k^2` (it falls as 1/b^2 per
-# epoch), so SGD should forget less and its spread across `sigma_w` grow with b; Adam runs on
-# `T_adapt = sum eta_k` and should stay near a small spread.
+# Tests finding **5** of STUDY.md (and **7**). ResNet-9 trained with SGD and with Adam (`optimizer`) at batch sizes
+# b in {16, 32, 64, 128, 256} (`batch_size`), each at every `sigma_w`, for the same number of epochs. At a fixed
+# learning rate (`lr`, the optimiser's default) and epoch count, a larger batch means fewer steps and a smaller
+# `T_SGD = (1/b) sum eta_k^2` (it falls as 1/b^2 per epoch), so SGD should forget less and its spread across
+# `sigma_w` grow with b; Adam runs on `T_adapt = sum eta_k` and should stay near a small spread.
 #
-# The defaults below are a seconds-long smoke run on synthetic data; `params/04_batch_size.yaml` holds the
-# `smoke`, `cpu` and `paper` profiles.
+# The parameters cell below holds what this section varies, with seconds-long smoke defaults. Any other TrainConfig
+# field (docs/fields.md: `eval_every`, `data`, `n_train`, `precision`, ...) may be added to it or given with
+# `initmem run -p`; a field set nowhere takes its smoke value from `initmem.notebook.SMOKE` (synthetic data, a
+# 1/16-width network, 2 epochs), else TrainConfig's default. `params/04_batch_size.yaml` holds the `smoke`, `cpu`
+# and `paper` profiles.
 
 # %% tags=["parameters"]
 # where and what to sweep (notebook-level)
@@ -33,37 +36,17 @@ sigma_ws = [0.1, 1.0, 2.5]  # the init scales the spread is taken across
 seeds = [0]
 population = True  # train the missing sigma_w x seed runs as one population (False: one by one)
 progress = True
-# TrainConfig fields, held fixed across sigma_w
-arch = "resnet9"
-width = 0.0625
-optimizer = "sgd"
-lr: float | None = None  # None: the optimiser's STUDY.md default
-momentum: float | None = None
-weight_decay: float | None = None
-schedule = "constant"
+# what this section varies: the batch size, for SGD and Adam at their default learning rates
 batch_size = 128
-epochs = 2
-data = "synthetic"
-data_root = "data"
-n_train: int | None = 256  # None: all 45,000 after the validation split
-n_val = 128
-n_test: int | None = 128  # None: all 10,000
-train_eval_size: int | None = None
-split_seed = 0
-augment = False
-device = "auto"
-precision = "fp32"  # fp32 | tf32 (CUDA) | bf16
-channels_last = True
-compile = False
-checkpoint_every = 0  # epochs between checkpoints (0: none); a killed run resumes from the newest
+optimizer = "sgd"  # sgd | adam
+lr = None  # None: the optimiser's STUDY.md default
 
 # %%
 from initmem import metrics, point_report
-from initmem.notebook import refuse_undeclared
+from initmem.notebook import checked_parameters
 from initmem.point import run_point
 
-refuse_undeclared(globals())  # papermill only warns about a parameter this notebook does not declare
-runs = run_point(globals())  # the point's runs from the parameters above (config.point_configs), as the sweep builds them
+runs = run_point(checked_parameters(globals()))  # a misspelt or mistyped -p is refused here, before training
 
 # %% [markdown]
 # The point as a researcher reads it: per `sigma_w` (mean ± std over seeds), the test accuracy at the selected

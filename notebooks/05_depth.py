@@ -17,12 +17,17 @@
 # # 05 — Depth: deep ResNets fail to train instead
 #
 # Tests finding **6** of STUDY.md. ResNet-9, ResNet-56 and ResNet-110 (He et al.'s CIFAR ResNets, option-A
-# shortcuts) trained with SGD and with Adam at every `sigma_w`. In the deep networks bad forgetting should show
-# differently: at large `sigma_w` runs often fail to interpolate (never reach 99.5 % training accuracy) rather than
-# interpolating to a worse solution. Besides the spread, the notebook records which runs fail to interpolate.
+# shortcuts; `arch`) trained with SGD and with Adam (`optimizer`) at every `sigma_w`. In the deep networks bad
+# forgetting should show differently: at large `sigma_w` runs often fail to interpolate (never reach 99.5 % training
+# accuracy) rather than interpolating to a worse solution. Besides the spread, the notebook records which runs fail
+# to interpolate.
 #
-# The defaults below are a seconds-long smoke run on synthetic data (ResNet-20, the shallowest of the family,
-# stands in for the deep ones); `params/05_depth.yaml` holds the `smoke`, `cpu` and `paper` profiles.
+# The parameters cell below holds what this section varies, with seconds-long smoke defaults. Any other TrainConfig
+# field (docs/fields.md: `eval_every`, `data`, `n_train`, `precision`, ...) may be added to it or given with
+# `initmem run -p`; a field set nowhere takes its smoke value from `initmem.notebook.SMOKE` (synthetic data, a
+# 1/16-width network, 2 epochs), else TrainConfig's default. In the smoke defaults ResNet-20 at `width` 0.25, the
+# shallowest of the family, stands in for the deep ones; `params/05_depth.yaml` holds the `smoke`, `cpu` and `paper`
+# profiles.
 
 # %% tags=["parameters"]
 # where and what to sweep (notebook-level)
@@ -32,37 +37,17 @@ sigma_ws = [0.1, 1.0, 2.5]  # the init scales the spread is taken across
 seeds = [0]
 population = True  # train the missing sigma_w x seed runs as one population (False: one by one)
 progress = True
-# TrainConfig fields, held fixed across sigma_w
+# what this section varies: the network's depth, for SGD and Adam
 arch = "resnet20"  # resnet9 | resnet20 | resnet56 | resnet110
-width = 0.25
-optimizer = "sgd"
-lr: float | None = None  # None: the optimiser's STUDY.md default
-momentum: float | None = None
-weight_decay: float | None = None
-schedule = "constant"
-batch_size = 128
-epochs = 2
-data = "synthetic"
-data_root = "data"
-n_train: int | None = 256  # None: all 45,000 after the validation split
-n_val = 128
-n_test: int | None = 128  # None: all 10,000
-train_eval_size: int | None = None
-split_seed = 0
-augment = False
-device = "auto"
-precision = "fp32"  # fp32 | tf32 (CUDA) | bf16
-channels_last = True
-compile = False
-checkpoint_every = 0  # epochs between checkpoints (0: none); a killed run resumes from the newest
+width = 0.25  # channel multiplier (ResNet-20's narrowest layer has 16 channels at width 1)
+optimizer = "sgd"  # sgd | adam
 
 # %%
 from initmem import metrics, point_report
-from initmem.notebook import refuse_undeclared
+from initmem.notebook import checked_parameters
 from initmem.point import run_point
 
-refuse_undeclared(globals())  # papermill only warns about a parameter this notebook does not declare
-runs = run_point(globals())  # the point's runs from the parameters above (config.point_configs), as the sweep builds them
+runs = run_point(checked_parameters(globals()))  # a misspelt or mistyped -p is refused here, before training
 
 # %% [markdown]
 # The point as a researcher reads it: per `sigma_w` (mean ± std over seeds), the test accuracy at the selected

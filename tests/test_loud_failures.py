@@ -26,13 +26,13 @@ import yaml
 
 from initmem import checkpoint, cli
 from initmem.errors import CheckpointError, ConfigError
-from initmem.notebook import refuse_undeclared
+from initmem.notebook import SMOKE, checked_parameters
 from initmem.params import load_section, load_yaml, yaml_error_line
 
 HEADER = ("# ---\n# jupyter:\n#   kernelspec:\n#     display_name: Python 3\n#     language: python\n"
           "#     name: python3\n# ---\n")
 PARAMS_CELL = 'lr: float | None = None\noptimizer = "sgd"\nepochs = 2\nmarks = [1]\n'
-CHECK_CELL = "from initmem.notebook import refuse_undeclared\nrefuse_undeclared(globals())\n"
+CHECK_CELL = "from initmem.notebook import checked_parameters\nchecked_parameters(globals())\n"
 TINY = f"""\
 # %% tags=["parameters"]
 {PARAMS_CELL}
@@ -98,40 +98,74 @@ def test_a_bad_run_in_any_profile_fails_when_the_file_loads(tmp_path, profile, n
     assert needle in str(exc.value) and "t.yaml profile 'paper' point " in str(exc.value)
 
 
-# --- notebooks refuse undeclared parameters --------------------------------------------------------------------
+# --- notebooks refuse what they do not accept ------------------------------------------------------------------
 def _namespace(injected: str | None, **values) -> dict:
     cells = ["", PARAMS_CELL, *([injected] if injected is not None else []), CHECK_CELL]
     return {"In": cells, "lr": None, "optimizer": "sgd", "epochs": 2, "marks": [1], **values}
 
 
-def test_refuse_undeclared_names_the_unknown_parameter_and_the_closest_declared_one():
+SECTION_CELL = 'results_dir = "r"\nsection = "s"\nsigma_ws = [0.5]\nseeds = [0]\noptimizer = "sgd"\n'
+
+
+def _section(injected: str, **values) -> dict:
+    return {"In": ["", SECTION_CELL, injected, CHECK_CELL], "results_dir": "r", "section": "s", "sigma_ws": [0.5],
+            "seeds": [0], "optimizer": "sgd", **values}
+
+
+def test_checked_parameters_names_the_unknown_parameter_and_the_closest_declared_one():
     ns = _namespace('# Parameters\noptimiser = "adam"\n', optimiser="adam")
     with pytest.raises(ConfigError, match=r"unknown parameter 'optimiser' \(did you mean 'optimizer'\?\); "
                                           r"accepted: lr, optimizer, epochs, marks$"):
-        refuse_undeclared(ns)
+        checked_parameters(ns)
 
 
-def test_refuse_undeclared_converts_and_type_checks_what_was_injected():
+def test_checked_parameters_converts_and_type_checks_what_was_injected():
     ns = _namespace('# Parameters\nlr = "1e-3"\nepochs = 3\nmarks = [2, 3]\n', lr="1e-3", epochs=3, marks=[2, 3])
-    refuse_undeclared(ns)
+    assert checked_parameters(ns) is ns
     assert ns["lr"] == 0.001 and isinstance(ns["lr"], float) and ns["epochs"] == 3
     ns = _namespace('# Parameters\nepochs = "many"\n', epochs="many")
     with pytest.raises(ConfigError, match=r"parameter epochs='many' has type str; expected int"):
-        refuse_undeclared(ns)
+        checked_parameters(ns)
 
 
-def test_refuse_undeclared_checks_nothing_where_nothing_was_injected():
-    refuse_undeclared(_namespace(None, stray=1))  # JupyterLab: the cells the user ran, no papermill cell
-    refuse_undeclared({"lr": None, "stray": 1})  # a script: no IPython `In`
-    refuse_undeclared({"In": [""], "stray": 1})
+def test_checked_parameters_checks_nothing_where_nothing_was_injected():
+    checked_parameters(_namespace(None, stray=1))  # JupyterLab: the cells the user ran, no papermill cell
+    checked_parameters({"lr": None, "stray": 1})  # a script: no IPython `In`
+    checked_parameters({"In": [""], "stray": 1})
 
 
-def test_refuse_undeclared_builds_a_section_notebooks_runs():
-    cell = 'results_dir = "r"\nsection = "s"\nsigma_ws = [0.5]\nseeds = [0]\noptimizer = "sgd"\n'
-    ns = {"In": ["", cell, '# Parameters\noptimizer = "adagrad"\n', CHECK_CELL], "results_dir": "r", "section": "s",
-          "sigma_ws": [0.5], "seeds": [0], "optimizer": "adagrad"}
+def test_checked_parameters_builds_a_section_notebooks_runs():
     with pytest.raises(ConfigError, match="TrainConfig.optimizer='adagrad' is invalid"):
-        refuse_undeclared(ns)
+        checked_parameters(_section('# Parameters\noptimizer = "adagrad"\n', optimizer="adagrad"))
+
+
+def test_a_section_notebook_accepts_every_train_config_field_typed_and_checked_by_train_config(capsys):
+    injected = '# Parameters\neval_every = 2\nwarmup_epochs = "1e-1"\nepochs = 4\n'  # none of them in the cell
+    ns = checked_parameters(_section(injected, eval_every=2, warmup_epochs="1e-1", epochs=4))
+    assert ns["eval_every"] == 2 and ns["warmup_epochs"] == 0.1 and isinstance(ns["warmup_epochs"], float)
+    unset = {k: v for k, v in SMOKE.items() if k != "epochs"}
+    assert {k: ns[k] for k in unset} == unset  # what nothing set runs at the smoke scale, and says so
+    assert capsys.readouterr().out == ("at the smoke scale (initmem.notebook.SMOKE; set them in the parameters cell "
+                                       "or with -p): " + ", ".join(f"{k}={v!r}" for k, v in unset.items()) + "\n")
+    for injected, value, needle in [
+            ("eval_evry = 2", 2, r"unknown parameter 'eval_evry' \(did you mean 'eval_every'\?\); accepted: "
+                                 r"results_dir, section, sigma_ws, seeds, optimizer and every TrainConfig field but "
+                                 r"sigma_w, seed \(docs/fields.md\)$"),
+            ("eval_every = 'x'", "x", r"parameter eval_every='x' has type str; expected int$"),
+            ("eval_every = 9", 9, r"TrainConfig.eval_every=9 is invalid: an integer in \[1, 2\]$"),
+            ("sigma_w = 2", 2, r"unknown parameter 'sigma_w' \(did you mean 'sigma_ws'\?\)")]:
+        name = injected.split(" ")[0]
+        with pytest.raises(ConfigError, match=needle):
+            checked_parameters(_section(f"# Parameters\n{injected}\n", **{name: value}))
+
+
+SECTION_TINY = f"""\
+# %% tags=["parameters"]
+{SECTION_CELL}lr = None
+
+# %%
+{CHECK_CELL}print("lr", lr, "eval_every", eval_every, "data", data)
+"""
 
 
 def _papermill(nb: Path, out: Path, *args: str) -> subprocess.CompletedProcess:
@@ -141,19 +175,40 @@ def _papermill(nb: Path, out: Path, *args: str) -> subprocess.CompletedProcess:
                           capture_output=True, text=True, env=faults.env(), cwd=nb.parent, timeout=300)
 
 
-def test_plain_papermill_with_an_unknown_parameter_fails_with_one_line_in_the_notebook(tmp_path):
-    nb = _notebook(tmp_path / "nb.py", TINY)
-    proc = _papermill(nb, tmp_path / "bad.ipynb", "-p", "optimiser", "adam")
+def test_plain_papermill_ends_with_the_one_line_refusal_and_warns_only_for_fields_the_cell_does_not_list(tmp_path):
+    nb = _notebook(tmp_path / "nb.py", SECTION_TINY)
+    proc = _papermill(nb, tmp_path / "bad.ipynb", "-p", "lr", "0.1", "-p", "eval_evry", "2")
     assert proc.returncode != 0
-    assert "ConfigError: papermill parameters: unknown parameter 'optimiser' (did you mean 'optimizer'?)" in proc.stderr
+    last = proc.stderr.strip().splitlines()[-1]  # papermill's own frames come first: the refusal is the last line
+    assert re.fullmatch(r"ConfigError: papermill parameters: unknown parameter 'eval_evry' \(did you mean "
+                        r"'eval_every'\?\); accepted: [^\n]+ and every TrainConfig field but sigma_w, seed "
+                        r"\(docs/fields\.md\)", last), last
     (error,) = [o for c in nbformat.read(tmp_path / "bad.ipynb", as_version=4).cells if c.cell_type == "code"
                 for o in c.get("outputs", []) if o.output_type == "error"]
-    assert error.ename == "ConfigError" and len(error.traceback) == 1  # the notebook shows one line, too
-    proc = _papermill(nb, tmp_path / "ok.ipynb", "-y", "lr: 1e-3\nepochs: 3")  # YAML 1.1 injects "1e-3", a str
+    assert error.ename == "ConfigError" and error.traceback == [last]  # the notebook shows that one line, too
+    # YAML 1.1 injects "1e-3", a str; eval_every is no line of the cell: papermill warns, the notebook accepts it
+    proc = _papermill(nb, tmp_path / "ok.ipynb", "-y", "lr: 1e-3\neval_every: 2\nepochs: 3")
     assert proc.returncode == 0, proc.stderr
+    assert "Passed unknown parameter: eval_every" in proc.stderr  # papermill's, documented in the README
+    assert "Passed unknown parameter: lr" not in proc.stderr  # the cell's own names parse (no annotations)
     text = "".join(o.get("text", "") for c in nbformat.read(tmp_path / "ok.ipynb", as_version=4).cells
                    if c.cell_type == "code" for o in c.get("outputs", []))
-    assert "lr 0.001 optimizer sgd epochs 3" in text
+    assert "lr 0.001 eval_every 2 data synthetic" in text
+
+
+@pytest.mark.parametrize("args, line", [
+    (["-p", "eval_evry", "5"], r"unknown parameter 'eval_evry' \(did you mean 'eval_every'\?\); accepted: results_dir, "
+                               r"section, sigma_ws, seeds, population, progress, optimizer, lr, momentum, weight_decay "
+                               r"and every TrainConfig field but sigma_w, seed \(docs/fields.md\)"),
+    (["-p", "eval_every", "five"], r"parameter eval_every='five' has type str; expected int"),
+    (["-p", "eval_every", "5", "-p", "epochs", "2"], r"TrainConfig.eval_every=5 is invalid: an integer in \[1, 2\]"),
+])  # fmt: skip
+def test_initmem_run_answers_a_bad_field_of_a_section_notebook_in_one_line_before_any_kernel(tmp_path, capsys, args,
+                                                                                            line):
+    assert cli.main(["run", str(faults.REPO / "notebooks" / "01_optimizers.py"), *args, "--cwd", str(tmp_path)]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and re.fullmatch(rf"initmem run: error: (\S+01_optimizers\.py: )?{line}\n", err), err
+    assert not (tmp_path / "results").exists()
 
 
 # --- quiet kernels, executed notebooks named by point ----------------------------------------------------------
@@ -172,13 +227,13 @@ results_dir = "results/adhoc"
 section = "t"
 sigma_ws = [0.5]
 seeds = [0]
-lr: float | None = None
+lr = None
 arch = "resnet9"
 width = 0.0625
 data = "synthetic"
-n_train: int | None = 64
+n_train = 64
 n_val = 32
-n_test: int | None = 32
+n_test = 32
 batch_size = 32
 epochs = 1
 device = "cpu"
@@ -186,8 +241,8 @@ channels_last = False
 progress = False
 
 # %%
-from initmem.notebook import refuse_undeclared
-refuse_undeclared(globals())
+from initmem.notebook import checked_parameters
+checked_parameters(globals())
 
 # %%
 from initmem.point import run_point
@@ -199,8 +254,12 @@ def test_initmem_run_names_the_executed_copy_by_point_and_prints_it_with_the_poi
     nb = _notebook(tmp_path / "sec.py", SECTION_NB)
     printed = []
     for lr in ("0.01", "0.02", "0.01"):
-        assert cli.main(["run", str(nb), "-p", "lr", lr, "--cwd", str(tmp_path), "--quiet"]) == 0
-        lines = capsys.readouterr().out.splitlines()
+        # eval_every is no line of the cell: accepted, and papermill's "Passed unknown parameter" is not printed
+        assert cli.main(["run", str(nb), "-p", "lr", lr, "-p", "eval_every", "1", "--cwd", str(tmp_path),
+                         "--quiet"]) == 0
+        out, err = capsys.readouterr()
+        assert "unknown parameter" not in err, err
+        lines = out.splitlines()
         assert re.fullmatch(r"point sec-[0-9a-f]{6}: runs=1/1 acc@0\.5=[\d.]+ spread_pp=\S+ .*", lines[-2]), lines
         assert lines[-1].startswith("executed notebook: ")
         printed.append(Path(lines[-1].removeprefix("executed notebook: ")))

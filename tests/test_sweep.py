@@ -76,6 +76,9 @@ def test_points_expand_the_grid_with_fixed_values_and_stable_readable_ids(tmp_pa
     ("fixed: {sigma_ws: [0.1, x]}", ["sigma_ws=[0.1, 'x']", "list[float]"]),
     ("fixed: {epochs: true}", ["epochs=True", "expected int"]),
     ("grid: {n_train: [64, 6.5]}", ["n_train=6.5", "int | None"]),
+    ("fixed: {eval_evry: 2}", ["unknown parameter 'eval_evry'", "did you mean 'eval_every'", "every TrainConfig"]),
+    ("fixed: {deterministic: 1}", ["deterministic=1", "expected bool"]),
+    ("fixed: {seed: 1}", ["unknown parameter 'seed'", "did you mean 'seeds'"]),
 ])
 def test_a_bad_name_or_type_fails_on_load_naming_key_value_and_type(tmp_path, profile, message):
     path = _repo(tmp_path, f"smoke:\n  {profile}\n")
@@ -85,6 +88,24 @@ def test_a_bad_name_or_type_fails_on_load_naming_key_value_and_type(tmp_path, pr
         assert m in str(e.value)
     assert "\n" not in str(e.value)
     assert not (tmp_path / "out").exists()  # failed before anything ran
+
+
+def test_a_profile_sets_any_train_config_field_the_notebook_does_not_list(tmp_path):
+    path = _repo(tmp_path, "paper:\n  fixed: {eval_every: 2, epochs: 4, deterministic: true, compile: true, "
+                           "eval_batch_size: 256, sigma_ws: [0.5]}\n")
+    section = load_section(path)
+    assert not section.declared["eval_every"].in_cell and section.declared["eval_every"].type == "int"
+    (c,) = point_configs(section.effective(section.points("paper")[0]))
+    assert (c.eval_every, c.epochs, c.deterministic, c.compile, c.eval_batch_size) == (2, 4, True, True, 256)
+    assert (c.data, c.n_train, c.schedule) == ("synthetic", 256, "constant")  # unset: notebook.SMOKE, TrainConfig's
+
+
+def test_a_point_id_does_not_change_when_the_cell_lists_a_field_at_its_default(tmp_path):
+    ids = [p.point_id for p in load_section(_repo(tmp_path, TINY)).points("smoke")]
+    nb = tmp_path / "notebooks" / "t.py"
+    nb.write_text(nb.read_text().replace('progress = True\n', 'progress = True\nschedule = "constant"\n'))
+    assert load_section(tmp_path / "params" / "t.yaml").declared["schedule"].in_cell
+    assert [p.point_id for p in load_section(tmp_path / "params" / "t.yaml").points("smoke")] == ids
 
 
 def test_yaml_1e_3_is_the_float_it_looks_like(tmp_path):
