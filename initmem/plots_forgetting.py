@@ -155,5 +155,7 @@ def _unfold_panel(ax, t: pd.DataFrame, cs: pd.DataFrame, clock: str, collapse: p
         ax.xaxis.set_minor_formatter(ticker.NullFormatter())
     text = ("no clock bin shared by two configurations" if math.isnan(collapse["dispersion_pp"]) else
             f"at equal clock: ±{collapse['dispersion_pp']:.1f} pp, ratio {collapse['collapse_ratio']:.2f}")
+    if abs(collapse["ratio_theta_configs"] - collapse["collapse_ratio"]) > 1e-9:  # False for NaN: nothing to add
+        text += f"\nratio on the configurations with Θ: {collapse['ratio_theta_configs']:.2f}"
     ax.text(0.98, 0.97, text, transform=ax.transAxes, ha="right", va="top", fontsize=6, color="0.3", zorder=5,
             bbox={"boxstyle": "square,pad=0.15", "facecolor": "white", "edgecolor": "none", "alpha": 0.8})

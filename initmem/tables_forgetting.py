@@ -268,37 +268,64 @@ def _spreads(acc: pd.DataFrame, g: pd.DataFrame) -> dict:
 def collapse_table(unfold: pd.DataFrame, per_decade: int = 4) -> pd.DataFrame:
     """How well F12's lines fall onto one curve: per selection rule and clock (`UNFOLD_CLOCKS`), over the
     `unfolding_table` rows with a positive clock, each configuration's mean spread in each log-clock bin
-    (`per_decade` bins per decade); in the bins that two or more configurations reach (`n_bins`), the std across
-    configurations of those means (`dispersion_pp`, averaged over the bins: the spread's disagreement at equal
-    clock) and its ratio to the std of every such mean of those bins (`collapse_ratio`: ~0 when the lines collapse,
-    ~1 or more when the clock says nothing about the spread). `n_configs` counts the configurations with the clock; NaN
-    where no bin is shared."""
+    (`per_decade` bins per decade); in the bins that two or more configurations reach (`n_bins`; `configs_per_bin`
+    on average), the std across configurations of those means (`dispersion_pp`, averaged over the bins: the
+    spread's disagreement at equal clock) and its ratio to the std of every such mean of those bins
+    (`collapse_ratio`: ~0 when the lines collapse, ~1 or more when the clock says nothing about the spread).
+    `n_configs` counts the configurations with the clock. The clocks reach different configurations (T_L2 only
+    those with weight decay, Θ only those with the instruments), so `ratio_theta_configs` is the ratio over the
+    configurations that have Θ: the same set in every column but T_L2's (those with weight decay among them). A
+    clock that spreads the configurations apart shares few bins, each with few of them: read n_bins and
+    configs_per_bin beside the ratio. NaN where no bin is shared."""
+    with_theta = unfold.loc[unfold["Theta_slowest"] > 0, "config"].unique()
     rows = []
     for rule in dict.fromkeys(unfold["rule"]):
         t = unfold[unfold["rule"] == rule]
         for clock in UNFOLD_CLOCKS:
             ok = t[(t[clock] > 0) & t["spread_pp"].notna()]
-            means = ok.groupby([np.floor(np.log10(ok[clock].to_numpy(float)) * per_decade), ok["config"]])[
-                "spread_pp"].mean() if len(ok) else pd.Series(dtype=float)
-            shared = means.groupby(level=0).filter(lambda x: len(x) >= 2)
-            disp = float(shared.groupby(level=0).std(ddof=1).mean()) if len(shared) else math.nan
-            total = float(shared.std(ddof=1)) if len(shared) >= 2 else math.nan
-            rows.append({"rule": rule, "clock": clock, "n_configs": ok["config"].nunique(),
-                         "n_bins": shared.index.get_level_values(0).nunique() if len(shared) else 0,
-                         "dispersion_pp": disp, "collapse_ratio": disp / total if total else math.nan})
-    return table_cells.finish(pd.DataFrame(rows), {"dispersion_pp": "{:.1f}", "collapse_ratio": "{:.2f}"})
+            n_bins, per_bin, disp, ratio = _collapse(ok, clock, per_decade)
+            rows.append({"rule": rule, "clock": clock, "n_configs": ok["config"].nunique(), "n_bins": n_bins,
+                         "configs_per_bin": per_bin, "dispersion_pp": disp, "collapse_ratio": ratio,
+                         "ratio_theta_configs": _collapse(ok[ok["config"].isin(with_theta)], clock, per_decade)[3]})
+    return table_cells.finish(pd.DataFrame(rows), {"configs_per_bin": "{:.1f}", "dispersion_pp": "{:.1f}",
+                                                   "collapse_ratio": "{:.2f}", "ratio_theta_configs": "{:.2f}"})
+
+
+def _collapse(ok: pd.DataFrame, clock: str, per_decade: int) -> tuple[int, float, float, float]:
+    """(shared bins, configurations per shared bin, dispersion pp, ratio) of `collapse_table` for rows `ok`."""
+    if ok.empty:
+        return 0, math.nan, math.nan, math.nan
+    bins = np.floor(np.log10(ok[clock].to_numpy(float)) * per_decade)
+    means = ok.groupby([bins, ok["config"].to_numpy()])["spread_pp"].mean()
+    shared = means.groupby(level=0).filter(lambda x: len(x) >= 2)
+    if shared.empty:
+        return 0, math.nan, math.nan, math.nan
+    per_bin = shared.groupby(level=0)
+    disp, total = float(per_bin.std(ddof=1).mean()), float(shared.std(ddof=1))
+    return per_bin.ngroups, float(per_bin.size().mean()), disp, disp / total if total else math.nan
 
 
 def collapse_sentence(collapse: pd.DataFrame | str, rule: str = metrics.DEFAULT_RULE) -> str:
-    """F12's caption from `collapse_table`: 'collapse ratio (lowest validation loss; 0 = one curve, 1 = none):
-    T_SGD 0.91, T_adapt 0.89, T_L2 0.70 (5 configurations), Θ 0.69 (11)' ('–' where no bin is shared; the
-    configuration count where a clock has fewer than the others). '' for a placeholder message string."""
+    """F12's caption from `collapse_table`: 'collapse ratio under lowest validation loss selection (0 = one curve,
+    1 = the clock says nothing; 23 configurations): T_SGD 0.91 (0.53 on Θ's 11), T_adapt 0.89 (0.59 on Θ's 11),
+    T_L2 0.70 (5 configurations), Θ 0.69 (11 configurations)' ('–' where no bin is shared). '' for a placeholder
+    message string."""
     if not isinstance(collapse, pd.DataFrame) or collapse.empty:
         return ""
     c = collapse[collapse["rule"] == rule]
     n = int(c["n_configs"].max())
-    names = {"Theta_slowest": "Θ"}
-    parts = [f"{names.get(r.clock, r.clock)} {'–' if math.isnan(r.collapse_ratio) else f'{r.collapse_ratio:.2f}'}"
-             + (f" ({r.n_configs} configurations)" if r.n_configs < n else "") for r in c.itertuples()]
+    k = int(c.loc[c["clock"] == "Theta_slowest", "n_configs"].max())
+    parts = []
+    for r in c.itertuples():
+        part = f"{'Θ' if r.clock == 'Theta_slowest' else r.clock} {_ratio(r.collapse_ratio)}"
+        if r.n_configs < n:
+            part += f" ({r.n_configs} configurations)"
+        elif 0 < k < n and r.clock != "T_L2":
+            part += f" ({_ratio(r.ratio_theta_configs)} on Θ's {k})"
+        parts.append(part)
     return (f"collapse ratio under {metrics.SELECTION_RULES[rule][1]} selection (0 = one curve, 1 = the clock says "
             f"nothing; {n} configurations): " + ", ".join(parts))
+
+
+def _ratio(x: float) -> str:
+    return "–" if math.isnan(x) else f"{x:.2f}"

@@ -320,7 +320,7 @@ def test_collapse_table_measures_the_disagreement_at_equal_clock():
     c = tf.collapse_table(tf.unfolding_table(runs, h)).set_index(["rule", "clock"])
     # both configurations share T_SGD and Θ and their spreads agree there: one curve
     assert c.loc[("val_loss", "T_SGD"), ["dispersion_pp", "collapse_ratio"]].tolist() == pytest.approx([0, 0])
-    assert c.loc[("last", "Theta_slowest"), "n_bins"] >= 2
+    assert c.loc[("last", "Theta_slowest"), "n_bins"] >= 2 and c.loc[("last", "Theta_slowest"), "configs_per_bin"] == 2
     # T_adapt = 10 lr e puts them a decade apart: no bin is shared; T_L2 is zero for both
     assert c.loc[("val_loss", "T_adapt"), "n_bins"] == 0 and math.isnan(c.loc[("val_loss", "T_adapt"),
                                                                                "dispersion_pp"])
@@ -330,6 +330,13 @@ def test_collapse_table_measures_the_disagreement_at_equal_clock():
     a = tf.collapse_table(apart).set_index("clock")
     assert a.loc["T_SGD", "dispersion_pp"] == pytest.approx(math.sqrt(200)) and a.loc["T_SGD", "n_bins"] == 2
     assert a.loc["T_SGD", "collapse_ratio"] > 1  # at equal clock they disagree as much as anywhere
+    assert math.isnan(a.loc["T_SGD", "ratio_theta_configs"])  # neither configuration has Θ
+    some = apart.assign(Theta_slowest=[0.1, 1.0, np.nan, np.nan], spread_pp=[10.0, 20.0, 30.0, 30.0])
+    s = tf.collapse_table(pd.concat([some, some.assign(config=2, spread_pp=[10.0, 20.0, 10.0, 20.0])]))
+    s = s.set_index("clock")  # configurations 0 and 2 have Θ and agree on T_SGD: 0 there, not over all three
+    assert s.loc["T_SGD", "ratio_theta_configs"] == 0 and s.loc["T_SGD", "collapse_ratio"] > 0.5
+    assert "T_SGD" in tf.collapse_sentence(s.reset_index()) and "(0.00 on Θ's 2)" in tf.collapse_sentence(
+        s.reset_index())
     sentence = tf.collapse_sentence(c.reset_index())
     assert sentence.startswith("collapse ratio under lowest validation loss selection") and "T_SGD 0.00" in sentence
     assert "T_adapt –" in sentence and "T_L2 – (0 configurations)" in sentence
