@@ -308,7 +308,7 @@ def _collapse(ok: pd.DataFrame, clock: str, per_decade: int) -> tuple[int, float
 def collapse_sentence(collapse: pd.DataFrame | str, rule: str = metrics.DEFAULT_RULE) -> str:
     """F12's caption from `collapse_table`: 'collapse ratio under lowest validation loss selection (0 = one curve,
     1 = the clock says nothing; 23 configurations): T_SGD 0.91 (0.53 on Θ's 11), T_adapt 0.89 (0.59 on Θ's 11),
-    T_L2 0.70 (5 configurations), Θ 0.69 (11 configurations)' ('–' where no bin is shared). '' for a placeholder
+    T_L2 0.70 (5 configuration(s)), Θ 0.69 (11 configuration(s))' ('–' where no bin is shared). '' for a placeholder
     message string."""
     if not isinstance(collapse, pd.DataFrame) or collapse.empty:
         return ""
@@ -319,7 +319,7 @@ def collapse_sentence(collapse: pd.DataFrame | str, rule: str = metrics.DEFAULT_
     for r in c.itertuples():
         part = f"{'Θ' if r.clock == 'Theta_slowest' else r.clock} {_ratio(r.collapse_ratio)}"
         if r.n_configs < n:
-            part += f" ({r.n_configs} configurations)"
+            part += f" ({r.n_configs} configuration(s))"
         elif 0 < k < n and r.clock != "T_L2":
             part += f" ({_ratio(r.ratio_theta_configs)} on Θ's {k})"
         parts.append(part)

@@ -339,7 +339,7 @@ def test_collapse_table_measures_the_disagreement_at_equal_clock():
         s.reset_index())
     sentence = tf.collapse_sentence(c.reset_index())
     assert sentence.startswith("collapse ratio under lowest validation loss selection") and "T_SGD 0.00" in sentence
-    assert "T_adapt –" in sentence and "T_L2 – (0 configurations)" in sentence
+    assert "T_adapt –" in sentence and "T_L2 – (0 configuration(s))" in sentence
     assert tf.collapse_sentence("T8: no results") == ""
 
 
