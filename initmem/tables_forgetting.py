@@ -218,23 +218,26 @@ def unfolding_table(runs: pd.DataFrame, histories: pd.DataFrame | None = None,
     h = h[h["run_id"].isin(confs["run_id"]) & (h["epoch"] >= 1)]
     if h.empty:
         raise NoResults("no training history")
-    h = h[[c for c in ("run_id", "epoch", "val_loss", "val_acc", "test_acc", "T_SGD", "T_L2", "T_adapt", "Theta")
+    # one run id can be in two sections (the same config run by both): a history is its section's and run id's
+    key = ["section", "run_id"] if "section" in h.columns else ["run_id"]
+    h = h[[c for c in (*key, "epoch", "val_loss", "val_acc", "test_acc", "T_SGD", "T_L2", "T_adapt", "Theta")
            if c in h.columns]]  # what is read: selecting on a narrow frame is several times faster
-    by_run = {rid: hh.sort_values("epoch") for rid, hh in h.groupby("run_id")}
+    by_run = {k: hh.sort_values("epoch") for k, hh in h.groupby(key)}
     frames = []
     for cid, g in confs.groupby("config", sort=True):
-        g = g[g["run_id"].isin(by_run)]
+        g = g[[k in by_run for k in g[key].itertuples(index=False, name=None)]]
         if g.empty:
             continue
-        epochs = sorted(set().union(*(by_run[r]["epoch"] for r in g["run_id"])))
-        clocks = {c: _at_epochs(g, by_run, c, epochs) for c in ("T_SGD", "T_L2", "T_adapt", "Theta")}
+        hs = [by_run[k] for k in g[key].itertuples(index=False, name=None)]  # the runs' histories, in g's order
+        epochs = sorted(set().union(*(hh["epoch"] for hh in hs)))
+        clocks = {c: _at_epochs(hs, c, epochs) for c in ("T_SGD", "T_L2", "T_adapt", "Theta")}
         theta = clocks.pop("Theta").groupby(g["sigma_w"].to_numpy()).mean().min(axis=0)
         base = {"section": g["section"].iloc[0], "config": cid, "label": g["label"].iloc[0],
                 "n_sigma": g["sigma_w"].nunique(), **{c: v.mean(axis=0).to_numpy() for c, v in clocks.items()},
                 "Theta_slowest": theta.to_numpy()}
         for rule in rules:
-            acc = pd.DataFrame([metrics.test_at_best_by_epoch(by_run[r], rule).reindex(epochs, method="ffill")
-                                for r in g["run_id"]], columns=epochs)
+            acc = pd.DataFrame([metrics.test_at_best_by_epoch(hh, rule).reindex(epochs, method="ffill") for hh in hs],
+                               columns=epochs)
             frames.append(pd.DataFrame({**base, "rule": rule, "epoch": epochs, **_spreads(acc, g)}))
     out = pd.concat(frames, ignore_index=True)
     cols = ["section", "config", "label", "rule", "epoch", "spread_pp", "spread_pp_std", "n_sigma_in_spread",
@@ -242,11 +245,10 @@ def unfolding_table(runs: pd.DataFrame, histories: pd.DataFrame | None = None,
     return table_cells.finish(out[cols], {"T_*": "{:.3g}", "Theta_slowest": "{:.3g}"})
 
 
-def _at_epochs(g: pd.DataFrame, by_run: dict, column: str, epochs: list[int]) -> pd.DataFrame:
-    """runs × epochs: each run's `column` at each epoch it was measured at (NaN elsewhere, or without the column)."""
+def _at_epochs(hs: list[pd.DataFrame], column: str, epochs: list[int]) -> pd.DataFrame:
+    """runs × epochs: each history's `column` at each epoch it was measured at (NaN elsewhere, or without it)."""
     rows = []
-    for r in g["run_id"]:
-        h = by_run[r]
+    for h in hs:
         values = pd.to_numeric(h[column], errors="coerce").to_numpy(float) if column in h.columns else math.nan
         rows.append(pd.Series(values, index=h["epoch"].to_numpy()).reindex(epochs).to_numpy())
     return pd.DataFrame(rows, columns=epochs)

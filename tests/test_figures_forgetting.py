@@ -281,6 +281,12 @@ def test_unfolding_table_reads_each_epoch_under_each_rule():
         assert one["T_adapt"].tolist() == pytest.approx([10 * lr, 20 * lr, 30 * lr])
         assert one["Theta_slowest"].tolist() == pytest.approx([0.55, 1.05, 1.55])  # σ_w 2.0's seed mean
         assert (one["n_sigma_in_spread"] == 2).all() and (one["n_sigma"] == 2).all()
+    # the same run ids in a second section (one config run by both) with other histories: each reads its own
+    other = runs.assign(section="02_long_training")
+    both = tf.unfolding_table(pd.concat([runs, other], ignore_index=True), pd.concat(
+        [h.assign(section="03_lr_l2"), h.assign(section="02_long_training", test_acc=0.5)], ignore_index=True))
+    assert both.loc[both["section"] == "03_lr_l2", "spread_pp"].tolist() == pytest.approx(t["spread_pp"].tolist())
+    assert both.loc[both["section"] == "02_long_training", "spread_pp"].tolist() == pytest.approx([0] * 18)
     only = tf.unfolding_table(runs, h, rules=["last"])
     assert set(only["rule"]) == {"last"}
     with pytest.raises(ConfigError, match="rule='best' is invalid"):
