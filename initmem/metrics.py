@@ -34,12 +34,33 @@ def interpolation_epoch(train_acc: Sequence[float], threshold: float = 0.995) ->
     return int(hit[0]) + 1 if hit.size else None
 
 
-def best_epoch(val_loss: Sequence[float]) -> int:
-    """argmin_i val_loss[i] + 1, the first on ties, NaN ignored; all-NaN (or empty) raises ConfigError."""
-    a = _floats("val_loss", val_loss)
+# The selection rules: which epoch of a run a researcher reports. name -> (the history column it reads, what it
+# picks). "val_loss" (the paper's, the default everywhere) is the first lowest validation loss; "val_acc" the first
+# highest validation accuracy; "last" the last epoch (with a finite validation loss: a diverged epoch is no result).
+SELECTION_RULES = {"val_loss": ("val_loss", "lowest validation loss"),
+                   "val_acc": ("val_acc", "highest validation accuracy"),
+                   "last": ("val_loss", "last epoch")}
+DEFAULT_RULE = "val_loss"
+
+
+def check_rule(rule: str) -> str:
+    """`rule` when it names a selection rule (`SELECTION_RULES`), else ConfigError."""
+    if rule not in SELECTION_RULES:
+        raise ConfigError(f"rule={rule!r} is invalid: one of {', '.join(map(repr, SELECTION_RULES))} is accepted")
+    return rule
+
+
+def best_epoch(val_loss: Sequence[float], rule: str = DEFAULT_RULE) -> int:
+    """The selected 1-based position in a per-epoch sequence of the rule's column (`SELECTION_RULES`), NaN ignored:
+    rule "val_loss" argmin (the first on ties; `val_loss` is the validation losses), "val_acc" argmax of the
+    validation accuracies passed (the first on ties), "last" the last non-NaN value. No usable value (all NaN, or
+    empty) raises ConfigError."""
+    a = _floats(SELECTION_RULES[check_rule(rule)][0], val_loss)
     if np.isnan(a).all():
-        raise ConfigError("val_loss has no non-NaN value: at least one is needed to select an epoch")
-    return int(np.nanargmin(a)) + 1
+        raise ConfigError(f"{SELECTION_RULES[rule][0]} has no non-NaN value: at least one is needed to select an epoch")
+    if rule == "last":
+        return int(np.flatnonzero(~np.isnan(a))[-1]) + 1
+    return int(np.nanargmax(a) if rule == "val_acc" else np.nanargmin(a)) + 1
 
 
 def _trained(history: pd.DataFrame, upto: int | None = None) -> pd.DataFrame:
@@ -47,13 +68,39 @@ def _trained(history: pd.DataFrame, upto: int | None = None) -> pd.DataFrame:
     return (h if upto is None else h[h["epoch"] <= upto]).sort_values("epoch")
 
 
-def test_at_best(history: pd.DataFrame, upto: int | None = None) -> float:
-    """test_acc at the row (epoch >= 1, and <= upto if given) with the lowest val_loss, the earliest on ties."""
+def _rule_values(h: pd.DataFrame, rule: str) -> np.ndarray:
+    """The column `rule` reads, NaN where it cannot count (for the rules other than the default: a non-finite
+    val_loss)."""
+    values = h[SELECTION_RULES[check_rule(rule)][0]].to_numpy(dtype=float)
+    if rule != DEFAULT_RULE:
+        values = np.where(np.isfinite(h["val_loss"].to_numpy(dtype=float)), values, np.nan)
+    return values
+
+
+def test_at_best(history: pd.DataFrame, upto: int | None = None, rule: str = DEFAULT_RULE) -> float:
+    """test_acc at the row (epoch >= 1, and <= upto if given) that `rule` selects (`best_epoch`; the default: the
+    lowest val_loss, the earliest on ties). The other rules skip the rows whose val_loss is not finite (a diverged
+    epoch's validation accuracy is a broken network's)."""
     h = _trained(history, upto)
-    return float(h["test_acc"].iloc[best_epoch(h["val_loss"].to_numpy()) - 1])
+    return float(h["test_acc"].iloc[best_epoch(_rule_values(h, rule), rule) - 1])
 
 
 test_at_best.__test__ = False  # a metric, not a test: stops pytest collecting it where a test module imports it
+
+
+def test_at_best_by_epoch(history: pd.DataFrame, rule: str = DEFAULT_RULE) -> pd.Series:
+    """For every measured epoch e >= 1: `test_at_best(history, upto=e, rule=rule)`, what a researcher would have
+    reported had training stopped at e (one `best_epoch` per prefix, on arrays: fast enough for every epoch of
+    every run). Indexed by epoch; NaN where no epoch up to e has a usable value (a run diverged from its first)."""
+    h = _trained(history)
+    values = _rule_values(h, rule)
+    test = h["test_acc"].to_numpy(dtype=float)
+    out = [float(test[best_epoch(values[:i + 1], rule) - 1]) if not np.isnan(values[:i + 1]).all() else math.nan
+           for i in range(len(values))]
+    return pd.Series(out, index=h["epoch"].to_numpy(), name=f"test_acc_{rule}", dtype=float)
+
+
+test_at_best_by_epoch.__test__ = False
 
 
 def spread(values: Sequence[float]) -> float:

@@ -5,6 +5,8 @@ with nothing left raises `NoResults`.
 
 - F10 `angle_curves`: the angle from initialisation over training, per configuration and σ_w.
 - F11 `spread_vs_measured_clock`: the spread against the measured forgetting, every configuration of every section.
+- F12 `unfolding_figure`: forgetting as it unfolds: the spread had training stopped at epoch e, against each clock
+  at e, under each selection rule.
 """
 
 from __future__ import annotations
@@ -12,12 +14,13 @@ from __future__ import annotations
 import math
 
 import pandas as pd
+from matplotlib import ticker
 from matplotlib.figure import Figure
 
-from initmem import plot_style, plots, tables, tables_forgetting
+from initmem import metrics, plot_style, plots, tables, tables_forgetting
 from initmem.errors import NoResults
 
-__all__ = ["angle_curves", "spread_vs_measured_clock"]
+__all__ = ["angle_curves", "spread_vs_measured_clock", "unfolding_figure"]
 
 
 # --- F10 ---------------------------------------------------------------------------------------------------
@@ -91,3 +94,68 @@ def spread_vs_measured_clock(runs: pd.DataFrame) -> Figure:
     if handles:
         plots.config_legend(fig, handles, cs, loc="outside right center")
     return fig
+
+
+# --- F12 ---------------------------------------------------------------------------------------------------
+CLOCK_NAMES = {"T_SGD": ("T_SGD = Σ η² / b", "T_SGD"), "T_adapt": ("T_adapt = Σ η", "T_adapt"),
+               "T_L2": ("T_L2 = λ Σ η", "T_L2"),
+               "Theta_slowest": ("Θ = Σ per-step angle (rad)\nof the slowest-turning σ_w", "Θ")}
+
+
+def unfolding_figure(runs: pd.DataFrame, histories: pd.DataFrame | None = None,
+                     table: pd.DataFrame | None = None) -> Figure:
+    """F12: forgetting as it unfolds. One row per selection rule (`metrics.SELECTION_RULES`, the paper's lowest
+    validation loss first), one column per clock (`tables_forgetting.UNFOLD_CLOCKS`, log x): each configuration is
+    a line through its measured epochs e, at (clock at e, the spread across σ_w had training stopped at e), from
+    `tables_forgetting.unfolding_table` (or `table`, its frame). If a clock is the one memory follows, the lines of
+    every configuration fall onto one curve in its column; each panel states how far they disagree at equal clock
+    (`tables_forgetting.collapse_table`). Colour = section, marker = configuration within its section, as in F7
+    and F11 (a colour per configuration when there is one section). A configuration with a zero clock (T_L2
+    without weight decay) or without the instrument (Θ, runs recorded before it) cannot sit on a log axis: how
+    many are left off is said under the column."""
+    t = tables_forgetting.unfolding_table(runs, histories) if table is None else table
+    cs = plots.with_markers(tables.config_spreads(runs))
+    one = cs["section"].nunique() == 1  # one section: a colour per configuration, else per section (as F7, F11)
+    cs = cs.assign(color=[f"C{k % 10}" if one else plot_style.SECTION_COLORS.get(s[:2], "C7")
+                          for k, s in enumerate(cs["section"])]).set_index("config")
+    collapse = tables_forgetting.collapse_table(t).set_index(["rule", "clock"])
+    rules, clocks = list(dict.fromkeys(t["rule"])), tables_forgetting.UNFOLD_CLOCKS
+    fig, axes = plot_style.new_figure(ncols=len(clocks), nrows=len(rules), width=13.0,
+                                      height=2.6 * len(rules) + 1.1, sharey=True, sharex="col")
+    axes = axes.reshape(len(rules), len(clocks))
+    for i, rule in enumerate(rules):
+        for j, clock in enumerate(clocks):
+            _unfold_panel(axes[i, j], t[t["rule"] == rule], cs, clock, collapse.loc[(rule, clock)])
+        axes[i, 0].set_ylabel(f"spread across σ_w (pp)\nselected: {metrics.SELECTION_RULES[rule][1]}"
+                              + (" (paper)" if rule == metrics.DEFAULT_RULE else ""))
+    n = t["config"].nunique()
+    for j, clock in enumerate(clocks):
+        left = n - t.loc[t[clock] > 0, "config"].nunique()
+        why = "with T_L2 = 0\n(no weight decay)" if clock == "T_L2" else "without the\ninstrument"
+        axes[0, j].set_title(CLOCK_NAMES[clock][0] + " at epoch e")
+        note = f"; {left} configuration(s) {why} not shown" if left else ""
+        axes[-1, j].set_xlabel(f"{CLOCK_NAMES[clock][1]} at e{note}")
+    axes[0, 0].set_ylim(bottom=-0.5)
+    handles = {lab: h for ax in axes.ravel() for h, lab in zip(*ax.get_legend_handles_labels(), strict=True)}
+    if handles:
+        plots.config_legend(fig, handles, cs.reset_index(), loc="outside right center")
+    return fig
+
+
+def _unfold_panel(ax, t: pd.DataFrame, cs: pd.DataFrame, clock: str, collapse: pd.Series) -> None:
+    """One rule × clock panel: a line per configuration with a positive clock (epoch order) and the collapse."""
+    ok = t[(t[clock] > 0) & t["spread_pp"].notna()]
+    for cid, g in ok.groupby("config", sort=True):
+        r = next(cs.loc[[cid]].reset_index().itertuples())
+        g = g.sort_values("epoch")
+        ax.plot(g[clock].to_numpy(), g["spread_pp"].to_numpy(), color=r.color, marker=r.marker, markevery=0.25,
+                markersize=3.5, lw=0.8, alpha=0.85, label=plots.config_label(r))
+    if len(ok):
+        ax.set_xscale("log")
+        ax.xaxis.set_minor_formatter(ticker.NullFormatter())
+    text = ("no clock bin shared by two configurations" if math.isnan(collapse["dispersion_pp"]) else
+            f"at equal clock: ±{collapse['dispersion_pp']:.1f} pp, ratio {collapse['collapse_ratio']:.2f}")
+    if abs(collapse["ratio_theta_configs"] - collapse["collapse_ratio"]) > 1e-9:  # False for NaN: nothing to add
+        text += f"\nratio on the configurations with Θ: {collapse['ratio_theta_configs']:.2f}"
+    ax.text(0.98, 0.97, text, transform=ax.transAxes, ha="right", va="top", fontsize=6, color="0.3", zorder=5,
+            bbox={"boxstyle": "square,pad=0.15", "facecolor": "white", "edgecolor": "none", "alpha": 0.8})

@@ -8,6 +8,9 @@ table with nothing left raises `NoResults`.
 - `clock_correlations`: does the spread follow the *measured* forgetting (the σ_w-range of the angle from
   initialisation, Theta) across configurations, where the STUDY.md clocks do not? Spearman rank correlations, which
   F11's caption quotes (`correlation_sentence`).
+- F12's numbers, forgetting as it unfolds: `unfolding_table` (per configuration, measured epoch and selection rule
+  of `metrics.SELECTION_RULES`, the spread had training stopped there and the clocks there) and T8
+  `collapse_table` (how far the configurations disagree at equal clock; `collapse_sentence` for F12's caption).
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ from collections.abc import Sequence
 import numpy as np
 import pandas as pd
 
-from initmem import table_cells, tables
+from initmem import metrics, table_cells, tables
 from initmem.errors import ConfigError, NoResults
 
 __all__ = ["equilibrium_angle", "equilibrium_table", "step_angle_at_end", "clock_correlations",
@@ -188,3 +191,143 @@ def correlation_sentence(corr: pd.DataFrame | str) -> str:
     k = int(corr.loc[corr["kind"] == "measured", "n_sections"].max())
     return (f"Spearman ρ of the spread with: {part('measured')} (measured) vs {part('clock')} (clocks); "
             f"n = {n} configuration(s) of {k} section(s)")
+
+
+# --- F12: forgetting as it unfolds ---------------------------------------------------------------------------
+UNFOLD_CLOCKS = ("T_SGD", "T_adapt", "T_L2", "Theta_slowest")  # F12's x axes, in panel order
+
+
+def unfolding_table(runs: pd.DataFrame, histories: pd.DataFrame | None = None,
+                    rules: Sequence[str] = tuple(metrics.SELECTION_RULES)) -> pd.DataFrame:
+    """F12's numbers: for every configuration, every measured epoch e >= 1 and every selection rule
+    (`metrics.SELECTION_RULES`; the paper's lowest validation loss first), the spread across σ_w (pp, with its
+    seed-to-seed std) that a researcher would have reported had training stopped at e: each run's test accuracy at
+    the epoch the rule selects among epochs 1..e (`metrics.test_at_best_by_epoch`), then `metrics.point_summary`'s
+    spread (vectorised over epochs, tested equal to it). A run whose history ended before e (it diverged) keeps its
+    selection among the epochs it has; a σ_w with no accuracy drops out of the spread, counted in
+    `n_sigma_in_spread` (of `n_sigma`). Beside it the clocks at e: T_SGD, T_L2, T_adapt (mean over the runs measured
+    at e; identical across σ_w) and `Theta_slowest`, the measured Θ = Σ per-step angle (rad) of the configuration's
+    slowest-turning σ_w: the smallest over σ_w of the seed-mean Θ at e (usually the largest σ_w's; a spread can
+    vanish only once every σ_w has turned). NaN where the runs lack the instrument (recorded before it).
+
+    Columns: section, config, label, rule, epoch, spread_pp, spread_pp_std, n_sigma_in_spread, n_sigma, the clocks.
+    `histories` default to the runs' own. NoResults without any training history."""
+    rules = [metrics.check_rule(r) for r in rules]
+    confs = tables.configurations(runs)
+    h = _histories(confs, histories)
+    h = h[h["run_id"].isin(confs["run_id"]) & (h["epoch"] >= 1)]
+    if h.empty:
+        raise NoResults("no training history")
+    # one run id can be in two sections (the same config run by both): a history is its section's and run id's
+    key = ["section", "run_id"] if "section" in h.columns else ["run_id"]
+    h = h[[c for c in (*key, "epoch", "val_loss", "val_acc", "test_acc", "T_SGD", "T_L2", "T_adapt", "Theta")
+           if c in h.columns]]  # what is read: selecting on a narrow frame is several times faster
+    by_run = {k: hh.sort_values("epoch") for k, hh in h.groupby(key)}
+    frames = []
+    for cid, g in confs.groupby("config", sort=True):
+        g = g[[k in by_run for k in g[key].itertuples(index=False, name=None)]]
+        if g.empty:
+            continue
+        hs = [by_run[k] for k in g[key].itertuples(index=False, name=None)]  # the runs' histories, in g's order
+        epochs = sorted(set().union(*(hh["epoch"] for hh in hs)))
+        clocks = {c: _at_epochs(hs, c, epochs) for c in ("T_SGD", "T_L2", "T_adapt", "Theta")}
+        theta = clocks.pop("Theta").groupby(g["sigma_w"].to_numpy()).mean().min(axis=0)
+        base = {"section": g["section"].iloc[0], "config": cid, "label": g["label"].iloc[0],
+                "n_sigma": g["sigma_w"].nunique(), **{c: v.mean(axis=0).to_numpy() for c, v in clocks.items()},
+                "Theta_slowest": theta.to_numpy()}
+        for rule in rules:
+            acc = pd.DataFrame([metrics.test_at_best_by_epoch(hh, rule).reindex(epochs, method="ffill") for hh in hs],
+                               columns=epochs)
+            frames.append(pd.DataFrame({**base, "rule": rule, "epoch": epochs, **_spreads(acc, g)}))
+    out = pd.concat(frames, ignore_index=True)
+    cols = ["section", "config", "label", "rule", "epoch", "spread_pp", "spread_pp_std", "n_sigma_in_spread",
+            "n_sigma", "T_SGD", "T_L2", "T_adapt", "Theta_slowest"]
+    return table_cells.finish(out[cols], {"T_*": "{:.3g}", "Theta_slowest": "{:.3g}"})
+
+
+def _at_epochs(hs: list[pd.DataFrame], column: str, epochs: list[int]) -> pd.DataFrame:
+    """runs × epochs: each history's `column` at each epoch it was measured at (NaN elsewhere, or without it)."""
+    rows = []
+    for h in hs:
+        values = pd.to_numeric(h[column], errors="coerce").to_numpy(float) if column in h.columns else math.nan
+        rows.append(pd.Series(values, index=h["epoch"].to_numpy()).reindex(epochs).to_numpy())
+    return pd.DataFrame(rows, columns=epochs)
+
+
+def _spreads(acc: pd.DataFrame, g: pd.DataFrame) -> dict:
+    """`metrics.point_summary`'s spread and seed std for each column (epoch) of `acc` (runs × epochs accuracies):
+    the max − min over σ_w of the per-σ_w mean over seeds (pp); the sample std of the per-seed spreads of the seeds
+    with two or more accuracies, when there are two or more such seeds."""
+    sigma, seed = g["sigma_w"].to_numpy(), g["seed"].to_numpy()
+    by_sigma = acc.groupby(sigma).mean()
+    per_seed = acc.groupby(seed).max() - acc.groupby(seed).min()
+    per_seed = per_seed.where(acc.notna().groupby(seed).sum() >= 2)
+    std = per_seed.std(axis=0, ddof=1).where(per_seed.notna().sum(axis=0) > 1)
+    return {"spread_pp": 100 * (by_sigma.max(axis=0) - by_sigma.min(axis=0)).to_numpy(),
+            "spread_pp_std": 100 * std.to_numpy(), "n_sigma_in_spread": by_sigma.notna().sum(axis=0).to_numpy()}
+
+
+def collapse_table(unfold: pd.DataFrame, per_decade: int = 4) -> pd.DataFrame:
+    """How well F12's lines fall onto one curve: per selection rule and clock (`UNFOLD_CLOCKS`), over the
+    `unfolding_table` rows with a positive clock, each configuration's mean spread in each log-clock bin
+    (`per_decade` bins per decade); in the bins that two or more configurations reach (`n_bins`; `configs_per_bin`
+    on average), the std across configurations of those means (`dispersion_pp`, averaged over the bins: the
+    spread's disagreement at equal clock) and its ratio to the std of every such mean of those bins
+    (`collapse_ratio`: ~0 when the lines collapse, ~1 or more when the clock says nothing about the spread).
+    `n_configs` counts the configurations with the clock. The clocks reach different configurations (T_L2 only
+    those with weight decay, Θ only those with the instruments), so `ratio_theta_configs` is the ratio over the
+    configurations that have Θ: the same set in every column but T_L2's (those with weight decay among them). A
+    clock that spreads the configurations apart shares few bins, each with few of them: read n_bins and
+    configs_per_bin beside the ratio. NaN where no bin is shared."""
+    with_theta = unfold.loc[unfold["Theta_slowest"] > 0, "config"].unique()
+    rows = []
+    for rule in dict.fromkeys(unfold["rule"]):
+        t = unfold[unfold["rule"] == rule]
+        for clock in UNFOLD_CLOCKS:
+            ok = t[(t[clock] > 0) & t["spread_pp"].notna()]
+            n_bins, per_bin, disp, ratio = _collapse(ok, clock, per_decade)
+            rows.append({"rule": rule, "clock": clock, "n_configs": ok["config"].nunique(), "n_bins": n_bins,
+                         "configs_per_bin": per_bin, "dispersion_pp": disp, "collapse_ratio": ratio,
+                         "ratio_theta_configs": _collapse(ok[ok["config"].isin(with_theta)], clock, per_decade)[3]})
+    return table_cells.finish(pd.DataFrame(rows), {"configs_per_bin": "{:.1f}", "dispersion_pp": "{:.1f}",
+                                                   "collapse_ratio": "{:.2f}", "ratio_theta_configs": "{:.2f}"})
+
+
+def _collapse(ok: pd.DataFrame, clock: str, per_decade: int) -> tuple[int, float, float, float]:
+    """(shared bins, configurations per shared bin, dispersion pp, ratio) of `collapse_table` for rows `ok`."""
+    if ok.empty:
+        return 0, math.nan, math.nan, math.nan
+    bins = np.floor(np.log10(ok[clock].to_numpy(float)) * per_decade)
+    means = ok.groupby([bins, ok["config"].to_numpy()])["spread_pp"].mean()
+    shared = means.groupby(level=0).filter(lambda x: len(x) >= 2)
+    if shared.empty:
+        return 0, math.nan, math.nan, math.nan
+    per_bin = shared.groupby(level=0)
+    disp, total = float(per_bin.std(ddof=1).mean()), float(shared.std(ddof=1))
+    return per_bin.ngroups, float(per_bin.size().mean()), disp, disp / total if total else math.nan
+
+
+def collapse_sentence(collapse: pd.DataFrame | str, rule: str = metrics.DEFAULT_RULE) -> str:
+    """F12's caption from `collapse_table`: 'collapse ratio under lowest validation loss selection (0 = one curve,
+    1 = the clock says nothing; 23 configurations): T_SGD 0.91 (0.53 on Θ's 11), T_adapt 0.89 (0.59 on Θ's 11),
+    T_L2 0.70 (5 configuration(s)), Θ 0.69 (11 configuration(s))' ('–' where no bin is shared). '' for a placeholder
+    message string."""
+    if not isinstance(collapse, pd.DataFrame) or collapse.empty:
+        return ""
+    c = collapse[collapse["rule"] == rule]
+    n = int(c["n_configs"].max())
+    k = int(c.loc[c["clock"] == "Theta_slowest", "n_configs"].max())
+    parts = []
+    for r in c.itertuples():
+        part = f"{'Θ' if r.clock == 'Theta_slowest' else r.clock} {_ratio(r.collapse_ratio)}"
+        if r.n_configs < n:
+            part += f" ({r.n_configs} configuration(s))"
+        elif 0 < k < n and r.clock != "T_L2":
+            part += f" ({_ratio(r.ratio_theta_configs)} on Θ's {k})"
+        parts.append(part)
+    return (f"collapse ratio under {metrics.SELECTION_RULES[rule][1]} selection (0 = one curve, 1 = the clock says "
+            f"nothing; {n} configurations): " + ", ".join(parts))
+
+
+def _ratio(x: float) -> str:
+    return "–" if math.isnan(x) else f"{x:.2f}"

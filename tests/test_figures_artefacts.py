@@ -167,9 +167,9 @@ def test_make_figures_shows_figures_inline_and_counts_its_files_once(tmp_path, c
     assert main(["figures", "--results", str(root), "--out", str(out), "--notebooks", "06_forgetting_clocks"]) == 0
     text = capsys.readouterr().out
     counts = re.findall(r"(\d+) files", text)
-    # F7, F8, F11 (png, pdf, json each), T6, T7 (md, tex, csv, json) and the index, said the same way twice
-    assert counts == ["18", "18"], text
-    assert _png_outputs(out / figures.EXECUTED / "06_forgetting_clocks.ipynb") == 3
+    # F7, F8, F11, F12 (png, pdf, json each), T6, T7, T8 (md, tex, csv, json) and the index, said the same way twice
+    assert counts == ["25", "25"], text
+    assert _png_outputs(out / figures.EXECUTED / "06_forgetting_clocks.ipynb") == 4
     for f in FIGURES[6:8]:
         assert not json.loads((out / f"{f}.json").read_text())["missing"]
 

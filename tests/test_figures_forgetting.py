@@ -1,4 +1,5 @@
-"""The tables and figures of the forgetting instruments (T6, T7, F10, F11: `tables_forgetting`, `plots_forgetting`),
+"""The tables and figures of the forgetting instruments (T6, T7, T8, F10, F11, F12: `tables_forgetting`,
+`plots_forgetting`),
 the diverged σ_w made visible in every table that shows a spread, and one point as a section notebook shows it
 (`point_report.point_table`, `point_report.point_figure`), all on hand-made frames or run folders written through
 `results.write_run`, with the numbers computed by hand."""
@@ -244,6 +245,124 @@ def test_a_diverged_sigma_is_shown_in_every_spread_table(diverged_tree):
     assert list(rt.columns[-3:]) == ["diverged_epoch", "angle_final", "Theta_final"]
     assert rt.loc[rt["status"] == "complete", "angle_final"].tolist() == [10.0] * 10
     assert point_report.point_table(runs[runs["weight_decay"] > 0]).loc[2.5, "test acc (%)"] == "diverged"
+
+
+# --- T8, F12: forgetting as it unfolds -----------------------------------------------------------------------
+def _unfolding_runs() -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Two section-03 configurations (lr 0.01, 0.1; no weight decay), σ_w 0.5 / 2.0 × seeds 0 / 1, three epochs:
+    test accuracy 0.5, 0.6, 0.7 (σ_w 0.5) and 0.4 throughout (σ_w 2.0); the validation loss lowest at epoch 2, the
+    validation accuracy highest at epoch 1. So the spread had training stopped at e = 1, 2, 3 is 10, 20, 20 pp
+    (lowest val_loss), 10, 10, 10 (highest val_acc), 10, 20, 30 (last epoch). Θ = e (σ_w 0.5) and 0.5 e + 0.1 seed
+    (σ_w 2.0, the slowest: seed mean 0.5 e + 0.05)."""
+    runs = _runs([{"lr": lr, "sigma_w": s, "seed": k} for lr in (0.01, 0.1) for s in (0.5, 2.0) for k in (0, 1)])
+    frames = []
+    for r in runs.itertuples():
+        e = np.arange(4)
+        frames.append(pd.DataFrame({
+            "run_id": r.run_id, "epoch": e, "val_loss": [2.3, 1.0, 0.5, 0.8], "val_acc": [0.1, 0.9, 0.5, 0.5],
+            "test_acc": [0.1, 0.5, 0.6, 0.7] if r.sigma_w == 0.5 else [0.1, 0.4, 0.4, 0.4],
+            "T_SGD": 1e-4 * e, "T_L2": 0.0 * e, "T_adapt": 10 * r.lr * e,
+            "Theta": 1.0 * e if r.sigma_w == 0.5 else 0.5 * e + 0.1 * r.seed * (e > 0)}))
+    return runs, pd.concat(frames, ignore_index=True)
+
+
+def test_unfolding_table_reads_each_epoch_under_each_rule():
+    runs, h = _unfolding_runs()
+    t = tf.unfolding_table(runs, h)
+    assert list(dict.fromkeys(t["rule"])) == ["val_loss", "val_acc", "last"] and len(t) == 2 * 3 * 3
+    for lr in (0.01, 0.1):
+        c = t[t["label"] == f"lr={lr:g}"]
+        by = {rule: c.loc[c["rule"] == rule, "spread_pp"].tolist() for rule in ("val_loss", "val_acc", "last")}
+        assert by == {"val_loss": pytest.approx([10, 20, 20]), "val_acc": pytest.approx([10, 10, 10]),
+                      "last": pytest.approx([10, 20, 30])}
+        one = c[c["rule"] == "val_loss"]
+        assert one["epoch"].tolist() == [1, 2, 3] and one["spread_pp_std"].tolist() == pytest.approx([0, 0, 0])
+        assert one["T_SGD"].tolist() == pytest.approx([1e-4, 2e-4, 3e-4]) and (one["T_L2"] == 0).all()
+        assert one["T_adapt"].tolist() == pytest.approx([10 * lr, 20 * lr, 30 * lr])
+        assert one["Theta_slowest"].tolist() == pytest.approx([0.55, 1.05, 1.55])  # σ_w 2.0's seed mean
+        assert (one["n_sigma_in_spread"] == 2).all() and (one["n_sigma"] == 2).all()
+    # the same run ids in a second section (one config run by both) with other histories: each reads its own
+    other = runs.assign(section="02_long_training")
+    both = tf.unfolding_table(pd.concat([runs, other], ignore_index=True), pd.concat(
+        [h.assign(section="03_lr_l2"), h.assign(section="02_long_training", test_acc=0.5)], ignore_index=True))
+    assert both.loc[both["section"] == "03_lr_l2", "spread_pp"].tolist() == pytest.approx(t["spread_pp"].tolist())
+    assert both.loc[both["section"] == "02_long_training", "spread_pp"].tolist() == pytest.approx([0] * 18)
+    only = tf.unfolding_table(runs, h, rules=["last"])
+    assert set(only["rule"]) == {"last"}
+    with pytest.raises(ConfigError, match="rule='best' is invalid"):
+        tf.unfolding_table(runs, h, rules=["best"])
+    with pytest.raises(NoResults, match="no training history"):
+        tf.unfolding_table(runs, h[h["epoch"] == 0])
+
+
+def test_unfolding_table_is_point_summarys_spread_of_the_restricted_selection(diverged_tree):
+    """Every row, diverged σ_w included (wd = 0.01: σ_w 2.5 diverged at epoch 1, out of every spread), equals
+    `point_spread` of the runs read at `test_at_best(history, upto=e, rule)`; the last epoch under the paper's rule
+    is the configuration's spread."""
+    from initmem.results import load_histories, load_runs
+
+    runs, h = load_runs(diverged_tree), load_histories(diverged_tree)
+    t = tf.unfolding_table(runs)
+    confs = tables.configurations(runs)
+
+    def at(rid: str, e: int, rule: str) -> float:
+        try:
+            return metrics.test_at_best(h[h["run_id"] == rid], upto=e, rule=rule)
+        except ConfigError:
+            return math.nan
+
+    for r in t.itertuples():
+        g = confs[confs["config"] == r.config]
+        want = table_cells.point_spread(g.assign(test_acc_at_best=[at(x, r.epoch, r.rule) for x in g["run_id"]]))
+        assert [r.spread_pp, r.spread_pp_std] == pytest.approx(list(want), nan_ok=True), r
+    wd = t[t["label"] == "wd=0.01"]
+    assert (wd["n_sigma_in_spread"] == 2).all() and (wd["n_sigma"] == 3).all()
+    final = t[(t["rule"] == "val_loss") & (t["epoch"] == 3)].set_index("label")["spread_pp"]
+    assert final.to_dict() == pytest.approx(tables.config_spreads(runs).set_index("label")["spread_pp"].to_dict())
+
+
+def test_collapse_table_measures_the_disagreement_at_equal_clock():
+    runs, h = _unfolding_runs()
+    c = tf.collapse_table(tf.unfolding_table(runs, h)).set_index(["rule", "clock"])
+    # both configurations share T_SGD and Θ and their spreads agree there: one curve
+    assert c.loc[("val_loss", "T_SGD"), ["dispersion_pp", "collapse_ratio"]].tolist() == pytest.approx([0, 0])
+    assert c.loc[("last", "Theta_slowest"), "n_bins"] >= 2 and c.loc[("last", "Theta_slowest"), "configs_per_bin"] == 2
+    # T_adapt = 10 lr e puts them a decade apart: no bin is shared; T_L2 is zero for both
+    assert c.loc[("val_loss", "T_adapt"), "n_bins"] == 0 and math.isnan(c.loc[("val_loss", "T_adapt"),
+                                                                               "dispersion_pp"])
+    assert c.loc[("val_loss", "T_L2"), "n_configs"] == 0
+    apart = pd.DataFrame({"rule": "val_loss", "config": [0, 0, 1, 1], "spread_pp": [10.0, 10.0, 30.0, 30.0],
+                          "T_SGD": [1e-4, 1e-3] * 2, "T_adapt": 1.0, "T_L2": 0.0, "Theta_slowest": np.nan})
+    a = tf.collapse_table(apart).set_index("clock")
+    assert a.loc["T_SGD", "dispersion_pp"] == pytest.approx(math.sqrt(200)) and a.loc["T_SGD", "n_bins"] == 2
+    assert a.loc["T_SGD", "collapse_ratio"] > 1  # at equal clock they disagree as much as anywhere
+    assert math.isnan(a.loc["T_SGD", "ratio_theta_configs"])  # neither configuration has Θ
+    some = apart.assign(Theta_slowest=[0.1, 1.0, np.nan, np.nan], spread_pp=[10.0, 20.0, 30.0, 30.0])
+    s = tf.collapse_table(pd.concat([some, some.assign(config=2, spread_pp=[10.0, 20.0, 10.0, 20.0])]))
+    s = s.set_index("clock")  # configurations 0 and 2 have Θ and agree on T_SGD: 0 there, not over all three
+    assert s.loc["T_SGD", "ratio_theta_configs"] == 0 and s.loc["T_SGD", "collapse_ratio"] > 0.5
+    assert "T_SGD" in tf.collapse_sentence(s.reset_index()) and "(0.00 on Θ's 2)" in tf.collapse_sentence(
+        s.reset_index())
+    sentence = tf.collapse_sentence(c.reset_index())
+    assert sentence.startswith("collapse ratio under lowest validation loss selection") and "T_SGD 0.00" in sentence
+    assert "T_adapt –" in sentence and "T_L2 – (0 configuration(s))" in sentence
+    assert tf.collapse_sentence("T8: no results") == ""
+
+
+def test_unfolding_figure_one_line_per_configuration_per_rule_and_clock():
+    runs, h = _unfolding_runs()
+    fig = plots_forgetting.unfolding_figure(runs, h)
+    axes = np.array(fig.axes).reshape(3, 4)
+    sgd = axes[2, 0]  # last-epoch rule against T_SGD
+    assert [line.get_label() for line in sgd.lines] == ["03 lr=0.01", "03 lr=0.1"]
+    assert sgd.lines[0].get_xdata().tolist() == pytest.approx([1e-4, 2e-4, 3e-4])
+    assert sgd.lines[0].get_ydata().tolist() == pytest.approx([10, 20, 30])
+    assert axes[0, 3].lines[1].get_xdata().tolist() == pytest.approx([0.55, 1.05, 1.55])  # Θ of the slowest σ_w
+    assert all(ax.get_xscale() == "log" for ax in axes[:, [0, 1, 3]].ravel())
+    assert not axes[0, 2].lines and "2 configuration(s) with T_L2 = 0" in axes[2, 2].get_xlabel()
+    assert "(paper)" in axes[0, 0].get_ylabel() and "last epoch" in axes[2, 0].get_ylabel()
+    assert "ratio 0.00" in axes[0, 0].texts[0].get_text() and "no clock bin" in axes[0, 1].texts[0].get_text()
+    assert [t.get_text() for t in fig.legends[0].get_texts()] == ["03 lr=0.01", "03 lr=0.1"]
 
 
 # --- one point -----------------------------------------------------------------------------------------------

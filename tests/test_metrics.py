@@ -9,8 +9,10 @@ import pytest
 
 from initmem.errors import ConfigError
 from initmem.metrics import (
+    DEFAULT_RULE,
     DIAGNOSTIC_KEYS,
     EXTRA_CLOCKS,
+    SELECTION_RULES,
     SUMMARY_KEYS,
     ClockAccumulator,
     best_epoch,
@@ -22,6 +24,7 @@ from initmem.metrics import (
     spread,
     summarize_history,
     test_at_best,
+    test_at_best_by_epoch,
 )
 
 nan = float("nan")
@@ -71,6 +74,40 @@ def test_test_at_best():
     assert test_at_best(h) == 0.61  # val_loss lowest at epoch 2 (epoch 0 excluded even if lower)
     assert test_at_best(_history(val_loss=[0.1, 1.5, 1.2, 1.3, 1.4])) == 0.61
     assert test_at_best(h, upto=1) == 0.48
+
+
+def test_selection_rules_pick_the_epoch_they_name():
+    assert DEFAULT_RULE == "val_loss" and list(SELECTION_RULES) == ["val_loss", "val_acc", "last"]
+    assert best_epoch([3.0, 1.0, 2.0, 1.0], rule="val_loss") == best_epoch([3.0, 1.0, 2.0, 1.0]) == 2
+    assert best_epoch([0.5, 0.7, 0.6, 0.7], rule="val_acc") == 2  # highest, the first of the ties
+    assert best_epoch([nan, 0.7, nan, 0.8], rule="val_acc") == 4
+    assert best_epoch([1.0, 2.0, nan], rule="last") == 2  # the last with a value
+    with pytest.raises(ConfigError, match="rule='best' is invalid"):
+        best_epoch([1.0], rule="best")
+    with pytest.raises(ConfigError, match="val_acc has no non-NaN value"):
+        best_epoch([nan], rule="val_acc")
+    h = _history()  # val_loss lowest at epoch 2, val_acc highest at epoch 4
+    assert test_at_best(h, rule="val_loss") == test_at_best(h) == 0.61
+    assert test_at_best(h, rule="val_acc") == 0.64 and test_at_best(h, upto=3, rule="val_acc") == 0.60
+    assert test_at_best(h, rule="last") == 0.64 and test_at_best(h, upto=2, rule="last") == 0.61
+    # epoch 4 diverged (NaN val_loss): its validation accuracy is a broken network's and no rule selects it
+    bad = _history(val_loss=[2.3, 1.5, 1.2, 1.3, nan], val_acc=[0.1, 0.5, 0.6, 0.62, 0.9])
+    assert test_at_best(bad, rule="val_acc") == 0.60 and test_at_best(bad, rule="last") == 0.60
+    with pytest.raises(ConfigError, match="rule='first' is invalid"):
+        test_at_best(h, rule="first")
+
+
+@pytest.mark.parametrize("rule", list(SELECTION_RULES))
+def test_selection_by_epoch_is_the_restricted_selection_at_every_epoch(rule):
+    rng = np.random.default_rng(3)
+    n = 12
+    h = pd.DataFrame({"epoch": np.arange(n + 1), "val_loss": [2.3, nan, *rng.uniform(0.5, 2.0, n - 1)],
+                      "val_acc": [0.1, 0.2, *rng.uniform(0.3, 0.9, n - 1)], "test_acc": rng.uniform(0.1, 0.9, n + 1)})
+    by = test_at_best_by_epoch(h.sample(frac=1, random_state=0), rule)  # row order does not matter
+    assert by.index.tolist() == list(range(1, n + 1))
+    assert math.isnan(by.loc[1])  # epoch 1 alone has no validation loss: nothing to select
+    assert by.loc[2:].tolist() == [test_at_best(h, upto=e, rule=rule) for e in range(2, n + 1)]
+    assert by.iloc[-1] == test_at_best(h, rule=rule)  # stopped at the last epoch: the unrestricted selection
 
 
 def test_spread():

@@ -28,6 +28,15 @@
 # Θ = Σ per-step angle) across sections, where F7's clocks do not? Spearman rank correlations, the clocks' on the
 # same configurations beside them.
 #
+# **F12** and **T8**: forgetting as it unfolds. For every configuration and every measured epoch e, the spread a
+# researcher would have reported had training stopped at e (the selection restricted to epochs ≤ e), against each
+# clock at e: T_SGD, T_adapt, T_L2 and the measured Θ of the configuration's slowest-turning σ_w (the smallest
+# seed-mean Θ across σ_w). If memory follows one clock, every configuration's line falls onto one curve in its
+# column; T8 (and each panel) measures how far they disagree at equal clock, over every configuration a clock
+# reaches and over those with Θ (so that the columns compare on one set). One row per selection rule: the
+# paper's lowest validation loss (the default everywhere else), the highest validation accuracy and the last
+# epoch, so a conclusion that depends on the rule shows.
+#
 # Relative `results_dir` and `out_dir` are relative to the repository root, however the notebook runs (JupyterLab,
 # whose working folder is `notebooks/figures/`; papermill; `initmem figures`): `results/cpu` is the committed
 # results, `figures` the committed figures, which this notebook overwrites. A `results_dir` that does not exist is
@@ -38,6 +47,8 @@ results_dir = "results/cpu"
 out_dir = "figures"
 
 # %%
+from functools import cache
+
 from initmem import plots, plots_forgetting, tables_forgetting
 from initmem.figures import FigureBook
 
@@ -69,3 +80,23 @@ corr = s.table("T7_clock_correlations", lambda: tables_forgetting.clock_correlat
 s.figure("F11_spread_vs_measured_clock", lambda: plots_forgetting.spread_vs_measured_clock(s.runs),
          "spread across σ_w against the measured forgetting, every configuration with the instruments: does memory "
          "follow it where F7's clocks do not? " + tables_forgetting.correlation_sentence(corr))
+
+
+# %%
+@cache
+def unfolding():
+    """F12's numbers (every configuration × measured epoch × selection rule), computed once for T8 and F12."""
+    return tables_forgetting.unfolding_table(s.runs, s.histories)
+
+
+collapse = s.table("T8_unfolding_collapse", lambda: tables_forgetting.collapse_table(unfolding()),
+                   "how well F12's lines collapse onto one curve, per selection rule and clock: the std across "
+                   "configurations of their mean spread in a quarter-decade clock bin (pp, averaged over the bins two "
+                   "or more configurations share) and its ratio to the std of all those means (0 = one curve, 1 = "
+                   "the clock says nothing about the spread), also over the configurations that have Θ only (the "
+                   "same set in every column but T_L2's)")
+
+# %%
+s.figure("F12_forgetting_unfolds", lambda: plots_forgetting.unfolding_figure(s.runs, table=unfolding()),
+         "forgetting as it unfolds: the spread across σ_w had training stopped at epoch e, against each clock at e, "
+         "every configuration, under three selection rules; " + tables_forgetting.collapse_sentence(collapse))
