@@ -33,9 +33,11 @@ test: venv  ## run the test suite (what CI runs): two pytest-xdist workers, each
 lint: venv  ## ruff
 	$(VENV)/bin/ruff check .
 
-# Without RESULTS/OUT on the command line: every committed set (initmem.figures.COMMITTED_SETS).
-FIGURES_ARGS = $(if $(filter command line,$(origin RESULTS) $(origin OUT)),--results $(RESULTS) --out $(OUT))
-figures: venv  ## regenerate every table and figure from the committed results (or RESULTS=... OUT=...)
+# Without RESULTS/OUT on the command line: every committed set (initmem.figures.COMMITTED_SETS). RESULTS alone
+# writes <RESULTS>/figures (a committed tree: its own set); a committed set from another tree is refused.
+FIGURES_ARGS = $(if $(filter command line,$(origin RESULTS)),--results $(RESULTS)) \
+               $(if $(filter command line,$(origin OUT)),--out $(OUT))
+figures: venv  ## regenerate every table and figure from the committed results (or RESULTS=... [OUT=...])
 	$(INITMEM) figures $(FIGURES_ARGS)
 
 smoke: venv  ## the whole study at smoke scale (synthetic data, seconds per section), then its figures
