@@ -42,7 +42,7 @@ from initmem.record import (
 )
 
 __all__ = ["RunResult", "run_id", "run_dir", "write_run", "read_run", "verify_run", "is_complete", "load_runs",
-           "load_histories", "set_aside"]
+           "load_histories", "set_aside", "other_schema", "older_records", "tidy_copies"]
 
 RUN_COLUMNS = ("run_id", "section", "status", "path")
 HISTORY_CONFIG_COLUMNS = ("arch", "width", "sigma_w", "optimizer", "lr", "weight_decay", "batch_size", "seed", "epochs")
@@ -164,6 +164,50 @@ def set_aside(folder: str | Path) -> Path:
     except OSError as exc:
         raise ResultsError(f"cannot set aside {str(folder)!r}: {exc.strerror or exc}") from None
     return dest
+
+
+def other_schema(folder: str | Path) -> int | None:
+    """The schema of a run folder's record when it is readable but not this initmem's (1: `initmem migrate`
+    upgrades it), else None. Such a run is not damaged: it is never set aside nor trained again."""
+    try:
+        schema = parse_record(_record_file(folder)).get("schema")
+    except ResultsError:
+        return None
+    return schema if type(schema) is int and schema != SCHEMA else None
+
+
+def older_records(path: str | Path) -> list[Path]:
+    """The run.json files under `path` (none when it does not exist) whose schema is not this initmem's."""
+    return [f / "run.json" for f in (run_folders(path) if Path(path).is_dir() else []) if other_schema(f) is not None]
+
+
+def tidy_copies(section_dir: str | Path, dry_run: bool = False) -> list[str]:
+    """Run folders of `section_dir` that are not named by their record's run id (a copy or a renamed run): a renamed
+    run whose own folder is missing is moved back to it; a copy of a run that has its folder is set aside
+    (`set_aside`, nothing deleted). Returns one line per folder (`dry_run`: what would be done, nothing moved), so
+    that the tree stays loadable and no readable run is trained again."""
+    section_dir, lines = Path(section_dir), []
+    for folder in sorted(p for p in section_dir.glob("*/run.json") if not p.parent.name.startswith(".")):
+        folder = folder.parent
+        try:
+            rid = parse_record(folder / "run.json").get("run_id")
+        except ResultsError:
+            continue  # damaged: the point that owns it sets it aside
+        if not isinstance(rid, str) or rid == folder.name or Path(rid).name != rid or rid.startswith("."):
+            continue
+        own = section_dir / rid
+        if dry_run:
+            lines.append(f"run {rid}: {folder} would be " + (f"set aside (a copy of {own})" if own.exists() else
+                                                             f"moved back to {own} (a renamed run folder)"))
+        elif own.exists():
+            lines.append(f"run {rid}: {folder} is a copy of {own}; set aside to {set_aside(folder)}")
+        else:
+            try:
+                os.rename(folder, own)
+            except OSError as exc:
+                raise ResultsError(f"cannot move {str(folder)!r} back to {str(own)!r}: {exc.strerror or exc}") from None
+            lines.append(f"run {rid}: {folder} is a renamed run folder; moved back to {own}")
+    return lines
 
 
 # ------------------------------------------------------------------------------------------------ loaders
