@@ -49,8 +49,10 @@ reproduce: venv  ## every section's sweep for PROFILE=smoke|cpu|paper, then the 
 	$(INITMEM) sweep params/*.yaml --profile $(PROFILE) --results results/$(PROFILE)
 	$(INITMEM) figures --results results/$(PROFILE) --out $(FIGDIR)
 
-report: venv  ## export executed notebooks of a results tree to HTML under reports/
-	$(INITMEM) report --results $(RESULTS) --out reports
+# Executed notebooks are never committed: `make smoke` makes some in results/smoke, what `make report` reads by default.
+REPORT_RESULTS = $(if $(filter command line,$(origin RESULTS)),$(RESULTS),results/smoke)
+report: venv  ## export executed notebooks of a results tree to HTML under reports/ (default RESULTS=results/smoke)
+	$(INITMEM) report --results $(REPORT_RESULTS) --out reports
 
 lab: venv  ## JupyterLab in the repository root (the .py notebooks open as notebooks)
 	$(VENV)/bin/jupyter lab

@@ -104,6 +104,9 @@ def _cmd_run(args: argparse.Namespace) -> int:
     from initmem.notebook import check_parameters, notebook_parameters, run_notebook
     from initmem.params import REQUIRED, check_section_name, load_yaml, read_text, yaml_error_line
 
+    if Path(args.notebook).is_dir():
+        raise ConfigError(f"notebook {args.notebook!r} is a folder: a jupytext .py notebook is accepted, e.g. "
+                          "notebooks/01_optimizers.py")
     params: dict = {}
     if args.parameters_file:
         try:
@@ -233,7 +236,8 @@ def _cmd_figures(args: argparse.Namespace) -> int:
 # --- report ------------------------------------------------------------------------------------------------
 def _add_report(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("report", help="export the executed notebooks of a results tree to HTML")
-    p.add_argument("--results", default="results/cpu", help="results tree to read (default: %(default)s)")
+    p.add_argument("--results", default="results/smoke", help="results tree to read (default: %(default)s, where "
+                   "`make smoke` writes its executed notebooks)")
     p.add_argument("--out", default="reports", help="folder for the HTML pages and index.html (default: %(default)s)")
     p.set_defaults(func=_cmd_report)
 
