@@ -47,7 +47,7 @@ from initmem.config import TrainConfig  # noqa: E402
 from initmem.train import train  # noqa: E402
 
 SIGMA_GRID = (0.1, 0.25, 0.5, 1.0, 1.5, 2.0, 2.5)
-SHARED_DATA = Path("/work/shared/data")
+SHARED_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"  # the workspace beside the repo
 
 
 class Cifar10Images(torch.utils.data.Dataset):

@@ -57,21 +57,37 @@ class Stamp:
     git_commits: tuple[str, ...]
     results_dir: str
     sections: tuple[str, ...]
+    modified: int = 0  # runs trained from a modified working tree
+    modified_unknown: int = 0  # ... of which the modification was not recorded (provenance.UNKNOWN_DIFF)
 
     @classmethod
     def of(cls, runs: pd.DataFrame, results_dir: str | Path, sections: Sequence[str]) -> Stamp:
-        """Profile = a `profile` column when load_runs has one, else the results folder's name."""
+        """Profile = a `profile` column when load_runs has one, else the results folder's name. Each data source is
+        named with the start of its content hash (`data_hash`) when the runs record one."""
         def values(col: str) -> tuple[str, ...]:
             return tuple(sorted({str(v) for v in runs[col].dropna()})) if col in runs.columns else ()
 
+        def source(row) -> str:
+            h = row.get("data_hash")
+            return f"{row['data_source']} sha256:{h[:12]}" if isinstance(h, str) and h else str(row["data_source"])
+
+        sources = tuple(sorted({source(r) for _, r in runs.iterrows() if pd.notna(r["data_source"])})) if (
+            "data_source" in runs.columns) else ()
+        dirty = runs["git_dirty"].eq(True) if "git_dirty" in runs.columns else pd.Series(False, index=runs.index)
+        unknown = dirty & ~runs["git_diff_known"].astype(bool) if "git_diff_known" in runs.columns else dirty
         profile = ", ".join(values("profile")) or repo_path(results_dir).name
-        return cls(profile, len(runs), values("data_source"), values("git_commit"), display_path(results_dir),
-                   tuple(sections))
+        return cls(profile, len(runs), sources, values("git_commit"), display_path(results_dir), tuple(sections),
+                   int(dirty.sum()), int(unknown.sum()))
 
     def caption(self) -> str:
         commits = ", ".join(c[:10] for c in self.git_commits[:3]) or "unknown"
         if len(self.git_commits) > 3:
             commits += f" (+{len(self.git_commits) - 3} more)"
+        if self.modified:  # which code made them: the commit, and whether the change on top of it is recorded
+            known = self.modified - self.modified_unknown
+            commits += (f" ({self.modified} runs from a modified tree, "
+                        + ("its diff recorded)" if not self.modified_unknown else "its diff unknown)" if not known
+                           else f"{known} diffs recorded, {self.modified_unknown} unknown)"))
         return (f"profile {self.profile}; {self.n_runs} runs ({', '.join(self.sections) or 'all sections'}); "
                 f"data {', '.join(self.data_sources) or 'unknown'}; commit {commits}; source {self.results_dir}")
 
@@ -79,8 +95,9 @@ class Stamp:
         """The sidecar record of one artefact (no generation time: the same results give the same bytes)."""
         return {"name": name, "kind": kind, "title": title, "caption": self.caption(), "profile": self.profile,
                 "n_runs": self.n_runs, "sections": list(self.sections), "data_sources": list(self.data_sources),
-                "git_commits": list(self.git_commits), "results_dir": self.results_dir, "files": list(files),
-                "missing": missing}
+                "git_commits": list(self.git_commits), "modified_tree_runs": self.modified,
+                "modified_unknown_runs": self.modified_unknown, "results_dir": self.results_dir,
+                "files": list(files), "missing": missing}
 
 
 # --- atomic writing ----------------------------------------------------------------------------------------
@@ -318,12 +335,13 @@ def make_figures(results: str | Path = ROOT / "results/cpu", out: str | Path | N
     (its executed copy is in `<out>/.executed/`)."""
     from initmem.notebook import execute_notebook
 
+    chosen = _select(notebooks) if notebooks is not None else None  # a bad name first: it needs no folder
     results = Path(results).expanduser().resolve()
     out = default_out(results) if out is None else Path(out).expanduser().resolve()
     results, out = check_folders(results, out)
     check_out(results, out, overwrite)
     own = committed_set(results, out)
-    chosen = _select(notebooks if notebooks is not None or not own else list(own))
+    chosen = chosen if chosen is not None else _select(list(own) if own else None)
     try:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
