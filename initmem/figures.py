@@ -15,6 +15,7 @@ asked (`overwrite`).
 from __future__ import annotations
 
 import json
+import os
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -31,6 +32,7 @@ from initmem.figure_paths import (  # re-exported: figures.COMMITTED_SETS is wha
     COMMITTED_SETS,
     EXECUTED,
     INDEX_HEAD,
+    OVERWRITE_ENV,
     ROOT,
     check_folders,
     check_out,
@@ -194,14 +196,16 @@ class FigureBook:
     """One figure notebook's view of a results tree: the runs of `sections` (all when None), their `histories`
     (loaded on first use), the provenance `stamp`, and `table`/`figure`, which build, save and return an artefact.
     Relative paths are relative to the repository root; a missing or damaged results folder raises (`check_folders`,
-    `results.load_runs`) before anything is written. A builder is a zero-argument callable (a lambda over
-    `self.runs`/`self.histories`) called only when the section has runs: no runs, or a `NoResults` from the
-    builder, gives a 'no results' placeholder artefact and a printed message."""
+    `results.load_runs`) before anything is written, and so does a committed figure set as `out_dir` of another
+    results tree (`check_out`; `make_figures(overwrite=True)` lifts it for its notebooks). A builder is a
+    zero-argument callable (a lambda over `self.runs`/`self.histories`) called only when the section has runs: no
+    runs, or a `NoResults` from the builder, gives a 'no results' placeholder artefact and a printed message."""
 
     def __init__(self, results_dir: str | Path, out_dir: str | Path, sections: str | Sequence[str] | None = None):
         from initmem.results import load_runs
 
         self.results_dir, self.out_dir = check_folders(repo_path(results_dir), repo_path(out_dir))
+        check_out(self.results_dir, self.out_dir, os.environ.get(OVERWRITE_ENV) == "1", committed_only=True)
         self.sections = (sections,) if isinstance(sections, str) else tuple(sections or ())
         runs = load_runs(self.results_dir)
         self.runs = (runs[runs["section"].isin(self.sections)] if self.sections else runs).reset_index(drop=True)
@@ -347,13 +351,21 @@ def make_figures(results: str | Path = ROOT / "results/cpu", out: str | Path | N
     except OSError as exc:
         raise ResultsError(f"cannot create the figures folder {str(out)!r}: {exc.strerror or exc}") from None
     _remove_temp_files(out)
-    start = time.time()
-    for nb in chosen:
-        t = time.time()
-        execute_notebook(nb, out / EXECUTED / f"{nb.stem}.ipynb",
-                         {"results_dir": str(results), "out_dir": str(out)}, cwd=ROOT, log_output=progress)
-        if progress:
-            print(f"figures: {nb.stem} done in {time.time() - t:.1f} s", flush=True)
+    start, before = time.time(), os.environ.get(OVERWRITE_ENV)
+    try:
+        if overwrite:  # the notebooks' own FigureBook check (a committed set from another tree) was asked away too
+            os.environ[OVERWRITE_ENV] = "1"
+        for nb in chosen:
+            t = time.time()
+            execute_notebook(nb, out / EXECUTED / f"{nb.stem}.ipynb",
+                             {"results_dir": str(results), "out_dir": str(out)}, cwd=ROOT, log_output=progress)
+            if progress:
+                print(f"figures: {nb.stem} done in {time.time() - t:.1f} s", flush=True)
+    finally:
+        if before is None:
+            os.environ.pop(OVERWRITE_ENV, None)
+        else:
+            os.environ[OVERWRITE_ENV] = before
     index = write_index(out)
     written = sorted({r["_dir"] / f for r in _sidecars(out) for f in [*r["files"], f"{r['name']}.json"]
                       if (r["_dir"] / f).stat().st_mtime >= start - 1})

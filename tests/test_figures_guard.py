@@ -98,3 +98,13 @@ def test_make_figures_passes_only_what_the_user_gave():
     assert dry("RESULTS=some/tree") == ".venv/bin/initmem figures --results some/tree"
     assert dry() == ".venv/bin/initmem figures"
     assert dry("RESULTS=t", "OUT=o") == ".venv/bin/initmem figures --results t --out o"
+
+
+def test_a_figure_notebook_refuses_a_committed_set_of_another_tree_too(tmp_path, monkeypatch):
+    """JupyterLab: a notebook whose results_dir was changed but whose out_dir is still the committed figures."""
+    tree = write_fake_results(tmp_path / "smoke", sections=("03_lr_l2",))
+    with pytest.raises(ConfigError, match="committed figure set figures/"):
+        figures.FigureBook(tree, "figures", "03_lr_l2")
+    figures.FigureBook(tree, tmp_path / "mine", "03_lr_l2")  # any other folder: the notebook fills it as it runs
+    monkeypatch.setenv(figures.OVERWRITE_ENV, "1")  # what make_figures(overwrite=True) sets for its notebooks
+    assert figures.FigureBook(tree, "figures", "03_lr_l2").out_dir == ROOT / "figures"
