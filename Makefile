@@ -43,11 +43,11 @@ figures: venv  ## regenerate every table and figure from the committed results (
 smoke: venv  ## the whole study at smoke scale (synthetic data, seconds per section), then its figures
 	$(MAKE) reproduce PROFILE=smoke
 
-# smoke figures stay beside their results so they never overwrite the committed figures/.
-FIGDIR = $(if $(filter smoke,$(PROFILE)),results/smoke/figures,$(OUT))
+# figures of results/<profile> go to its committed set (cpu: figures/) or beside it (results/<profile>/figures/),
+# so they never overwrite the committed figures/ from other results (initmem.figures.default_out); or OUT=...
 reproduce: venv  ## every section's sweep for PROFILE=smoke|cpu|paper, then the figures
 	$(INITMEM) sweep params/*.yaml --profile $(PROFILE) --results results/$(PROFILE)
-	$(INITMEM) figures --results results/$(PROFILE) --out $(FIGDIR)
+	$(INITMEM) figures --results results/$(PROFILE) $(if $(filter command line,$(origin OUT)),--out $(OUT))
 
 # Executed notebooks are never committed: `make smoke` makes some in results/smoke, what `make report` reads by default.
 REPORT_RESULTS = $(if $(filter command line,$(origin RESULTS)),$(RESULTS),results/smoke)

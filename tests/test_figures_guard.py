@@ -89,15 +89,17 @@ def test_relative_paths_are_the_shells_and_another_tree_writes_beside_its_result
 
 def test_make_figures_passes_only_what_the_user_gave():
     """`make figures RESULTS=tree` runs `initmem figures --results tree` (the command's default folder, never the
-    committed figures/), `make figures` every committed set."""
-    def dry(*args: str) -> str:
-        proc = subprocess.run(["make", "-n", "-o", ".venv/.installed", "figures", "VENV=.venv", *args], cwd=ROOT,
+    committed figures/), `make figures` every committed set; `make reproduce` leaves the folder to the command."""
+    def dry(*args: str, target: str = "figures") -> str:
+        proc = subprocess.run(["make", "-n", "-o", ".venv/.installed", target, "VENV=.venv", *args], cwd=ROOT,
                               capture_output=True, text=True, check=True)
         return " ".join(proc.stdout.split())
 
     assert dry("RESULTS=some/tree") == ".venv/bin/initmem figures --results some/tree"
     assert dry() == ".venv/bin/initmem figures"
     assert dry("RESULTS=t", "OUT=o") == ".venv/bin/initmem figures --results t --out o"
+    # make reproduce PROFILE=paper draws results/paper's figures beside them, not into the committed figures/
+    assert dry("PROFILE=paper", target="reproduce").endswith(".venv/bin/initmem figures --results results/paper")
 
 
 def test_a_figure_notebook_refuses_a_committed_set_of_another_tree_too(tmp_path, monkeypatch):
