@@ -34,21 +34,29 @@ def _git(args: list[str], cwd: Path) -> str | None:
     return out.stdout.strip() if out.returncode == 0 else None
 
 
-def git_state() -> tuple[str | None, bool | None]:
-    """(commit, dirty) of the checkout holding the initmem package, else of the working directory; (None, None)."""
+def checkout() -> Path | None:
+    """The git checkout holding the initmem package, else the one holding the working directory; None."""
     for where in (Path(__file__).resolve().parent, Path.cwd()):
-        commit = _git(["rev-parse", "HEAD"], where)
-        if commit:
-            status = _git(["status", "--porcelain", "--untracked-files=no"], where)
-            return commit, (None if status is None else bool(status))
-    return None, None
+        top = _git(["rev-parse", "--show-toplevel"], where)
+        if top:
+            return Path(top)
+    return None
+
+
+def git_state() -> tuple[str | None, bool | None]:
+    """(commit, dirty) of `checkout()`; (None, None) without one."""
+    if (where := checkout()) is None or not (commit := _git(["rev-parse", "HEAD"], where)):
+        return None, None
+    status = _git(["status", "--porcelain", "--untracked-files=no"], where)
+    return commit, (None if status is None else bool(status))
 
 
 def git_diff(where: Path | None = None) -> dict | None:
     """What a modified working tree changed against HEAD: the sha256 and the files of `git diff HEAD` (tracked
     files), and the diff of the training path `initmem/` as text (None beyond MAX_DIFF characters; its sha256 is
     always kept). None for a clean tree or no checkout; never raises."""
-    where = where or ROOT
+    if (where := where or checkout()) is None:
+        return None
     try:
         full = subprocess.run(["git", "diff", "HEAD", "--no-color", "--no-ext-diff"], cwd=where, capture_output=True,
                               timeout=20)
