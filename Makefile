@@ -33,22 +33,26 @@ test: venv  ## run the test suite (what CI runs): two pytest-xdist workers, each
 lint: venv  ## ruff
 	$(VENV)/bin/ruff check .
 
-# Without RESULTS/OUT on the command line: every committed set (initmem.figures.COMMITTED_SETS).
-FIGURES_ARGS = $(if $(filter command line,$(origin RESULTS) $(origin OUT)),--results $(RESULTS) --out $(OUT))
-figures: venv  ## regenerate every table and figure from the committed results (or RESULTS=... OUT=...)
+# Without RESULTS/OUT on the command line: every committed set (initmem.figures.COMMITTED_SETS). RESULTS alone
+# writes <RESULTS>/figures (a committed tree: its own set); a committed set from another tree is refused.
+FIGURES_ARGS = $(if $(filter command line,$(origin RESULTS)),--results $(RESULTS)) \
+               $(if $(filter command line,$(origin OUT)),--out $(OUT))
+figures: venv  ## regenerate every table and figure from the committed results (or RESULTS=... [OUT=...])
 	$(INITMEM) figures $(FIGURES_ARGS)
 
 smoke: venv  ## the whole study at smoke scale (synthetic data, seconds per section), then its figures
 	$(MAKE) reproduce PROFILE=smoke
 
-# smoke figures stay beside their results so they never overwrite the committed figures/.
-FIGDIR = $(if $(filter smoke,$(PROFILE)),results/smoke/figures,$(OUT))
+# figures of results/<profile> go to its committed set (cpu: figures/) or beside it (results/<profile>/figures/),
+# so they never overwrite the committed figures/ from other results (initmem.figures.default_out); or OUT=...
 reproduce: venv  ## every section's sweep for PROFILE=smoke|cpu|paper, then the figures
 	$(INITMEM) sweep params/*.yaml --profile $(PROFILE) --results results/$(PROFILE)
-	$(INITMEM) figures --results results/$(PROFILE) --out $(FIGDIR)
+	$(INITMEM) figures --results results/$(PROFILE) $(if $(filter command line,$(origin OUT)),--out $(OUT))
 
-report: venv  ## export executed notebooks of a results tree to HTML under reports/
-	$(INITMEM) report --results $(RESULTS) --out reports
+# Executed notebooks are never committed: `make smoke` makes some in results/smoke, what `make report` reads by default.
+REPORT_RESULTS = $(if $(filter command line,$(origin RESULTS)),$(RESULTS),results/smoke)
+report: venv  ## export executed notebooks of a results tree to HTML under reports/ (default RESULTS=results/smoke)
+	$(INITMEM) report --results $(REPORT_RESULTS) --out reports
 
 lab: venv  ## JupyterLab in the repository root (the .py notebooks open as notebooks)
 	$(VENV)/bin/jupyter lab

@@ -44,10 +44,11 @@ from initmem import data as _data  # noqa: E402
 from initmem import members as _members  # noqa: E402
 from initmem import models, optim  # noqa: E402
 from initmem.config import TrainConfig  # noqa: E402
+from initmem.provenance import portable_source  # noqa: E402
 from initmem.train import train  # noqa: E402
 
 SIGMA_GRID = (0.1, 0.25, 0.5, 1.0, 1.5, 2.0, 2.5)
-SHARED_DATA = Path("/work/shared/data")
+SHARED_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"  # the workspace beside the repo
 
 
 class Cifar10Images(torch.utils.data.Dataset):
@@ -247,7 +248,8 @@ def main(argv: list[str] | None = None) -> None:
                        n_test=10, train_eval_size=10, epochs=2, device=args.device,
                        precision=args.precision, compile=args.compile)
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, device "
-          f"{_data.resolve_device(args.device)}, malloc {'tuned' if tuned else 'default'}, data {data.source}")
+          f"{_data.resolve_device(args.device)}, malloc {'tuned' if tuned else 'default'}, "
+          f"data {portable_source(data.source)}")
     print(f"{args.arch} width {args.width:g}, b={args.batch_size}, {args.optimizer}, precision {args.precision}, "
           f"compile {args.compile}, {args.steps} timed steps, K={args.k}, {args.repeats} repeats")
     if args.profile:

@@ -104,6 +104,9 @@ def _cmd_run(args: argparse.Namespace) -> int:
     from initmem.notebook import check_parameters, notebook_parameters, run_notebook
     from initmem.params import REQUIRED, check_section_name, load_yaml, read_text, yaml_error_line
 
+    if Path(args.notebook).is_dir():
+        raise ConfigError(f"notebook {args.notebook!r} is a folder: a jupytext .py notebook is accepted, e.g. "
+                          "notebooks/01_optimizers.py")
     params: dict = {}
     if args.parameters_file:
         try:
@@ -172,18 +175,29 @@ def _add_sweep(sub: argparse._SubParsersAction) -> None:
 
 
 def _cmd_sweep(args: argparse.Namespace) -> int:
-    from initmem.sweep import SLURM_OPTIONS, Progress, load_section, params_files, points_to_run, run_sweep
+    from initmem.sweep import (
+        SLURM_OPTIONS,
+        Progress,
+        load_section,
+        params_files,
+        points_to_run,
+        refuse_older,
+        run_sweep,
+    )
 
     sections = [load_section(path) for path in params_files(args.params)]  # every file checked before any runs
     for section in sections:
         section.points(args.profile, args.results)  # an unknown profile in any file fails now
-    overall = None if args.dry_run else Progress(sum(points_to_run(s, args.profile, args.results) for s in sections))
+        refuse_older(section.results_for(args.profile, args.results), section.name)  # before any point trains
+    counted: set = set()
+    overall = None if args.dry_run else Progress(sum(points_to_run(s, args.profile, args.results, counted)
+                                                     for s in sections))
     slurm = {k: getattr(args, k) for k in SLURM_OPTIONS if getattr(args, k, None) is not None}
-    code = 0
+    code, seen = 0, set()
     for section in sections:
         report = run_sweep(section, profile=args.profile, results=args.results, executor=args.executor,
                            jobs=args.jobs, dry_run=args.dry_run, slurm=slurm, progress=not args.quiet,
-                           overall=overall)
+                           overall=overall, seen=seen)
         code = max(code, report.exit_code)
     return code
 
@@ -192,26 +206,29 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
 def _add_figures(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("figures", help="regenerate every table and figure from a results folder (default: every "
                        "committed one: results/cpu -> figures, results/cpu_steps -> figures/cpu_steps)")
-    p.add_argument("--results", default=None, help="results tree to read (default: results/cpu when --out or "
-                   "--notebooks is given, else every committed tree)")
-    p.add_argument("--out", default=None, help="folder for the figures, tables/ and README.md (default: figures; "
-                   "executed notebooks go to <out>/.executed/)")
+    p.add_argument("--results", default=None, help="results tree to read, relative to the current folder (default: "
+                   "results/cpu of this repository when --out or --notebooks is given, else every committed tree)")
+    p.add_argument("--out", default=None, help="folder for the figures, tables/ and README.md, relative to the "
+                   "current folder (default: a committed tree's own figure set, else <results>/figures; executed "
+                   "notebooks go to <out>/.executed/)")
     p.add_argument("--notebooks", nargs="+", default=None, metavar="NAME",
                    help="only these figure notebooks (stems like 01_optimizers, or .py paths; default: all)")
+    p.add_argument("--overwrite", action="store_true", help="write into a committed figure set from another results "
+                   "tree, or into a folder holding other files (default: refused)")
     p.add_argument("--no-progress", dest="progress", action="store_false", help="do not stream notebook output")
     p.set_defaults(func=_cmd_figures)
 
 
 def _cmd_figures(args: argparse.Namespace) -> int:
-    from initmem.figures import make_figures, make_study_figures
+    from initmem.figures import ROOT, make_figures, make_study_figures
 
     if args.results is args.out is args.notebooks is None:
         written = make_study_figures(progress=args.progress)
         print(f"initmem figures: {len(written)} files written; indexes: "
               + ", ".join(str(f) for f in written if f.name == "README.md"))
         return 0
-    written = make_figures(args.results or "results/cpu", args.out or "figures", notebooks=args.notebooks,
-                           progress=args.progress)
+    written = make_figures(args.results or ROOT / "results" / "cpu", args.out, notebooks=args.notebooks,
+                           progress=args.progress, overwrite=args.overwrite)
     print(f"initmem figures: {len(written)} files written; index: {written[-1]}")
     return 0
 
@@ -219,7 +236,8 @@ def _cmd_figures(args: argparse.Namespace) -> int:
 # --- report ------------------------------------------------------------------------------------------------
 def _add_report(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("report", help="export the executed notebooks of a results tree to HTML")
-    p.add_argument("--results", default="results/cpu", help="results tree to read (default: %(default)s)")
+    p.add_argument("--results", default="results/smoke", help="results tree to read (default: %(default)s, where "
+                   "`make smoke` writes its executed notebooks)")
     p.add_argument("--out", default="reports", help="folder for the HTML pages and index.html (default: %(default)s)")
     p.set_defaults(func=_cmd_report)
 
@@ -248,7 +266,7 @@ def _add_plan(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--json", action="store_true", help="print one JSON document instead of tables")
     p.add_argument("--calibrate", action="store_true", help="time the (arch, width, batch size, precision) the "
                    "params need (default: the paper profiles' set) on --device and store the table")
-    p.add_argument("--steps", type=int, default=5, help="--calibrate: timed optimiser steps each (default: 5)")
+    p.add_argument("--steps", type=int, default=None, help="--calibrate: timed optimiser steps each (default: 5)")
     p.add_argument("--members", type=int, action="append", metavar="K", help="--calibrate: time populations of K "
                    "networks trained as one (a point's sigma_w x seed runs); repeat for several (default: 1)")
     p.set_defaults(func=_cmd_plan)
@@ -269,21 +287,28 @@ def _cmd_plan(args: argparse.Namespace) -> int:
         raise ConfigError("plan needs params files and --profile (or --calibrate alone for the default set)")
     if not paths and not args.calibrate:
         raise ConfigError("plan needs at least one params file")
+    if not args.calibrate and (args.steps is not None or args.members is not None):
+        given = " and ".join(f for f, v in (("--steps", args.steps), ("--members", args.members)) if v is not None)
+        raise ConfigError(f"{given} apply only to --calibrate (they set what it times): `initmem plan --calibrate "
+                          f"{given.split()[0]} ...` is accepted, or drop them")
     if args.calibrate:
+        from initmem.throughput import check_table_path
+
+        steps, members = 5 if args.steps is None else args.steps, args.members or [1]
+        if steps < 1 or min(members) < 1:
+            raise ConfigError(f"--steps {steps} / --members {members} are invalid: positive integers are accepted")
         name, _ = plan.device_name(args.device)
+        where = check_table_path(args.throughput or plan.default_table_path(name))  # before minutes of timing
         plans = [plan.plan_section(p, args.profile) for p in paths]
         keys = plan.calibration_keys(plans) if plans else list(plan.DEFAULT_SET)
-        print(f"calibrating {len(keys)} configuration(s) on {name} ({args.steps} steps each)", flush=True)
-        args.members = args.members or [1]
-        if args.steps < 1 or min(args.members) < 1:
-            raise ConfigError(f"--steps {args.steps} / --members {args.members} are invalid: positive integers "
-                              "are accepted")
-        table = plan.calibrate(keys, args.device, steps=args.steps, members=tuple(args.members))
-        out = plan.save_throughput(table, args.throughput or plan.default_table_path(name))
+        print(f"calibrating {len(keys)} configuration(s) on {name} ({steps} steps each)", flush=True)
+        table = plan.calibrate(keys, args.device, steps=steps, members=tuple(members))
+        out = plan.save_throughput(table, where)
         print(f"initmem plan: {len(table.entries)} entries written to {out}")
         return 0
-    if args.throughput:
-        table = plan.load_throughput(args.throughput)
+    if args.throughput:  # a table of another device kind than an explicit --device is refused
+        kind = None if args.device == "auto" else "cpu" if args.device == "cpu" else "cuda"
+        table = plan.load_throughput(args.throughput, kind=kind)
     else:
         default = plan.default_table_path(plan.device_name(args.device)[0])
         table = plan.load_throughput(default) if Path(default).is_file() else None

@@ -6,12 +6,16 @@ papermill and indexes the sidecars in `<out>/README.md`.
 
 Artefacts are byte-stable (no timestamps; no absolute path of the machine for results inside the repository) and
 written atomically (a temp file in the same folder, then `os.replace`): an interrupted run leaves the old file or
-the new one, never a truncated one. Relative paths are relative to the repository root, wherever the caller runs.
+the new one, never a truncated one. A figure notebook (`FigureBook`) reads relative paths against the repository
+root, wherever its kernel runs; `make_figures` (the command) against the working folder, as a shell does. It never
+writes a committed set (`COMMITTED_SETS`) from another results tree, nor into a folder holding other files, unless
+asked (`overwrite`).
 """
 
 from __future__ import annotations
 
 import json
+import os
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -24,41 +28,25 @@ from matplotlib.figure import Figure
 
 from initmem import plot_style, table_text
 from initmem.errors import ConfigError, NoResults, ResultsError
+from initmem.figure_paths import (  # re-exported: figures.COMMITTED_SETS is what `make figures` makes
+    COMMITTED_SETS,
+    EXECUTED,
+    INDEX_HEAD,
+    OVERWRITE_ENV,
+    ROOT,
+    check_folders,
+    check_out,
+    committed_set,
+    default_out,
+    display_path,
+    repo_path,
+)
 from initmem.files import atomic_write
 
-ROOT = Path(__file__).resolve().parent.parent  # the repository: params/, notebooks/figures/, results/ live there
 NOTEBOOK_DIR = ROOT / "notebooks" / "figures"
-EXECUTED = ".executed"
 # no software/date entries: regenerating from the same results gives the same bytes
 PNG_METADATA = {"Software": None}
 PDF_METADATA = {"Creator": None, "Producer": None, "CreationDate": None, "ModDate": None}
-
-
-# --- paths and stamps --------------------------------------------------------------------------------------
-def repo_path(path: str | Path) -> Path:
-    """`path` as an absolute path, a relative one taken relative to the repository root (not the working folder)."""
-    p = Path(path).expanduser()
-    return (p if p.is_absolute() else ROOT / p).resolve()
-
-
-def display_path(path: str | Path) -> str:
-    """How stamps name a folder: relative to the repository root when inside it, else as given."""
-    try:
-        return repo_path(path).relative_to(ROOT).as_posix() or "."
-    except ValueError:
-        return str(path)
-
-
-def check_folders(results: str | Path, out: str | Path) -> tuple[Path, Path]:
-    """`results` and `out` as absolute paths (`repo_path`); ResultsError when `results` does not exist, ConfigError
-    when it is a file or `out` is: one line naming the path, before anything is written."""
-    results, out = repo_path(results), repo_path(out)
-    if not results.is_dir():
-        what = "is a file: a results folder is accepted" if results.exists() else "does not exist"
-        raise (ConfigError if results.exists() else ResultsError)(f"results folder {str(results)!r} {what}")
-    if out.exists() and not out.is_dir():
-        raise ConfigError(f"out={str(out)!r} is a file: a folder for the figures is accepted")
-    return results, out
 
 
 @dataclass(frozen=True)
@@ -71,21 +59,37 @@ class Stamp:
     git_commits: tuple[str, ...]
     results_dir: str
     sections: tuple[str, ...]
+    modified: int = 0  # runs trained from a modified working tree
+    modified_unknown: int = 0  # ... of which the modification was not recorded (provenance.UNKNOWN_DIFF)
 
     @classmethod
     def of(cls, runs: pd.DataFrame, results_dir: str | Path, sections: Sequence[str]) -> Stamp:
-        """Profile = a `profile` column when load_runs has one, else the results folder's name."""
+        """Profile = a `profile` column when load_runs has one, else the results folder's name. Each data source is
+        named with the start of its content hash (`data_hash`) when the runs record one."""
         def values(col: str) -> tuple[str, ...]:
             return tuple(sorted({str(v) for v in runs[col].dropna()})) if col in runs.columns else ()
 
+        def source(row) -> str:
+            h = row.get("data_hash")
+            return f"{row['data_source']} sha256:{h[:12]}" if isinstance(h, str) and h else str(row["data_source"])
+
+        sources = tuple(sorted({source(r) for _, r in runs.iterrows() if pd.notna(r["data_source"])})) if (
+            "data_source" in runs.columns) else ()
+        dirty = runs["git_dirty"].eq(True) if "git_dirty" in runs.columns else pd.Series(False, index=runs.index)
+        unknown = dirty & ~runs["git_diff_known"].astype(bool) if "git_diff_known" in runs.columns else dirty
         profile = ", ".join(values("profile")) or repo_path(results_dir).name
-        return cls(profile, len(runs), values("data_source"), values("git_commit"), display_path(results_dir),
-                   tuple(sections))
+        return cls(profile, len(runs), sources, values("git_commit"), display_path(results_dir), tuple(sections),
+                   int(dirty.sum()), int(unknown.sum()))
 
     def caption(self) -> str:
         commits = ", ".join(c[:10] for c in self.git_commits[:3]) or "unknown"
         if len(self.git_commits) > 3:
             commits += f" (+{len(self.git_commits) - 3} more)"
+        if self.modified:  # which code made them: the commit, and whether the change on top of it is recorded
+            known = self.modified - self.modified_unknown
+            commits += (f" ({self.modified} runs from a modified tree, "
+                        + ("its diff recorded)" if not self.modified_unknown else "its diff unknown)" if not known
+                           else f"{known} diffs recorded, {self.modified_unknown} unknown)"))
         return (f"profile {self.profile}; {self.n_runs} runs ({', '.join(self.sections) or 'all sections'}); "
                 f"data {', '.join(self.data_sources) or 'unknown'}; commit {commits}; source {self.results_dir}")
 
@@ -93,8 +97,9 @@ class Stamp:
         """The sidecar record of one artefact (no generation time: the same results give the same bytes)."""
         return {"name": name, "kind": kind, "title": title, "caption": self.caption(), "profile": self.profile,
                 "n_runs": self.n_runs, "sections": list(self.sections), "data_sources": list(self.data_sources),
-                "git_commits": list(self.git_commits), "results_dir": self.results_dir, "files": list(files),
-                "missing": missing}
+                "git_commits": list(self.git_commits), "modified_tree_runs": self.modified,
+                "modified_unknown_runs": self.modified_unknown, "results_dir": self.results_dir,
+                "files": list(files), "missing": missing}
 
 
 # --- atomic writing ----------------------------------------------------------------------------------------
@@ -191,14 +196,16 @@ class FigureBook:
     """One figure notebook's view of a results tree: the runs of `sections` (all when None), their `histories`
     (loaded on first use), the provenance `stamp`, and `table`/`figure`, which build, save and return an artefact.
     Relative paths are relative to the repository root; a missing or damaged results folder raises (`check_folders`,
-    `results.load_runs`) before anything is written. A builder is a zero-argument callable (a lambda over
-    `self.runs`/`self.histories`) called only when the section has runs: no runs, or a `NoResults` from the
-    builder, gives a 'no results' placeholder artefact and a printed message."""
+    `results.load_runs`) before anything is written, and so does a committed figure set as `out_dir` of another
+    results tree (`check_out`; `make_figures(overwrite=True)` lifts it for its notebooks). A builder is a
+    zero-argument callable (a lambda over `self.runs`/`self.histories`) called only when the section has runs: no
+    runs, or a `NoResults` from the builder, gives a 'no results' placeholder artefact and a printed message."""
 
     def __init__(self, results_dir: str | Path, out_dir: str | Path, sections: str | Sequence[str] | None = None):
         from initmem.results import load_runs
 
-        self.results_dir, self.out_dir = check_folders(results_dir, out_dir)
+        self.results_dir, self.out_dir = check_folders(repo_path(results_dir), repo_path(out_dir))
+        check_out(self.results_dir, self.out_dir, os.environ.get(OVERWRITE_ENV) == "1", committed_only=True)
         self.sections = (sections,) if isinstance(sections, str) else tuple(sections or ())
         runs = load_runs(self.results_dir)
         self.runs = (runs[runs["section"].isin(self.sections)] if self.sections else runs).reset_index(drop=True)
@@ -295,8 +302,7 @@ def write_index(out: str | Path) -> Path:
     timestamp, so regenerating from the same results leaves it unchanged."""
     out = Path(out)
     recs = _sidecars(out)
-    lines = ["# Figures and tables", "",
-             "Generated by `initmem figures` (`initmem.figures.make_figures`) from the figure notebooks in",
+    lines = [INDEX_HEAD + " (`initmem.figures.make_figures`) from the figure notebooks in",
              "`notebooks/figures/`; do not edit by hand. Each artefact has a sidecar `<name>.json` with its",
              "provenance (profile, runs, data source, git commits of the results).", ""]
     for kind, heading in (("table", "Tables"), ("figure", "Figures")):
@@ -316,44 +322,50 @@ def write_index(out: str | Path) -> Path:
     return write_text(out / "README.md", "\n".join(lines))
 
 
-# The committed artefacts: (results tree, figures folder, figure notebooks or None for all). results/cpu_steps is
-# section 01 only (params/01_optimizers.yaml, profile cpu_steps), so only the notebooks that read section 01 or
-# every section run over it. `initmem figures` without --results/--out (`make figures`) regenerates them all.
-COMMITTED_SETS: tuple[tuple[str, str, tuple[str, ...] | None], ...] = (
-    ("results/cpu", "figures", None),
-    ("results/cpu_steps", "figures/cpu_steps", ("01_optimizers", "06_forgetting_clocks")),
-)
-
-
 def make_study_figures(progress: bool = True) -> list[Path]:
     """`make_figures` for every entry of `COMMITTED_SETS`, in order; the files written, each set's index last."""
     return [f for results, out, nbs in COMMITTED_SETS
-            for f in make_figures(results, out, notebooks=list(nbs) if nbs else None, progress=progress)]
+            for f in make_figures(ROOT / results, ROOT / out, notebooks=list(nbs) if nbs else None, progress=progress)]
 
 
-def make_figures(results: str | Path = "results/cpu", out: str | Path = "figures",
-                 notebooks: list[str | Path] | None = None, progress: bool = True) -> list[Path]:
-    """Execute every figure notebook (or those named: stems like '01_optimizers' or .py paths) over `results`,
-    writing artefacts to `out` (relative paths: to the repository root); return the files written (png, pdf, md,
-    tex, csv, json), then the index `<out>/README.md`. Bad folders fail first (`check_folders`); a section without
-    runs gives 'no results' artefacts; a failing notebook (a damaged results tree included) raises NotebookError
-    naming the cell (its executed copy is in `<out>/.executed/`)."""
+def make_figures(results: str | Path = ROOT / "results/cpu", out: str | Path | None = None,
+                 notebooks: list[str | Path] | None = None, progress: bool = True, overwrite: bool = False
+                 ) -> list[Path]:
+    """Execute every figure notebook (or those named: stems like '01_optimizers' or .py paths; default: a committed
+    set's own) over `results`, writing artefacts to `out` (default `default_out(results)`; relative paths: to the
+    working folder, as in a shell); return the files written (png, pdf, md, tex, csv, json), then the index
+    `<out>/README.md`. Bad folders fail first (`check_folders`, `check_out`); a section without runs gives 'no
+    results' artefacts; a failing notebook (a damaged results tree included) raises NotebookError naming the cell
+    (its executed copy is in `<out>/.executed/`)."""
     from initmem.notebook import execute_notebook
 
+    chosen = _select(notebooks) if notebooks is not None else None  # a bad name first: it needs no folder
+    results = Path(results).expanduser().resolve()
+    out = default_out(results) if out is None else Path(out).expanduser().resolve()
     results, out = check_folders(results, out)
-    chosen = _select(notebooks)
+    check_out(results, out, overwrite)
+    own = committed_set(results, out)
+    chosen = chosen if chosen is not None else _select(list(own) if own else None)
     try:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise ResultsError(f"cannot create the figures folder {str(out)!r}: {exc.strerror or exc}") from None
     _remove_temp_files(out)
-    start = time.time()
-    for nb in chosen:
-        t = time.time()
-        execute_notebook(nb, out / EXECUTED / f"{nb.stem}.ipynb",
-                         {"results_dir": str(results), "out_dir": str(out)}, cwd=ROOT, log_output=progress)
-        if progress:
-            print(f"figures: {nb.stem} done in {time.time() - t:.1f} s", flush=True)
+    start, before = time.time(), os.environ.get(OVERWRITE_ENV)
+    try:
+        if overwrite:  # the notebooks' own FigureBook check (a committed set from another tree) was asked away too
+            os.environ[OVERWRITE_ENV] = "1"
+        for nb in chosen:
+            t = time.time()
+            execute_notebook(nb, out / EXECUTED / f"{nb.stem}.ipynb",
+                             {"results_dir": str(results), "out_dir": str(out)}, cwd=ROOT, log_output=progress)
+            if progress:
+                print(f"figures: {nb.stem} done in {time.time() - t:.1f} s", flush=True)
+    finally:
+        if before is None:
+            os.environ.pop(OVERWRITE_ENV, None)
+        else:
+            os.environ[OVERWRITE_ENV] = before
     index = write_index(out)
     written = sorted({r["_dir"] / f for r in _sidecars(out) for f in [*r["files"], f"{r['name']}.json"]
                       if (r["_dir"] / f).stat().st_mtime >= start - 1})

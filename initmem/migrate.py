@@ -1,5 +1,7 @@
 """Upgrading old run records: `migrate(path)` rewrites every schema-1 run.json under `path` as schema 2 (the record
-`initmem.results` verifies), keeping every number; `initmem migrate PATH` runs it.
+`initmem.results` verifies), and the provenance of every record as it is kept now (`provenance.portable`: the data
+by its relative path, not the machine's; `git_diff`, marked unknown for a modified tree whose diff was never
+recorded), keeping every number and never touching history.csv; `initmem migrate PATH` runs it.
 """
 
 from __future__ import annotations
@@ -9,6 +11,7 @@ from pathlib import Path
 from initmem.config import TrainConfig
 from initmem.errors import ConfigError, ResultsError
 from initmem.files import atomic_write
+from initmem.provenance import portable
 from initmem.record import (
     CONFIG_FIELDS,
     RECORD_TYPES,
@@ -48,22 +51,30 @@ def _upgrade(record: dict, file: Path) -> dict:
     if changed := [k for k, v in config.items() if new_config[k] != v]:
         raise record_error(file, f"has config values TrainConfig would change: {changed}")
     data, h = read_history(file.parent)
-    new = {**record, "schema": SCHEMA, "config": new_config, "history": history_meta(data, h)}
+    new = {**record, "schema": SCHEMA, "config": new_config, "history": history_meta(data, h),
+           "provenance": portable(record["provenance"]) if isinstance(record["provenance"], dict) else record[
+               "provenance"]}
     new = {k: new[k] for k in RECORD_TYPES}  # the key order write_run writes
     verify_record(file.parent, new)
     return new
 
 
 def migrate(path: str | Path) -> list[Path]:
-    """Upgrade every schema-1 run.json under `path` to schema 2 in place, atomically, and return their paths. Every
-    number is kept and history.csv is not touched; schema-2 records are left as they are, so a second call returns
-    []. Every record is checked before any is written: one that cannot be upgraded (unreadable, its config not its
-    run id's, its history malformed) is a ResultsError naming it, and nothing is written."""
+    """Upgrade every schema-1 run.json under `path` to schema 2 in place, atomically, and every record's provenance
+    to `provenance.portable`; return the paths rewritten. Every number is kept and history.csv is not touched; a
+    current record is left as it is, so a second call returns []. Every record is checked before any is written: one
+    that cannot be upgraded (unreadable, its config not its run id's, its history malformed) is a ResultsError naming
+    it, and nothing is written."""
     plan = []
     for folder in run_folders(path):
         file = folder / "run.json"
         record = parse_record(file)
         if record.get("schema") == SCHEMA:
+            if isinstance(record.get("provenance"), dict) and (prov := portable(record["provenance"])) != record[
+                    "provenance"]:  # the provenance as it is kept now; every other byte as it was
+                new = {**record, "provenance": prov}
+                verify_record(folder, new)
+                plan.append((file, new))
             continue
         if record.get("schema") != 1:
             raise record_error(file, f"has schema {record.get('schema')!r}: migrate upgrades schema 1 to {SCHEMA}")

@@ -24,6 +24,7 @@ import numpy as np
 from initmem.config import TrainConfig, point_configs
 from initmem.errors import ConfigError
 from initmem.metrics import lr_scale
+from initmem.throughput import check_table
 
 CIFAR_TRAIN, CIFAR_TEST = 50_000, 10_000
 SYNTHETIC_TRAIN, SYNTHETIC_TEST = 2000, 500  # train.py's synthetic_sizes when n_train / n_test are None
@@ -114,8 +115,10 @@ class Throughput:
     created: str | None = None
 
 
-def load_throughput(path: str | Path) -> Throughput:
-    """Read a throughput table; ConfigError (one line) when it is missing or malformed."""
+def load_throughput(path: str | Path, kind: str | None = None) -> Throughput:
+    """Read a throughput table; ConfigError (one line) when it is missing or malformed, or holds what the planner
+    cannot trust (`throughput.check_table`: a time that is not finite and positive, a foreign device; with `kind`,
+    a table of another device kind)."""
     try:
         doc = json.loads(Path(path).read_text(encoding="utf-8"))
         entries = [Entry(str(e["arch"]), float(e["width"]), int(e["batch_size"]), str(e["precision"]),
@@ -125,12 +128,13 @@ def load_throughput(path: str | Path) -> Throughput:
     except FileNotFoundError:
         raise ConfigError(f"throughput table {str(path)!r} does not exist (make one with `initmem plan "
                           "--calibrate`)") from None
-    except (OSError, ValueError, KeyError, TypeError) as exc:
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
         raise ConfigError(f"throughput table {str(path)!r} is invalid ({type(exc).__name__}: {exc}): "
                           '{"device", "torch", "entries": [{"arch", "width", "batch_size", "precision", '
                           '"members", "train_step_s", "eval_image_s"}]} is accepted') from None
-    kind = str(doc.get("kind") or ("cpu" if device.lower().startswith("cpu") else "cuda"))
-    return Throughput(device, str(doc.get("torch", "")), entries, kind, str(path), doc.get("created"))
+    table = Throughput(device, str(doc.get("torch", "")), entries, str(doc.get("kind") or (
+        "cpu" if device.lower().startswith("cpu") else "cuda")), str(path), doc.get("created"))
+    return check_table(table, kind, _describe)
 
 
 def save_throughput(table: Throughput, path: str | Path) -> Path:

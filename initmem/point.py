@@ -8,7 +8,8 @@ function the sweep uses too, so run ids here and there agree.
 Reliability: each run is trained under its run-folder lock (`initmem.locks`), so several processes can work on one
 results tree at once (two sweeps, a local pool next to a Slurm array, a requeued job): a run locked by another
 process is skipped at first and waited for at the end, and completion is re-checked once the lock is held. A damaged
-run folder (one that fails `results.verify_run`) is moved aside, never deleted, and trained again. A run that raises
+run folder (one that fails `results.verify_run`) is moved aside, never deleted, and trained again; a record of an
+older schema is not damaged: it stops the point with a ResultsError naming `initmem migrate`. A run that raises
 is recorded in `<run folder>/failed.json`, the point goes on with the next run and raises a SweepError at the end;
 the next call retries it (resuming from its checkpoints, if any). A user error (InitmemError: bad data, unwritable
 folder) is the same for every run and stops at once.
@@ -71,6 +72,8 @@ def train_point(configs: list[TrainConfig], *, results: str | Path, section: str
             try:
                 _results.verify_run(folder)
             except ResultsError as exc:
+                if _results.other_schema(folder) is not None:
+                    raise  # readable, only older: `initmem migrate` upgrades it; never retrained
                 print(f"{_name(c)}: {exc}; moved aside to {_results.set_aside(folder)} and trained again", flush=True)
     todo = [c for c in configs if not _results.is_complete(results, section, c)]
     done = [c for c in configs if c not in todo]

@@ -1,12 +1,16 @@
 """Where a run came from: code version, software versions, machine. Stored in every run.json.
 
 `provenance()` never raises: a missing git, a source tree that is not a checkout, or an unknown CPU model just give
-`None` fields, because a run must not fail for want of bookkeeping.
+`None` fields, because a run must not fail for want of bookkeeping. A run trained from a modified working tree
+records what the modification was (`git_diff`: the sha256 and files of `git diff HEAD`, and the diff of the
+training path `initmem/` itself). `portable` is what a run record stores: the data named by its path relative to the
+repository (or its file name; `data_hash` is its content), never a path of the machine that trained it.
 """
 
 from __future__ import annotations
 
 import datetime as _dt
+import hashlib
 import importlib.metadata
 import os
 import platform
@@ -15,6 +19,11 @@ import subprocess
 from pathlib import Path
 
 _PACKAGES = ("torch", "torchvision", "numpy", "pandas", "initmem")
+ROOT = Path(__file__).resolve().parent.parent  # the checkout holding the package
+TRAINING_PATH = "initmem"  # what trains a run: its diff is kept whole in the record (up to MAX_DIFF characters)
+MAX_DIFF = 200_000
+UNKNOWN_DIFF = ("unknown: trained from a modified working tree of git_commit before initmem recorded the "
+                "modification; only the commit and that the tree was modified are known")
 
 
 def _git(args: list[str], cwd: Path) -> str | None:
@@ -25,14 +34,70 @@ def _git(args: list[str], cwd: Path) -> str | None:
     return out.stdout.strip() if out.returncode == 0 else None
 
 
-def git_state() -> tuple[str | None, bool | None]:
-    """(commit, dirty) of the checkout holding the initmem package, else of the working directory; (None, None)."""
+def checkout() -> Path | None:
+    """The git checkout holding the initmem package, else the one holding the working directory; None."""
     for where in (Path(__file__).resolve().parent, Path.cwd()):
-        commit = _git(["rev-parse", "HEAD"], where)
-        if commit:
-            status = _git(["status", "--porcelain", "--untracked-files=no"], where)
-            return commit, (None if status is None else bool(status))
-    return None, None
+        top = _git(["rev-parse", "--show-toplevel"], where)
+        if top:
+            return Path(top)
+    return None
+
+
+def git_state() -> tuple[str | None, bool | None]:
+    """(commit, dirty) of `checkout()`; (None, None) without one."""
+    if (where := checkout()) is None or not (commit := _git(["rev-parse", "HEAD"], where)):
+        return None, None
+    status = _git(["status", "--porcelain", "--untracked-files=no"], where)
+    return commit, (None if status is None else bool(status))
+
+
+def git_diff(where: Path | None = None) -> dict | None:
+    """What a modified working tree changed against HEAD: the sha256 and the files of `git diff HEAD` (tracked
+    files), and the diff of the training path `initmem/` as text (None beyond MAX_DIFF characters; its sha256 is
+    always kept). None for a clean tree or no checkout; never raises."""
+    if (where := where or checkout()) is None:
+        return None
+    try:
+        full = subprocess.run(["git", "diff", "HEAD", "--no-color", "--no-ext-diff"], cwd=where, capture_output=True,
+                              timeout=20)
+        training = subprocess.run(["git", "diff", "HEAD", "--no-color", "--no-ext-diff", "--", TRAINING_PATH],
+                                  cwd=where, capture_output=True, timeout=20)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    if full.returncode != 0 or not full.stdout:
+        return None
+    files = sorted({line.rsplit(" b/", 1)[-1] for line in full.stdout.decode("utf-8", "replace").splitlines()
+                    if line.startswith("diff --git a/")})
+    text = training.stdout.decode("utf-8", "replace") if training.returncode == 0 else None
+    return {"sha256": hashlib.sha256(full.stdout).hexdigest(), "files": files,
+            "training_path_sha256": hashlib.sha256(training.stdout).hexdigest() if text is not None else None,
+            "training_path": text if text is not None and len(text) <= MAX_DIFF else None}
+
+
+def portable_source(source: str | None) -> str | None:
+    """A data source (`<kind>:<path>`) as a run record names it: the path relative to the repository root when it
+    lies in the repository or beside it (`../shared/data/x.tar.gz`), else its file name alone (the record's
+    `data_hash` identifies the content). Sources without a path (`synthetic:...`) are kept."""
+    if not isinstance(source, str) or ":" not in source:
+        return source
+    kind, path = source.split(":", 1)
+    if not os.path.isabs(path):
+        return source
+    rel = os.path.relpath(path, ROOT) if os.path.splitdrive(path)[0] == os.path.splitdrive(str(ROOT))[0] else path
+    ups = Path(rel).parts[:2].count("..")
+    name = Path(rel).as_posix() if not os.path.isabs(rel) and ups <= 1 else Path(path).name
+    return f"{kind}:{name}"
+
+
+def portable(prov: dict) -> dict:
+    """`prov` as a run record stores it: `data_source` by `portable_source`, and `git_diff` after `git_dirty` (for a
+    record made before the diff was kept: None for a clean tree, `UNKNOWN_DIFF` for a modified one)."""
+    out = {}
+    for k, v in prov.items():
+        out[k] = portable_source(v) if k == "data_source" else v
+        if k == "git_dirty" and "git_diff" not in prov:
+            out["git_diff"] = UNKNOWN_DIFF if v else None
+    return out
 
 
 def _version(name: str) -> str | None:
@@ -69,7 +134,8 @@ def _device_name(device: str | None) -> str | None:
 def provenance(device: str | None = None) -> dict:
     """Code version, software versions, machine and UTC time, as a JSON-ready dict. Never raises."""
     commit, dirty = git_state()
-    info: dict = {"git_commit": commit, "git_dirty": dirty, "python": platform.python_version()}
+    info: dict = {"git_commit": commit, "git_dirty": dirty, "git_diff": git_diff() if dirty else None,
+                  "python": platform.python_version()}
     info.update({name: _version(name) for name in _PACKAGES})
     try:
         import torch

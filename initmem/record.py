@@ -192,5 +192,16 @@ def verify_record(folder: Path, record: dict) -> pd.DataFrame:
     if problem := frame_problem(h):
         raise record_error(hfile, problem)
     if hashlib.sha256(data).hexdigest() != meta["sha256"]:
-        raise record_error(hfile, "does not match the sha256 run.json records: it changed after the run was written")
+        raise record_error(hfile, f"does not match the sha256 run.json records: {checksum_difference(data, meta)}")
     return h
+
+
+def checksum_difference(data: bytes, meta: dict) -> str:
+    """What differs in a history whose rows and columns are the recorded ones but whose sha256 is not: line
+    endings only (a checkout that converted them, e.g. git's core.autocrlf), or a value."""
+    if hashlib.sha256(data.replace(b"\r\n", b"\n")).hexdigest() == meta["sha256"]:
+        return ("only its line endings differ (CRLF where it was written with LF: a checkout converted them, e.g. git "
+                "with core.autocrlf=true; the repository's .gitattributes keeps results/ byte-exact): restore LF line "
+                "endings, e.g. clone again with `git -c core.autocrlf=false clone`")
+    return ("a value differs from what was written (the same rows and columns; the run was changed after it was "
+            "written, or the file was damaged)")

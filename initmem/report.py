@@ -19,6 +19,7 @@ from pathlib import Path
 from initmem.errors import ResultsError
 
 PATTERN = "**/notebooks/*.ipynb"
+SMOKE = "results/smoke"  # where `make smoke` sweeps, and what `make report` reads by default
 
 
 @dataclass
@@ -39,14 +40,18 @@ def find_notebooks(results: str | Path) -> list[Path]:
     """Every executed notebook under `results` (`**/notebooks/*.ipynb`), sorted; ResultsError naming the folder and
     the pattern when there is none."""
     results = Path(results)
+    make = (f"executed notebooks are build products of a sweep (never committed; a sweep skips complete points, so "
+            f"it makes none over finished runs): `make smoke` writes them to {SMOKE}, then `make report` (or `initmem "
+            f"sweep params/*.yaml --profile smoke --results {SMOKE} && initmem report --results {SMOKE}`)")
     if not results.is_dir():
-        raise ResultsError(f"results folder {str(results)!r} does not exist; pass --results <folder of a sweep>")
+        raise ResultsError(f"results folder {str(results)!r} does not exist: {make}")
     found = sorted(p for p in results.glob(PATTERN) if ".ipynb_checkpoints" not in p.parts)
     if not found:
-        raise ResultsError(
-            f"no executed notebooks under {str(results)!r} (looked for {PATTERN}); run a sweep first "
-            f"(initmem sweep params/<section>.yaml --results {results})"
-        )
+        from initmem.results import run_folders
+
+        runs = len(run_folders(results))
+        raise ResultsError(f"no executed notebooks under {str(results)!r} (looked for {PATTERN}"
+                           + (f"; it holds {runs} runs" if runs else "") + f"): {make}")
     return found
 
 
@@ -67,7 +72,7 @@ def _status(nb) -> tuple[str, float | None, dict | None, str]:
     return status, pm.get("duration"), pm.get("parameters"), error
 
 
-def export_reports(results: str | Path = "results/cpu", out: str | Path = "reports") -> list[Path]:
+def export_reports(results: str | Path = SMOKE, out: str | Path = "reports") -> list[Path]:
     """Export every executed notebook under `results` to `<out>/<section>/<point>.html` and write `<out>/index.html`.
 
     Returns the pages written, index.html last. A notebook that cannot be read is listed in the index as unreadable

@@ -27,6 +27,7 @@ from initmem.config import TrainConfig, run_id
 from initmem.errors import ConfigError, ResultsError
 from initmem.files import atomic_write, ensure_writable
 from initmem.metrics import SUMMARY_KEYS
+from initmem.provenance import portable
 from initmem.record import (
     CONFIG_FIELDS,
     HISTORY_COLUMNS,
@@ -42,9 +43,10 @@ from initmem.record import (
 )
 
 __all__ = ["RunResult", "run_id", "run_dir", "write_run", "read_run", "verify_run", "is_complete", "load_runs",
-           "load_histories", "set_aside"]
+           "load_histories", "set_aside", "other_schema", "older_records", "tidy_copies"]
 
 RUN_COLUMNS = ("run_id", "section", "status", "path")
+PROVENANCE_COLUMNS = ("git_commit", "git_dirty", "data_source", "data_hash")  # load_runs' columns from provenance
 HISTORY_CONFIG_COLUMNS = ("arch", "width", "sigma_w", "optimizer", "lr", "weight_decay", "batch_size", "seed", "epochs")
 DAMAGED_DIR = ".damaged"  # <section>/.damaged/<run_id>-<UTC stamp>/: where set_aside moves a damaged run
 @dataclass
@@ -86,7 +88,9 @@ def write_run(result: RunResult, results: str | Path, section: str) -> Path:
     folder = run_dir(results, section, result.config)
     record = {"schema": SCHEMA, "run_id": result.run_id, "section": section, "status": result.status,
               "config": result.config.to_dict(), "summary": result.summary, "history": None,
-              "provenance": result.provenance, "started_at": result.started_at, "finished_at": result.finished_at}
+              "provenance": portable(result.provenance) if isinstance(result.provenance, dict) else result.provenance,
+              "started_at": result.started_at,
+              "finished_at": result.finished_at}
     try:
         check_record(json.loads(dumps_record({**record, "history": {"sha256": "0" * 64, "rows": 0, "columns": []}})),
                       folder / "run.json")
@@ -166,6 +170,50 @@ def set_aside(folder: str | Path) -> Path:
     return dest
 
 
+def other_schema(folder: str | Path) -> int | None:
+    """The schema of a run folder's record when it is readable but not this initmem's (1: `initmem migrate`
+    upgrades it), else None. Such a run is not damaged: it is never set aside nor trained again."""
+    try:
+        schema = parse_record(_record_file(folder)).get("schema")
+    except ResultsError:
+        return None
+    return schema if type(schema) is int and schema != SCHEMA else None
+
+
+def older_records(path: str | Path) -> list[Path]:
+    """The run.json files under `path` (none when it does not exist) whose schema is not this initmem's."""
+    return [f / "run.json" for f in (run_folders(path) if Path(path).is_dir() else []) if other_schema(f) is not None]
+
+
+def tidy_copies(section_dir: str | Path, dry_run: bool = False) -> list[str]:
+    """Run folders of `section_dir` that are not named by their record's run id (a copy or a renamed run): a renamed
+    run whose own folder is missing is moved back to it; a copy of a run that has its folder is set aside
+    (`set_aside`, nothing deleted). Returns one line per folder (`dry_run`: what would be done, nothing moved), so
+    that the tree stays loadable and no readable run is trained again."""
+    section_dir, lines = Path(section_dir), []
+    for folder in sorted(p for p in section_dir.glob("*/run.json") if not p.parent.name.startswith(".")):
+        folder = folder.parent
+        try:
+            rid = parse_record(folder / "run.json").get("run_id")
+        except ResultsError:
+            continue  # damaged: the point that owns it sets it aside
+        if not isinstance(rid, str) or rid == folder.name or Path(rid).name != rid or rid.startswith("."):
+            continue
+        own = section_dir / rid
+        if dry_run:
+            lines.append(f"run {rid}: {folder} would be " + (f"set aside (a copy of {own})" if own.exists() else
+                                                             f"moved back to {own} (a renamed run folder)"))
+        elif own.exists():
+            lines.append(f"run {rid}: {folder} is a copy of {own}; set aside to {set_aside(folder)}")
+        else:
+            try:
+                os.rename(folder, own)
+            except OSError as exc:
+                raise ResultsError(f"cannot move {str(folder)!r} back to {str(own)!r}: {exc.strerror or exc}") from None
+            lines.append(f"run {rid}: {folder} is a renamed run folder; moved back to {own}")
+    return lines
+
+
 # ------------------------------------------------------------------------------------------------ loaders
 def run_folders(path: str | Path) -> list[Path]:
     """Every folder under `path` (any depth, `path` included) holding a run.json, hidden folders (.damaged, ...)
@@ -215,7 +263,8 @@ def _cell(v: Any) -> Any:
 
 def load_runs(path: str | Path, *, damaged: str = "raise") -> pd.DataFrame:
     """One row per run under `path` (any depth: a tree, a section, one run folder): run_id, section, status, path,
-    every config field, every summary key, git_commit, data_source. Every run is verified (`verify_run`); a damaged
+    every config field, every summary key, git_commit, git_dirty, data_source, data_hash and git_diff_known (False
+    for a run from a modified tree whose modification was not recorded). Every run is verified (`verify_run`); a damaged
     one is a ResultsError naming its file, or with damaged="skip" a warning, and it is listed in
     `df.attrs["damaged"]` ({folder: why}). A path that does not exist is a ResultsError."""
     good, bad = _scan(path, damaged)
@@ -225,10 +274,10 @@ def load_runs(path: str | Path, *, damaged: str = "raise") -> pd.DataFrame:
         row.update({k: _cell(rec["config"].get(k)) for k in CONFIG_FIELDS})
         row.update({k: rec["summary"].get(k) for k in SUMMARY_KEYS})
         row.update({k: v for k, v in rec["summary"].items() if k not in row})  # keys added to metrics later
-        prov = rec["provenance"]
-        row.update(git_commit=prov.get("git_commit"), data_source=prov.get("data_source"))
+        row.update({k: rec["provenance"].get(k) for k in PROVENANCE_COLUMNS})
+        row["git_diff_known"] = isinstance(rec["provenance"].get("git_diff"), dict) or row["git_dirty"] is False
         rows.append(row)
-    columns = [*RUN_COLUMNS, *CONFIG_FIELDS, *SUMMARY_KEYS, "git_commit", "data_source"]
+    columns = [*RUN_COLUMNS, *CONFIG_FIELDS, *SUMMARY_KEYS, *PROVENANCE_COLUMNS, "git_diff_known"]
     extra = sorted({k for r in rows for k in r} - set(columns))
     df = pd.DataFrame(rows, columns=[*columns, *extra])
     df.attrs["damaged"] = bad

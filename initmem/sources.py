@@ -58,6 +58,10 @@ def _read_batches(folder: Path, names: list[str]) -> tuple[torch.Tensor, torch.T
 
 def _load_torchvision(root: Path, download: bool) -> Cifar10:
     folder = root if root.name == "cifar-10-batches-py" else root / "cifar-10-batches-py"
+    if root.name.endswith(ARCHIVE_EXTS):  # an image archive is read by the imagefolder source, never downloaded
+        raise DataError(f"{root} is " + ("an image archive" if root.is_file() else "an archive path that does not "
+                        "exist") + ", not a torchvision cifar-10-batches-py folder: --data auto (or imagefolder) "
+                        "--data-root <an existing cifar10 .tar.gz> reads an archive")
     if not folder.is_dir():
         if not download:
             raise DataError(f"torchvision CIFAR-10 folder {folder} not found: download it once with `python -c "
@@ -87,7 +91,9 @@ def make_synthetic(n_train: int = 2000, n_test: int = 500, seed: int = 0) -> Cif
     a random circular shift of up to 3 pixels. Labels cycle 0..9, so classes are balanced. Measured: a
     nearest-class-mean classifier scores ~98 % on the test part; a ResNet-9 of width 0.125 trained 2 epochs with
     SGD (lr 0.01, batch 64) reaches ~50-70 % test accuracy depending on sigma_w (chance: 10 %)."""
-    check_int("n_train", n_train, NUM_CLASSES, 10**6, " (synthetic train size)")
+    if isinstance(n_train, bool) or not isinstance(n_train, int) or not NUM_CLASSES <= n_train <= 10**6:
+        raise ConfigError(f"synthetic data of {n_train!r} training images (TrainConfig's n_train + n_val) is invalid: "
+                          f"an integer in [{NUM_CLASSES}, {10**6}] is accepted (n_train + n_val <= {10**6})")
     check_int("n_test", n_test, NUM_CLASSES, 10**6, " (synthetic test size)")
     g = torch.Generator().manual_seed(seed)
 
@@ -159,6 +165,9 @@ def load_cifar10(root: str | Path = "data", source: str = "auto", download: bool
             kind, path = hit
             return _load_torchvision(path, False) if kind == "torchvision" else load_imagefolder(path, cache_dir,
                                                                                                  progress)
+    if root.name.endswith(ARCHIVE_EXTS) and not root.exists():  # an archive was meant: say that first
+        raise DataError(f"CIFAR-10 archive {root} does not exist: --data-root <an existing .tar.gz of train/<class>/* "
+                        "and test/<class>/*> (or a folder holding one) is accepted")
     if download:
         return _load_torchvision(root, True)
     raise DataError(f"no CIFAR-10 data found; tried: {'; '.join(tried)}"

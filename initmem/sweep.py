@@ -232,21 +232,56 @@ def _hms(seconds: float) -> str:
     return f"{s // 3600:02d}:{s // 60 % 60:02d}:{s % 60:02d}"
 
 
-def points_to_run(section: Section, profile: str, results: str | Path | None = None) -> int:
-    """How many of a profile's points are incomplete (what a sweep would execute)."""
-    return sum(done < total for done, total in (point_progress(section, p) for p in section.points(profile, results)))
+def _check_tree(out: Path, section: str, dry_run: bool) -> None:
+    """Before a point is looked at: records of an older schema stop the sweep (SweepError naming `initmem migrate`:
+    they are readable, never trained again), and copies or renamed run folders are tidied (`results.tidy_copies`,
+    one line each), so that no readable run is moved aside or retrained and the tree stays loadable."""
+    from initmem.results import tidy_copies
+
+    refuse_older(out, section)
+    for line in tidy_copies(out / section, dry_run=dry_run):
+        print(line, flush=True)
+
+
+def refuse_older(out: Path, section: str) -> None:
+    """SweepError naming `initmem migrate` when `<out>/<section>` holds run records of an older schema."""
+    from initmem.results import older_records
+
+    if old := older_records(out / section):
+        raise SweepError(f"{len(old)} run record(s) of section {section} are of an older schema (first: {old[0]}): run "
+                         f"`initmem migrate {out}` to upgrade them (every number kept); nothing was trained or moved")
+
+
+def points_to_run(section: Section, profile: str, results: str | Path | None = None, seen: set | None = None) -> int:
+    """How many of a profile's points are incomplete (what a sweep would execute); with `seen`, points another
+    params file of the same command already counted are left out (and this file's are added to it)."""
+    return sum(done < total for done, total in (point_progress(section, p) for p in
+                                                _once(section, section.points(profile, results), profile, results,
+                                                      seen)))
+
+
+def _once(section: Section, points: list[Point], profile: str, results: str | Path | None,
+          seen: set | None) -> list[Point]:
+    """`points` less those already in `seen` (keys: results folder, section, point id), which gets these added."""
+    if seen is None:
+        return points
+    out = str(section.results_for(profile, results))
+    fresh = [p for p in points if (out, section.name, p.point_id) not in seen]
+    seen.update((out, section.name, p.point_id) for p in points)
+    return fresh
 
 
 def run_sweep(params_path: str | Path | Section, *, profile: str, results: str | Path | None = None,
               executor: str = "local", jobs: int = 1, dry_run: bool = False, slurm: dict[str, Any] | None = None,
-              progress: bool = True, overall: Progress | None = None) -> SweepReport:
+              progress: bool = True, overall: Progress | None = None, seen: set | None = None) -> SweepReport:
     """Run every incomplete point of a section's profile; return per-point statuses and a summary table.
 
     `results` defaults to `<repo>/results/<profile>`; executed notebooks go to
     `<results>/<section>/notebooks/<point_id>.ipynb`. `executor`: `local` (`jobs` points at a time, one GPU per
     worker) or `slurm` (submitit job array; `slurm` options: partition, gpus_per_node, time (minutes), mem_gb,
     cpus_per_task, array_parallelism, extra). `progress` streams the notebooks' output. `params_path` may be a
-    loaded `Section`; `overall` counts the points of several sweeps of one command (default: this sweep's).
+    loaded `Section`; `overall` counts the points of several sweeps of one command (default: this sweep's), and
+    `seen` (a set shared by them) lists and runs a point that two params files of one command share only once.
     """
     if executor not in ("local", "slurm"):
         raise SweepError(f"executor {executor!r} is unknown; accepted: local, slurm")
@@ -261,9 +296,14 @@ def run_sweep(params_path: str | Path | Section, *, profile: str, results: str |
     if executor == "slurm" and not dry_run and shutil.which("sbatch") is None:
         raise SweepError("--executor slurm needs Slurm's sbatch on PATH; it was not found")
     section = params_path if isinstance(params_path, Section) else load_section(params_path)
-    points = section.points(profile, results)
+    every = section.points(profile, results)
+    points = _once(section, every, profile, results, seen)
+    if len(points) < len(every):
+        print(f"{section.path}: {len(every) - len(points)} point(s) already listed by an earlier params file of this "
+              "command, counted once", flush=True)
     out = section.results_for(profile, results)
     report = SweepReport(section.name, profile, out, executor)
+    _check_tree(out, section.name, dry_run)
     tasks, plan = [], {}
     extra = {"progress": progress} if "progress" in section.declared else {}
     for p in points:  # builds every TrainConfig first: a bad value fails here, before anything runs

@@ -174,7 +174,9 @@ CASES = [
     Case("history-non-number", edit_history(non_number), "history.csv",
          "non-number in column 'val_acc' on line 3: 'abc'"),
     Case("history-number-changed", edit_history(other_number), "history.csv",
-         "does not match the sha256 run.json records: it changed after the run was written"),
+         "does not match the sha256 run.json records: a value differs from what was written"),
+    Case("history-crlf", edit_history(lambda ls: [line.replace("\n", "\r\n") for line in ls]), "history.csv",
+         r"does not match the sha256 run.json records: only its line endings differ \(CRLF .*core.autocrlf"),
     # a writer that wrote a malformed history and its checksum: the structural checks alone must catch it
     Case("history-nan-row-resigned", edit_history(nan_row, resign=True), "history.csv", "row without any value"),
     Case("history-non-number-resigned", edit_history(non_number, resign=True), "history.csv",

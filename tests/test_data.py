@@ -107,7 +107,7 @@ def test_synthetic_shapes_balanced_deterministic(synth: Cifar10) -> None:
     small = load_cifar10(source="synthetic", synthetic_sizes=(100, 30))
     assert len(small.train_y) == 100 and len(small.test_y) == 30
     assert not torch.equal(D.make_synthetic(100, 30, seed=1).train_x, small.train_x)
-    with pytest.raises(ConfigError, match="n_train=5 "):
+    with pytest.raises(ConfigError, match=r"synthetic data of 5 training images \(TrainConfig's n_train \+ n_val\)"):
         load_cifar10(source="synthetic", synthetic_sizes=(5, 30))
 
 

@@ -232,8 +232,9 @@ def test_loading_warns_only_for_corrupt_files(tmp_path):
 
 
 # ------------------------------------------------------------------------------------------------ provenance
-PROVENANCE_KEYS = {"git_commit", "git_dirty", "python", "torch", "torchvision", "numpy", "pandas", "initmem", "cuda",
-                   "torch_threads", "platform", "hostname", "device", "device_name", "cpu_count", "timestamp_utc"}
+PROVENANCE_KEYS = {"git_commit", "git_dirty", "git_diff", "python", "torch", "torchvision", "numpy", "pandas",
+                   "initmem", "cuda", "torch_threads", "platform", "hostname", "device", "device_name", "cpu_count",
+                   "timestamp_utc"}
 
 
 def test_provenance_names_the_code_the_software_and_the_machine():
@@ -243,6 +244,7 @@ def test_provenance_names_the_code_the_software_and_the_machine():
     assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\+00:00", p["timestamp_utc"])
     if (Path(__file__).resolve().parents[1] / ".git").exists() and p["git_commit"] is not None:
         assert re.fullmatch(r"[0-9a-f]{40}", p["git_commit"]) and isinstance(p["git_dirty"], bool)
+        assert (p["git_diff"] is None) is (not p["git_dirty"])  # a modified tree records its modification
 
 
 def test_provenance_without_git_gives_none_and_does_not_raise(monkeypatch):

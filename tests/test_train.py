@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -27,7 +28,7 @@ from initmem.train import _progress_mode, train
 TINY = dict(arch="resnet9", width=0.0625, sigma_w=1.0, optimizer="sgd", lr=0.05, weight_decay=5e-4, batch_size=64,
             epochs=2, data="synthetic", n_train=256, n_val=100, n_test=100, device="cpu")
 STEPS_PER_EPOCH = 4  # 256 / 64
-CIFAR_TAR = "/work/shared/data/cifar10-jpeg.tar.gz"
+CIFAR_TAR = str(Path(__file__).resolve().parents[2] / "shared" / "data" / "cifar10-jpeg.tar.gz")  # beside the repo
 pytestmark = pytest.mark.usefixtures("one_torch_thread")  # 2 shared cores: one thread is faster under load
 LAYERS = models.layer_names(models.build_model("resnet9", 1.0, 0.0625))
 DIAGNOSTICS = [f"{kind}{suffix}" for kind in ("angle", "disp", "step_angle")

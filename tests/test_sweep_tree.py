@@ -1,0 +1,114 @@
+"""A sweep never retrains a run that can be read: records of an older schema stop it before anything trains (naming
+`initmem migrate`), a renamed run folder is moved back, a copy is set aside with one line (so the tree stays
+loadable), and a point two params files share is listed once."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+from test_damaged_results import to_schema_1
+from test_sweep import _repo
+
+from initmem import cli
+from initmem.config import point_configs
+from initmem.errors import ResultsError
+from initmem.point import train_point
+from initmem.results import DAMAGED_DIR, load_runs, verify_run
+from initmem.sweep import load_section, run_sweep
+
+ONE = """\
+    smoke:
+      fixed: {data: synthetic, width: 0.0625, epochs: 1, batch_size: 32, n_train: 64, n_val: 32, n_test: 32,
+              sigma_ws: [0.5], device: cpu}
+"""
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory, one_torch_thread) -> tuple[Path, Path]:
+    """A params file of one point with one run, and a results tree where that run is complete."""
+    from initmem.train import train
+
+    root = tmp_path_factory.mktemp("repo")
+    path = _repo(root, ONE)
+    section = load_section(path)
+    (config,) = point_configs(section.effective(section.points("smoke", root / "out")[0]))
+    train(config, out_dir=root / "out", section="t", progress=False)
+    return path, root / "out"
+
+
+@pytest.fixture
+def tree(trained, tmp_path) -> tuple[Path, Path, Path]:
+    path, out = trained
+    out = Path(shutil.copytree(out, tmp_path / "out"))
+    (run,) = [p for p in (out / "t").iterdir() if p.is_dir()]
+    return path, out, run
+
+
+def _files(folder: Path) -> dict[str, bytes]:
+    return {str(p): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file() and p.suffix != ".lock"}
+
+
+def test_a_sweep_over_schema_1_records_trains_nothing_and_names_migrate(tree, capsys):
+    path, out, run = tree
+    rec = json.loads((run / "run.json").read_text())
+    to_schema_1(rec)
+    (run / "run.json").write_text(json.dumps(rec, indent=2) + "\n")
+    before = _files(out)
+    assert cli.main(["sweep", str(path), "--profile", "smoke", "--results", str(out), "--quiet"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "older schema" in err and f"initmem migrate {out}" in err
+    assert str(run / "run.json") in err and "nothing was trained" in err
+    assert _files(out) == before and not (out / "t" / DAMAGED_DIR).exists()
+    # a notebook run directly (train_point) stops too, instead of setting the run aside and retraining it
+    section = load_section(path)
+    configs = point_configs(section.effective(section.points("smoke", out)[0]))
+    with pytest.raises(ResultsError, match="initmem migrate"):
+        train_point(configs, results=out, section="t", progress=False)
+    assert _files(out) == before
+    assert cli.main(["migrate", str(out)]) == 0  # what it names works, and then the point is complete
+    report = run_sweep(path, profile="smoke", results=out, progress=False)
+    assert [p.status for p in report.points] == ["skipped"]
+
+
+def test_a_copy_of_a_run_folder_is_set_aside_in_one_line_and_the_tree_loads(tree, capsys):
+    path, out, run = tree
+    copy = run.with_name(run.name + " (copy)")
+    shutil.copytree(run, copy)
+    with pytest.raises(ResultsError, match="2 folders"):
+        load_runs(out)
+    report = run_sweep(path, profile="smoke", results=out, dry_run=True)
+    assert f"run {run.name}: {copy} would be set aside" in capsys.readouterr().out and copy.is_dir()
+    report = run_sweep(path, profile="smoke", results=out, progress=False)
+    text = capsys.readouterr().out
+    assert [p.status for p in report.points] == ["skipped"]  # the run itself is complete: nothing trains
+    lines = [line for line in text.splitlines() if copy.name in line]
+    assert len(lines) == 1 and "is a copy of" in lines[0] and "set aside to" in lines[0]
+    assert not copy.exists() and len(list((out / "t" / DAMAGED_DIR).iterdir())) == 2  # the folder and its note
+    assert list(load_runs(out)["run_id"]) == [run.name]
+
+
+def test_a_renamed_run_folder_is_moved_back_not_retrained(tree, capsys):
+    path, out, run = tree
+    before = _files(run)
+    renamed = run.rename(run.with_name("backup-of-my-run"))
+    report = run_sweep(path, profile="smoke", results=out, progress=False)
+    assert [p.status for p in report.points] == ["skipped"]
+    assert f"{renamed} is a renamed run folder; moved back to {run}" in capsys.readouterr().out
+    assert verify_run(run)["run_id"] == run.name and not renamed.exists()
+    assert {Path(k).name: v for k, v in _files(run).items()} == {Path(k).name: v for k, v in before.items()}
+
+
+def test_a_point_two_params_files_share_is_listed_and_counted_once(tmp_path, capsys):
+    path = _repo(tmp_path, ONE)
+    twin = path.with_name("t_again.yaml")
+    twin.write_text(path.read_text())
+    argv = ["sweep", str(path), str(path), str(twin), "--profile", "smoke", "--dry-run", "--results",
+            str(tmp_path / "out")]
+    assert cli.main(argv) == 0
+    out = capsys.readouterr().out
+    (point,) = load_section(path).points("smoke", tmp_path / "out")
+    assert out.count(point.point_id) == 1 and out.count("already listed by an earlier params file") == 2
+    assert "total: 1 runs" in out and out.count("total: 0 runs") == 2
