@@ -108,10 +108,16 @@ def parse_record(file: Path) -> dict:
     return record
 
 
+def full_config(config: dict) -> dict:
+    """A record's config with every field added after it was written (`LATER_FIELDS`) at the value that reproduces
+    how it was trained; the record on disk is left as it was written."""
+    return {**{k: v for k, v in LATER_FIELDS.items() if k not in config}, **config}
+
+
 def check_record(record: dict, file: Path) -> None:
     """The record's own consistency: its keys and their types, its schema, its config and the run id it hashes to,
     its summary's keys and its history entry. A config field added after the record was written (`LATER_FIELDS`)
-    is filled in with the value that reproduces how it was trained."""
+    counts as the value that reproduces how it was trained (`full_config`)."""
     schema = record.get("schema")
     if type(schema) is int and schema == 1 and all(k in record for k in V1_KEYS):
         raise record_error(file, f"is a schema-1 run record (no history checksum): run `initmem migrate "
@@ -127,12 +133,11 @@ def check_record(record: dict, file: Path) -> None:
         raise record_error(file, f"has schema {schema!r}; this initmem reads schema {SCHEMA}")
     if record["status"] not in FINISHED:
         raise record_error(file, f"has status {record['status']!r}: one of {FINISHED} is expected")
-    for k, v in LATER_FIELDS.items():  # written before the field existed: trained with its id_default behaviour
-        record["config"].setdefault(k, v)
-    if missing := [k for k in CONFIG_FIELDS if k not in record["config"]]:
+    config = full_config(record["config"])
+    if missing := [k for k in CONFIG_FIELDS if k not in config]:
         raise record_error(file, f"has a config without the fields {missing}")
     try:
-        rid = run_id(record["config"])
+        rid = run_id(config)
     except (TypeError, ValueError) as exc:  # ConfigError is a ValueError
         raise record_error(file, f"has an invalid config: {exc}") from None
     if rid != record["run_id"]:

@@ -35,6 +35,7 @@ from initmem.record import (
     check_record,
     dumps_record,
     frame_problem,
+    full_config,
     history_meta,
     parse_record,
     read_history,
@@ -271,7 +272,7 @@ def load_runs(path: str | Path, *, damaged: str = "raise") -> pd.DataFrame:
     rows = []
     for folder, rec, _ in good:
         row = {"run_id": rec["run_id"], "section": rec["section"], "status": rec["status"], "path": str(folder)}
-        row.update({k: _cell(rec["config"].get(k)) for k in CONFIG_FIELDS})
+        row.update({k: _cell(full_config(rec["config"]).get(k)) for k in CONFIG_FIELDS})
         row.update({k: rec["summary"].get(k) for k in SUMMARY_KEYS})
         row.update({k: v for k, v in rec["summary"].items() if k not in row})  # keys added to metrics later
         row.update({k: rec["provenance"].get(k) for k in PROVENANCE_COLUMNS})
