@@ -248,7 +248,7 @@ def test_the_sweep_goes_on_after_a_diverged_run(tmp_path, monkeypatch):
         seen.append(c.sigma_w)
         if c.sigma_w == 0.25:
             with monkeypatch.context() as m:
-                m.setattr(train_mod.optim, "lr_factor", lambda *a: 1e30)
+                m.setattr("initmem.optim.lr_factor", lambda *a: 1e30)
                 return real(c, **kw)
         return real(c, **kw)
 
