@@ -287,6 +287,8 @@ def step_epochs(ctx: Ctx, compile: bool) -> None:
     """Epoch times on the full split, in priority order, until the step's deadline."""
     import torch
 
+    from initmem import runtime
+
     size = SIZES[ctx.s["mode"]]
     if compile and ctx.s["mode"] == "tiny":  # inductor takes 15-40 s a graph on a CPU: dynamo alone here
         real = torch.compile
@@ -308,7 +310,7 @@ def step_epochs(ctx: Ctx, compile: bool) -> None:
             ctx.add("not_reached", {**key, "reason": f"{ctx.left():.0f} s left in the step"})
             continue
         if compile:
-            torch._dynamo.reset()  # every entry pays (and reports) its own compilation
+            runtime.reset_compiled()  # every entry pays (and reports) its own compilation, with no model kept
         t0 = time.perf_counter()
         ctx.add("runs", _timed_epochs(config(ctx, "split", arch=arch, batch_size=b, precision=precision,
                                              compile=compile)))

@@ -10,11 +10,13 @@ from __future__ import annotations
 
 import datetime
 import functools
+import importlib.util
 import json
 import math
 import os
 import platform
 import re
+import sys
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -178,10 +180,17 @@ def cache_dir() -> Path:
 
 
 def device_name(device: str = "auto") -> tuple[str, str]:
-    """(name, kind) of a device ("auto" | "cpu" | "cuda" | "cuda:N"): the CUDA device's name, or "CPU <model>"."""
+    """(name, kind) of a device ("auto" | "cpu" | "cuda" | "cuda:N"): the CUDA device's name, or "CPU <model>".
+    Only "auto" and CUDA import torch ("auto" says so on stderr); where torch is not installed, "auto" is this CPU."""
+    if device == "auto" and importlib.util.find_spec("torch") is None:
+        print("initmem plan: torch is not installed here: --device auto is this CPU", file=sys.stderr)
+        device = "cpu"
     if device != "cpu":
         import torch
 
+        if device == "auto":
+            print("initmem plan: --device auto imported torch to look for a GPU (--device cpu or --throughput FILE "
+                  "need no torch)", file=sys.stderr)
         if device == "auto" and not torch.cuda.is_available():
             device = "cpu"
         elif not torch.cuda.is_available():

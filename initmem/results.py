@@ -227,6 +227,8 @@ def load_runs(path: str | Path, *, damaged: str = "raise") -> pd.DataFrame:
         row.update({k: v for k, v in rec["summary"].items() if k not in row})  # keys added to metrics later
         prov = rec["provenance"]
         row.update(git_commit=prov.get("git_commit"), data_source=prov.get("data_source"))
+        if prov.get("population_fallback"):  # trained one by one because its population failed (point.py)
+            row["population_fallback"] = prov["population_fallback"]
         rows.append(row)
     columns = [*RUN_COLUMNS, *CONFIG_FIELDS, *SUMMARY_KEYS, "git_commit", "data_source"]
     extra = sorted({k for r in rows for k in r} - set(columns))

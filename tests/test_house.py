@@ -173,3 +173,26 @@ def test_the_factory_scan_flags_a_bare_factory_and_accepts_a_device_or_a_reason(
             "        2))\n"
             "    return torch.tensor([1.0])\n")
     assert [f.split(": ", 1)[0] for f in factory_calls(code, "m")] == ["m:3 f", "m:6 f", "m:7 f", "m:9 f"]
+
+
+def _plan_without(torch_blocked: bool, *flags: str) -> subprocess.CompletedProcess:
+    """`initmem plan params/01_optimizers.yaml --profile paper FLAGS` in a child; with `torch_blocked` torch cannot
+    be imported there (as on a login node without it). Prints whether torch was imported."""
+    code = ("import sys\n" + ("sys.modules['torch'] = None\n" if torch_blocked else "") +
+            "from initmem.cli import main\n"
+            f"rc = main(['plan', 'params/01_optimizers.yaml', '--profile', 'paper', *{list(flags)!r}])\n"
+            "print('torch imported:', sys.modules.get('torch') is not None, file=sys.stderr)\n"
+            "sys.exit(rc)\n")
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, timeout=180,
+                          env={**__import__("os").environ, "PYTHONPATH": str(REPO), "INITMEM_CACHE": "/nonexistent"})
+
+
+def test_the_planner_runs_where_torch_is_absent_and_imports_it_only_to_resolve_auto():
+    out = _plan_without(True)  # default --device auto, no torch: auto is this CPU, and it says so
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "01_optimizers" in out.stdout and "torch is not installed here: --device auto is this CPU" in out.stderr
+    assert "torch imported: False" in out.stderr
+    out = _plan_without(False, "--device", "cpu")  # torch installed but not needed: not imported
+    assert out.returncode == 0 and "torch imported: False" in out.stderr, out.stderr[-3000:]
+    out = _plan_without(False)  # auto with torch here: imported to look for a GPU, and said so
+    assert out.returncode == 0 and "torch imported: True" in out.stderr and "imported torch" in out.stderr
