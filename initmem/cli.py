@@ -282,6 +282,7 @@ def _cmd_plan(args: argparse.Namespace) -> int:
         out = plan.save_throughput(table, args.throughput or plan.default_table_path(name))
         print(f"initmem plan: {len(table.entries)} entries written to {out}")
         return 0
+    plans = [plan.plan_section(p, args.profile) for p in paths]  # a bad params file fails before the device is asked
     if args.throughput:
         table = plan.load_throughput(args.throughput)
     else:
