@@ -10,7 +10,8 @@ What meta cannot run, and where it is covered instead: reading numbers back to t
 reads) and tests/test_train.py covers the host side on the CPU; bf16 autocast (torch has no meta autocast: covered
 on the CPU by tests/test_train.py); generators (torch has none on meta: the
 augmentation generators live on the CPU there, `loop.generator_device`, and the rule for real devices is checked
-below on stand-ins).
+below on stand-ins). torch's `FakeTensorMode` with a fake `cuda` device was tried first: it makes tensors, but
+moving a module to it fails on torch 2.14 ("_apply(): Couldn't swap Conv2d.weight"), so meta it is.
 """
 
 from __future__ import annotations
