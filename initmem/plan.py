@@ -2,8 +2,8 @@
 
 Per point and in total: runs, optimiser steps (from the split sizes and the batch size, as `train` counts them), the
 forgetting clocks at the end of training (exact for the schedule: the per-step lrs summed with `math.fsum`),
-evaluation work and, from a throughput table, the expected wall time. Torch-free except `calibrate` and naming a
-CUDA device.
+evaluation work and, from a throughput table, the expected wall time. Torch-free except `calibrate`, naming a
+CUDA device, and `device_name("auto")` where torch is installed (where it is not, "auto" is this CPU).
 """
 
 from __future__ import annotations
