@@ -1,25 +1,29 @@
 """Device check: is initmem's engine right and fast on this device? One command, at most `--budget-s` seconds.
 
-    PYTHONPATH=. python3 benchmarks/device_check.py --device cuda --out docs/gpu/<date>-<gpu>   # a GPU box, ~8 min
-    PYTHONPATH=. python3 benchmarks/device_check.py --device cpu --tiny --out /tmp/dc           # CI: seconds a step
-    make device-check ARGS="--device cuda --out docs/gpu/2026-12-01-h200"
+    PYTHONPATH=. python3 benchmarks/device_check.py --device cuda --out /tmp/dc    # a GPU box: ~7 min (estimate)
+    PYTHONPATH=. python3 benchmarks/device_check.py --device cpu --tiny --out /tmp/dc   # CI: seconds a step
 
-Steps (benchmarks/device_steps.py; docs/gpu/README.md says what each measures and its tolerance): env; parity_fp32,
-parity_tf32, parity_bf16, parity_muon (device against CPU fp32 on a short deterministic run); rerun (two
-deterministic runs bit-identical); resume (a run SIGKILLed mid-checkpoint and resumed, identical to the
-uninterrupted one); epoch_eager, epoch_compile (epoch times, train and eval, peak memory); population (K members as
-one population vs K separate runs vs K concurrent processes); paper (SGD and Adam populations at sigma_w 0.1 and
-2.5 on the full split, as many epochs as the budget leaves). Each runs in its own process under a time limit (its
-cap, and never more than the budget leaves after the later steps' minimums); a step that fails or times out is
-recorded with its error (and whatever it had measured) and the others go on. With `--device cpu` the CPU stands in
-for CUDA (CPU against CPU; tf32 skipped) so that every branch runs in CI.
+Steps (benchmarks/device_steps.py; docs/gpu/README.md says what each measures and its tolerance), the ones that
+decide correctness first: env; parity_fp32 (device against CPU fp32 on a short deterministic run);
+population_vs_separate (a 2-member population against its 2 separate runs, on the device); resume (a run SIGKILLed
+mid-checkpoint and resumed, identical to the uninterrupted one); rerun (two deterministic runs bit-identical);
+parity_bf16, parity_muon, parity_tf32; then the measurements: epoch_eager (epoch times, train and eval, peak
+memory); population (K members as one population vs K separate runs vs K concurrent processes); and the optional
+ones: epoch_compile (torch.compile: each graph's compile time as it finishes, whether CUDA graphs were used);
+paper (SGD and Adam populations at sigma_w 0.1 and 2.5 on the full split, as many epochs as the budget leaves).
+Each runs in its own process under a time limit (its cap, and never more than the budget leaves after the later
+steps' minimums); a step that fails or times out is recorded with its error (and whatever it had measured) and the
+others go on. With `--device cpu` the CPU stands in for CUDA (CPU against CPU; tf32 skipped) so that every branch
+runs in CI.
 
-Writes to `--out`: `device_check.json`, `device_check.md`, `throughput.json` (the planner's table:
-`initmem plan params/*.yaml --profile paper --throughput <out>/throughput.json`) and `logs/<step>.log`.
+Writes exactly four files to `--out`, rewritten after every step (a check killed from outside leaves what it had):
+`device_check.json`, `device_check.md`, `throughput.json` (the planner's table: `initmem plan params/*.yaml
+--profile paper --throughput <out>/throughput.json`) and `logs.tar.gz` (`logs/<step>.log`). Exit code 0 when no
+step failed or timed out and no check missed its tolerance, else 1.
 
 device_check.json: {"schema": 1, "tool", "created", "finished", "seconds", "args": {...}, "settings": {device,
 mode, data, data_root, precision, ...}, "device_name", "kind", "stand_in": null | "<what stands in>",
-"counts": {"ok", "failed", "timed_out", "skipped"}, "checks": {"passed": [...], "failed": [...]},
+"counts": {"ok", "failed", "timed_out", "skipped"}, "checks": {"passed": [...], "failed": [...]}, "exit_code",
 "throughput": {"path", "entries"}, "steps": [{"name", "title", "status": ok|failed|timed_out|skipped, "pass":
 true|false|null, "seconds", "limit_s", "error", "reason", "results": {...}}]}.
 
@@ -36,9 +40,12 @@ import json
 import math
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
+import tarfile
+import tempfile
 import time
 import traceback
 from pathlib import Path
@@ -52,9 +59,13 @@ import device_steps as ds  # noqa: E402
 SCHEMA = 1
 ARCHIVES = (REPO.parent / "shared" / "data" / "cifar10-jpeg.tar.gz", REPO / "data" / "cifar10-jpeg.tar.gz")
 # seconds: (cap on CUDA, cap with --tiny, minimum worth starting); "paper" takes what is left
-LIMITS = {"env": (120, 60, 10), "parity_fp32": (45, 60, 10), "parity_tf32": (45, 60, 10), "parity_bf16": (45, 60, 10),
-          "parity_muon": (45, 60, 10), "rerun": (45, 60, 10), "resume": (60, 90, 15), "epoch_eager": (90, 90, 20),
-          "epoch_compile": (90, 120, 20), "population": (75, 120, 20), "paper": (math.inf, 60, 30)}
+# The correctness steps first (they decide whether the GPU computes what the CPU does), the measurements after them,
+# the optional ones last; docs/gpu/README.md estimates each step's time on an H200 (the whole check: under 7 min).
+LIMITS = {"env": (120, 60, 10), "parity_fp32": (60, 60, 10), "population_vs_separate": (60, 60, 10),
+          "resume": (60, 90, 15), "rerun": (60, 60, 10), "parity_bf16": (45, 60, 10), "parity_muon": (45, 60, 10),
+          "parity_tf32": (45, 60, 10), "epoch_eager": (60, 90, 20), "population": (75, 120, 20),
+          "epoch_compile": (240, 120, 60), "paper": (math.inf, 60, 30)}
+OUTPUTS = ("device_check.json", "device_check.md", "throughput.json", "logs.tar.gz")  # all that --out holds
 REPORT_S = 5  # kept back for writing the report
 GRACE_S = 3  # a step's own deadline is its limit minus this: it stops starting new work, then it is killed
 
@@ -84,12 +95,11 @@ def _fork(name: str, ctxfile: Path, log: Path) -> int:
         os._exit(code)
 
 
-def run_step(name: str, settings: dict, limit: float, out: Path, hang: bool, fail: bool,
+def run_step(name: str, settings: dict, limit: float, logs: Path, hang: bool, fail: bool,
              launch: str = "exec") -> dict[str, Any]:
-    """Run one step in its own process and session (killed with its helpers at `limit`); its record. `launch`:
-    "exec" a fresh interpreter, or "fork" this one (which has imported torch, never CUDA: a step starts at once)."""
-    logs = out / "logs"
-    logs.mkdir(parents=True, exist_ok=True)
+    """Run one step in its own process and session (killed with its helpers at `limit`); its record. `logs`: the
+    work folder of its context, results file and log. `launch`: "exec" a fresh interpreter, or "fork" this one
+    (which has imported torch, never CUDA: a step starts at once)."""
     result, ctxfile = logs / f"{name}.result.json", logs / f"{name}.ctx.json"
     result.unlink(missing_ok=True)
     ctxfile.write_text(json.dumps({"settings": settings, "deadline": time.time() + limit - GRACE_S,
@@ -199,10 +209,12 @@ def default_out(device: str, tiny: bool) -> str:
 
 
 def run_all(args: argparse.Namespace) -> dict[str, Any]:
-    """Every selected step in order under the budget; the report document."""
+    """Every selected step in order under the budget; the report document, rewritten in `--out` after every step
+    (so a check killed from outside still leaves what it found)."""
     t_start, created = time.time(), _now()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
+    logs = Path(tempfile.mkdtemp(prefix="device-check-"))  # contexts, results files, logs: tarred into --out
     settings, notes = settings_for(args)
     os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, (str(REPO), os.environ.get("PYTHONPATH"))))  # helpers
     if args.launch == "fork":
@@ -225,7 +237,7 @@ def run_all(args: argparse.Namespace) -> dict[str, Any]:
             steps.append(_skipped(name, why))
         else:
             print(f"[{time.time() - t_start:5.0f} s] {name} (limit {limit:.0f} s) ...", flush=True)
-            steps.append(run_step(name, settings, limit, out, name in args.hang, name in args.fail, args.launch))
+            steps.append(run_step(name, settings, limit, logs, name in args.hang, name in args.fail, args.launch))
         rec = steps[-1]
         print(f"[{time.time() - t_start:5.0f} s] {name}: {rec['status']}" + (f", pass={rec['pass']}" if rec[
             "pass"] is not None else "") + (f": {rec['error'] or rec['reason']}" if rec["status"] != "ok" else ""),
@@ -237,7 +249,17 @@ def run_all(args: argparse.Namespace) -> dict[str, Any]:
             if res.get("data_error") and settings["data"] != "synthetic":
                 settings.update(data="synthetic", data_root="data")
                 notes.append(f"the archive did not load ({res['data_error']}): synthetic data for the other steps")
+        doc = report(args, steps, settings, notes, created, t_start, out, logs)
+    shutil.rmtree(logs, ignore_errors=True)
+    return doc
+
+
+def report(args: argparse.Namespace, steps: list[dict], settings: dict, notes: list[str], created: str,
+           t_start: float, out: Path, logs: Path) -> dict[str, Any]:
+    """Write the report of the steps so far into `out` (OUTPUTS: JSON, Markdown, throughput table, the logs as one
+    .tar.gz); the document."""
     env = steps[0]["results"]
+    steps = steps + [_skipped(n, "not reached yet") for n in ds.STEPS if n not in {r["name"] for r in steps}]
     doc = {"schema": SCHEMA, "tool": "benchmarks/device_check.py", "created": created, "finished": _now(),
            "seconds": round(time.time() - t_start, 1),
            "args": {k: v for k, v in vars(args).items() if k not in ("worker", "ctx")}, "settings": settings,
@@ -249,14 +271,25 @@ def run_all(args: argparse.Namespace) -> dict[str, Any]:
            "checks": {"passed": [r["name"] for r in steps if r["pass"] is True],
                       "failed": [r["name"] for r in steps if r["pass"] is False]},
            "steps": steps}
+    doc["exit_code"] = exit_code(doc)
     from initmem.plan import save_throughput
 
     table = throughput(doc)
     doc["throughput"] = {"path": "throughput.json", "entries": len(table.entries)}
     save_throughput(table, out / "throughput.json")
+    with tarfile.open(out / "logs.tar.gz.tmp", "w:gz") as tar:  # the step logs (helpers' logs are named in them)
+        for log in sorted(logs.glob("*.log")):
+            tar.add(log, arcname=f"logs/{log.name}")
+    os.replace(out / "logs.tar.gz.tmp", out / "logs.tar.gz")
     (out / "device_check.json").write_text(json.dumps(doc, indent=1, default=str) + "\n", encoding="utf-8")
     (out / "device_check.md").write_text(markdown(doc), encoding="utf-8")
     return doc
+
+
+def exit_code(doc: dict[str, Any]) -> int:
+    """0 when no step failed or timed out and no check missed its tolerance; 1 otherwise (skipped steps, for --only
+    or the budget, are reported but do not fail the check)."""
+    return int(bool(doc["counts"]["failed"] or doc["counts"]["timed_out"] or doc["checks"]["failed"]))
 
 
 # ------------------------------------------------------------------------------------------------ outputs
@@ -306,6 +339,10 @@ def headline(rec: dict[str, Any]) -> str:
         return (f"{s['target']} vs {s['reference']}: max rel loss diff {_g(d['loss_rel_max'])} "
                 f"(tolerance {s['tolerance_loss_rel']:g}), weight norm {_g(d['weight_norm'])}, "
                 f"test acc {_g(d['test_acc'])}")
+    if n == "population_vs_separate" and "members" in r:
+        each = [f"sigma_w {m['sigma_w']:g}: max rel loss diff {_g(m['loss_rel_max'])}" for m in r["members"]]
+        return "; ".join(each) + (f" (tolerance {r['setup']['tolerance_loss_rel']:g}; population of "
+                                  f"{r.get('population_provenance')})")
     if n == "rerun" and "deterministic" in r:
         return (f"deterministic: identical={r['deterministic']['identical']}; 2-member population: identical="
                 f"{r.get('population_deterministic', {}).get('identical')}; deterministic=False: identical="
@@ -314,6 +351,10 @@ def headline(rec: dict[str, Any]) -> str:
         k = r["killed"]
         return (f"SIGKILL at epoch 2's checkpoint (rc {k['returncode']}), left {k['left_behind']}; resumed "
                 f"identical={r['resumed_vs_straight']['identical']}")
+    if n == "epoch_compile" and "graphs" in r:
+        used = [x.get("cuda_graphs_used") for x in r.get("runs", [])]
+        return (f"{len(r.get('runs', []))} configs timed, {len(r['graphs'])} graph timings recorded; "
+                f"backend {r.get('compile_backend')}; CUDA graphs used: {_g(used[0] if used else None)}")
     if n.startswith("epoch") and "runs" in r:
         return f"{len(r['runs'])} configs timed, {len(r.get('not_reached', []))} not reached"
     if n == "population" and "rows" in r:
@@ -351,6 +392,12 @@ def markdown(doc: dict[str, Any]) -> str:
         lines += [f"| {x['arch']} | {x['batch_size']} | {x['precision']} | {x['compile']} | {x['train_epoch_s']:.2f} | "
                   f"{x['eval_s']:.2f} ({x['eval_images']}) | {x['epoch_s']:.2f} | {x['first_epoch_s']:.2f} | "
                   f"{x['train_images_per_s']:.0f} | {x['peak_memory_bytes'] / 2**30:.2f} |" for x in runs]
+    graphs = st.get("epoch_compile", {}).get("results", {}).get("graphs", [])
+    if graphs:
+        lines += ["", "## Compiled graphs (each recorded as it finished)", "", "| arch | b | precision | what | s |",
+                  "|---|---|---|---|---|"]
+        lines += [f"| {g['arch']} | {g['batch_size']} | {g['precision']} | {g['what']} | {g['seconds']:.2f} |"
+                  for g in graphs]
     rows = st.get("population", {}).get("results", {}).get("rows", [])
     if rows:
         k = st["population"]["results"]["setup"]["members"]
@@ -383,7 +430,7 @@ def main(argv: list[str] | None = None) -> int:
                                                     "or data/cifar10-jpeg.tar.gz)")
     ap.add_argument("--tiny", action="store_true", help="seconds on a CPU: synthetic data, width 1/16, few steps")
     ap.add_argument("--out", default=None, help="output folder (default: docs/gpu/<date>-<gpu name>)")
-    ap.add_argument("--budget-s", type=float, default=480.0, help="wall-clock budget of the whole check")
+    ap.add_argument("--budget-s", type=float, default=420.0, help="wall-clock budget of the whole check")
     ap.add_argument("--precision", choices=("fp32", "tf32", "bf16"), default="fp32",
                     help="precision of the population and paper steps (the study's default fp32)")
     ap.add_argument("--paper-epochs", type=int, default=200,
@@ -407,9 +454,10 @@ def main(argv: list[str] | None = None) -> int:
     if unknown := [n for n in [*args.only, *args.fail, *args.hang, *(k for k, _ in args.limit)] if n not in ds.STEPS]:
         ap.error(f"unknown step(s) {unknown}: one of {', '.join(ds.STEPS)}")
     doc = run_all(args)
-    print(f"wrote {args.out}/device_check.json, device_check.md, throughput.json ({doc['throughput']['entries']} "
-          f"entries) in {doc['seconds']:.0f} s: {doc['counts']}")
-    return 0
+    print(f"wrote {args.out}/{', '.join(OUTPUTS)} (throughput: {doc['throughput']['entries']} entries) in "
+          f"{doc['seconds']:.0f} s: {doc['counts']}; checks failed: {doc['checks']['failed'] or 'none'}; exit code "
+          f"{doc['exit_code']}")
+    return doc["exit_code"]
 
 
 if __name__ == "__main__":

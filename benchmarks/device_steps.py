@@ -9,7 +9,9 @@ jupytext or submitit.
 
 from __future__ import annotations
 
+import contextlib
 import json
+import logging
 import math
 import os
 import signal
@@ -23,7 +25,10 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-TOLERANCES = {"fp32": 1e-4, "tf32": 1e-2, "bf16": 5e-2, "muon": 5e-2}  # max relative loss difference, 2 epochs
+# max relative loss difference after 2 epochs. population: a member and its separate run sum in other orders, and at
+# sigma_w 2 two epochs amplify that to ~4e-3 (measured on the CPU stand-in); a member fed another's data or state
+# differs by order 1
+TOLERANCES = {"fp32": 1e-4, "tf32": 1e-2, "bf16": 5e-2, "muon": 5e-2, "population": 5e-2}
 LOSSES = ("train_loss", "val_loss", "test_loss")
 ABSOLUTE = ("train_acc", "val_acc", "test_acc", "angle")  # compared as absolute differences (fractions, degrees)
 SIZES = {  # per mode: the parity runs, the speed runs' split, batch sizes, population size, timed steps
@@ -31,12 +36,12 @@ SIZES = {  # per mode: the parity runs, the speed runs' split, batch sizes, popu
                             batch_size=128, epochs=2),
              "split": dict(width=1.0, n_train=None, n_val=5000, n_test=None, train_eval_size=None, epochs=2),
              "batches": (128, 512), "deep": "resnet56", "pop_batches": (32, 128, 512), "members": 7,
-             "steps": 20, "warmup": 5, "paper_cap_s": None, "compiled": None},
+             "steps": 20, "warmup": 5, "paper_cap_s": None},
     "tiny": {"parity": dict(arch="resnet9", width=0.0625, n_train=256, n_val=100, n_test=100, train_eval_size=100,
                             batch_size=64, epochs=2),
              "split": dict(width=0.0625, n_train=1024, n_val=100, n_test=100, train_eval_size=200, epochs=2),
              "batches": (64, 256), "deep": "resnet56", "pop_batches": (16, 32, 64), "members": 3,
-             "steps": 3, "warmup": 1, "paper_cap_s": 24.0, "compiled": 2},
+             "steps": 3, "warmup": 1, "paper_cap_s": 24.0},
 }
 
 
@@ -58,6 +63,11 @@ class Ctx:
     @property
     def cuda(self) -> bool:
         return self.s["device"] == "cuda"
+
+    @property
+    def work(self) -> Path:
+        """The check's work folder (contexts, results, logs, cached references)."""
+        return self.path.parent
 
     def left(self) -> float:
         return self.deadline - time.time()
@@ -178,22 +188,50 @@ def step_env(ctx: Ctx) -> bool:
 
 def step_parity(ctx: Ctx, precision: str, optimizer: str = "sgd") -> bool:
     """The same short deterministic run on the CPU in fp32 (the reference) and on the device at `precision`."""
+    from initmem.config import run_id
     from initmem.train import train
 
     if precision == "tf32" and not ctx.cuda:
         raise Skip("tf32 is CUDA only: a CPU has no TF32 to compare")
     cfg = config(ctx, "parity", optimizer=optimizer, deterministic=True)
     tol = TOLERANCES["muon" if optimizer == "muon" else precision]
+    ref_cfg = cfg.replace(device="cpu", precision="fp32")
+    cached = ctx.work / f"reference-{run_id(ref_cfg)}.pkl"  # the parity steps of one optimiser share it
     ctx.put("setup", {"reference": "cpu fp32", "target": f"{ctx.s['device']} {precision}", "optimizer": optimizer,
-                      "tolerance_loss_rel": tol, "config": cfg.to_dict(),
+                      "tolerance_loss_rel": tol, "config": cfg.to_dict(), "reference_cached": cached.is_file(),
                       "stand_in": None if ctx.cuda else "CPU stands in for CUDA: CPU against CPU"})
-    ref = train(cfg.replace(device="cpu", precision="fp32"), progress=False)
-    got = train(cfg.replace(precision=precision), progress=False)
-    d = compare(ref.history, got.history)
+    if cached.is_file():
+        ref = pd.read_pickle(cached)
+    else:
+        ref = train(ref_cfg, progress=False).history
+        ref.to_pickle(cached)
+    got = train(cfg.replace(precision=precision), progress=False).history
+    d = compare(ref, got)
     ctx.put("differences", d)
-    ctx.put("final", {"reference_train_loss": _num(ref.history["train_loss"].iloc[-1]),
-                      "target_train_loss": _num(got.history["train_loss"].iloc[-1])})
+    ctx.put("final", {"reference_train_loss": _num(ref["train_loss"].iloc[-1]),
+                      "target_train_loss": _num(got["train_loss"].iloc[-1])})
     return d["loss_rel_max"] is not None and d["loss_rel_max"] <= tol
+
+
+def step_population_vs_separate(ctx: Ctx) -> bool:
+    """A 2-member population (sigma_w 0.5 and 2.0, seeds 0 and 1: each member its own minibatches and augmentation,
+    the grouped stem) against the same two runs trained separately, both on the device: every member within
+    TOLERANCES["population"], with the same status. The path every GPU sweep point takes (population=True)."""
+    from initmem.train import train
+
+    cfg = config(ctx, "parity", deterministic=True, augment=True)
+    configs = [cfg.replace(sigma_w=0.5, seed=0), cfg.replace(sigma_w=2.0, seed=1)]
+    tol = TOLERANCES["population"]
+    ctx.put("setup", {"members": [{"sigma_w": c.sigma_w, "seed": c.seed} for c in configs], "tolerance_loss_rel": tol,
+                      "config": cfg.to_dict()})
+    pop = train(configs, progress=False)
+    ctx.put("population_provenance", pop[0].provenance.get("population"))
+    seps = [train(c, progress=False) for c in configs]
+    rows = [{"sigma_w": c.sigma_w, "status": [p.status, s.status], **compare(s.history, p.history)}
+            for c, p, s in zip(configs, pop, seps, strict=True)]
+    ctx.put("members", rows)
+    return all(r["loss_rel_max"] is not None and r["loss_rel_max"] <= tol and r["status"][0] == r["status"][1]
+               for r in rows)
 
 
 def step_rerun(ctx: Ctx) -> bool:
@@ -241,10 +279,16 @@ def step_resume(ctx: Ctx) -> bool:
     return rc == -signal.SIGKILL and "epoch-000001.ckpt" in left and ctx.res["resumed_vs_straight"]["identical"]
 
 
-def _timed_epochs(cfg) -> dict[str, Any]:
-    """Two epochs of `cfg` through the engine's loop, with a synchronised mark at steps 0, P and 2P-1 (P steps an
+GRAPH_MARKS = {0: "before step 0: data, build, the eval graph's compile and the first evaluation",
+               1: "step 0: the train graph's compile (forward and backward) and its run",
+               2: "step 1 (CUDA graphs: warm-up)", 3: "step 2 (CUDA graphs: recorded)"}
+
+
+def _timed_epochs(cfg, ctx: Ctx | None = None) -> dict[str, Any]:
+    """Two epochs of `cfg` through the engine's loop, with a synchronised mark at steps 0-3, P and 2P-1 (P steps an
     epoch): step time from epoch 2's steps, eval time from the end of epoch 2's measurement, epoch time from the
-    history's wall_time (train + eval)."""
+    history's wall_time (train + eval). With `ctx` (compiled runs), each of steps 0-3 is recorded as `graphs` the
+    moment it ends, so a step killed mid-compile keeps every graph compiled so far."""
     import resource
 
     import torch
@@ -258,12 +302,16 @@ def _timed_epochs(cfg) -> dict[str, Any]:
     if p < 2:
         raise ValueError(f"{p} step per epoch: at least 2 are needed to time a step")
     marks: dict[int, float] = {}
+    t_call = time.perf_counter()
 
     def mark(step: int) -> None:
-        if step in (0, p, 2 * p - 1):
+        if step in (0, p, 2 * p - 1) or (ctx is not None and step in GRAPH_MARKS):
             if dev.type == "cuda":
                 torch.cuda.synchronize(dev)
             marks[step] = time.perf_counter()
+            if ctx is not None and step in GRAPH_MARKS:
+                ctx.add("graphs", {"arch": cfg.arch, "batch_size": cfg.batch_size, "precision": cfg.precision,
+                                   "what": GRAPH_MARKS[step], "seconds": marks[step] - marks.get(step - 1, t_call)})
 
     if dev.type == "cuda":
         torch.cuda.reset_peak_memory_stats(dev)
@@ -283,21 +331,51 @@ def _timed_epochs(cfg) -> dict[str, Any]:
             else "process max RSS (CPU)"}
 
 
+class _CudagraphSkips(logging.Handler):
+    """Collects torch's "skipping cudagraphs due to ..." lines (logged, not raised, when inductor falls back)."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.DEBUG)
+        self.messages: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        msg = record.getMessage()
+        if "skipping cudagraph" in msg.lower():
+            self.messages.append(msg[:300])
+
+
+def _cudagraph_skips() -> int:
+    from torch._dynamo.utils import counters
+
+    return int(counters["inductor"].get("cudagraph_skips", 0))
+
+
 def step_epochs(ctx: Ctx, compile: bool) -> None:
-    """Epoch times on the full split, in priority order, until the step's deadline."""
+    """Epoch times on the full split, in priority order, until the step's deadline. Compiled: each configuration
+    compiled from scratch (`runtime.reset_compiled`), on a split of whole batches (one train graph, not a second for a
+    partial last batch), each graph's time recorded as it finishes, and whether CUDA graphs were really used (mode
+    "reduce-overhead" on CUDA, and torch logged no "skipping cudagraphs")."""
     import torch
 
+    from initmem import runtime
+    from initmem.plan import split_sizes
+
     size = SIZES[ctx.s["mode"]]
+    skips = _CudagraphSkips()
     if compile and ctx.s["mode"] == "tiny":  # inductor takes 15-40 s a graph on a CPU: dynamo alone here
         real = torch.compile
         torch.compile = lambda model, **kw: real(model, **{**kw, "backend": "eager"})
         ctx.put("compile_backend", "eager (--tiny: inductor would take minutes on a CPU)")
     elif compile:
         ctx.put("compile_backend", "inductor (default)")
+    if compile:
+        logging.getLogger("torch").addHandler(skips)
+        with contextlib.suppress(Exception):  # an artifact log: off unless asked for
+            torch._logging.set_logs(cudagraphs=True)
     grid = [("resnet9", b, p) for b in size["batches"] for p in ("fp32", "tf32", "bf16")]
     grid += [(size["deep"], size["batches"][0], p) for p in ("fp32", "tf32", "bf16")]
-    if compile and size["compiled"]:  # --tiny: the first configs only (the same code path, in seconds)
-        grid = [x for x in grid if x[2] != "tf32" or ctx.cuda][:size["compiled"]]
+    if compile:  # the study's fp32, then bf16, at the first batch size: a cold compile takes a minute or more
+        grid = [("resnet9", size["batches"][0], "fp32"), ("resnet9", size["batches"][0], "bf16")]
     last: dict[str, float] = {}
     for arch, b, precision in grid:
         key = {"arch": arch, "batch_size": b, "precision": precision}
@@ -307,11 +385,19 @@ def step_epochs(ctx: Ctx, compile: bool) -> None:
         if ctx.left() < 1.3 * last.get(arch, 0.0) + 3:
             ctx.add("not_reached", {**key, "reason": f"{ctx.left():.0f} s left in the step"})
             continue
+        cfg = config(ctx, "split", arch=arch, batch_size=b, precision=precision, compile=compile)
         if compile:
-            torch._dynamo.reset()  # every entry pays (and reports) its own compilation
+            runtime.reset_compiled()  # every entry pays (and reports) its own compilation, with no model kept
+            cfg = cfg.replace(n_train=split_sizes(cfg)["train"] // b * b)
+            before, seen = _cudagraph_skips(), len(skips.messages)
         t0 = time.perf_counter()
-        ctx.add("runs", _timed_epochs(config(ctx, "split", arch=arch, batch_size=b, precision=precision,
-                                             compile=compile)))
+        run = _timed_epochs(cfg, ctx if compile else None)
+        if compile:
+            n = _cudagraph_skips() - before
+            mode = "reduce-overhead" if ctx.cuda else "default"
+            run.update(compile_mode=mode, cudagraph_skips=n, cudagraph_skip_messages=skips.messages[seen:],
+                       cuda_graphs_used=ctx.cuda and ctx.s["mode"] != "tiny" and n == 0 and not skips.messages[seen:])
+        ctx.add("runs", run)
         last[arch] = time.perf_counter() - t0
 
 
@@ -461,17 +547,18 @@ def child_steps(ctx: Ctx) -> None:
         os.replace(barrier / f"res-{b}-{i}.json.tmp", barrier / f"res-{b}-{i}.json")
 
 
-STEPS = {  # name -> (title, function); the order is the run order
+STEPS = {  # name -> (title, function); the order is the run order: correctness first, the optional steps last
     "env": ("environment, device and data", step_env),
     "parity_fp32": ("device vs CPU, fp32", lambda c: step_parity(c, "fp32")),
-    "parity_tf32": ("device vs CPU, tf32", lambda c: step_parity(c, "tf32")),
+    "population_vs_separate": ("a population vs its separate runs, on the device", step_population_vs_separate),
+    "resume": ("killed and resumed run identical", step_resume),
+    "rerun": ("two deterministic runs bit-identical", step_rerun),
     "parity_bf16": ("device vs CPU, bf16", lambda c: step_parity(c, "bf16")),
     "parity_muon": ("device vs CPU, Muon (fp32)", lambda c: step_parity(c, "fp32", "muon")),
-    "rerun": ("two deterministic runs bit-identical", step_rerun),
-    "resume": ("killed and resumed run identical", step_resume),
+    "parity_tf32": ("device vs CPU, tf32", lambda c: step_parity(c, "tf32")),
     "epoch_eager": ("epoch times, eager", lambda c: step_epochs(c, False)),
-    "epoch_compile": ("epoch times, torch.compile", lambda c: step_epochs(c, True)),
     "population": ("population vs separate vs concurrent", step_population),
+    "epoch_compile": ("epoch times, torch.compile", lambda c: step_epochs(c, True)),
     "paper": ("paper-scale point", step_paper),
 }
 HELPERS = {"_train_child": child_train, "_steps_child": child_steps}

@@ -306,6 +306,7 @@ def _cmd_plan(args: argparse.Namespace) -> int:
         out = plan.save_throughput(table, where)
         print(f"initmem plan: {len(table.entries)} entries written to {out}")
         return 0
+    plans = [plan.plan_section(p, args.profile) for p in paths]  # a bad params file fails before the device is asked
     if args.throughput:  # a table of another device kind than an explicit --device is refused
         kind = None if args.device == "auto" else "cpu" if args.device == "cpu" else "cuda"
         table = plan.load_throughput(args.throughput, kind=kind)

@@ -1,7 +1,7 @@
 """The members of a population: K networks that differ only in sigma_w and seed, held so that one training step
-serves all of them. `population(configs, device)` returns a `Population`; the training loop calls only its methods
-(forward, per-member losses and correct counts, per-member views of the weights, silencing a diverged member), so it
-does not know which implementation it runs.
+serves all of them. `population(nets)` returns a `PlainPopulation` (or its grouped form) on the members' device; the
+training loop calls only its methods (forward, per-member losses and correct counts, per-member views of the
+weights, silencing a diverged member), so it does not know which implementation it runs.
 
 - K = 1: the plain network (`PlainPopulation`), exactly what a single run trains.
 - K > 1: **grouped modules** (`GroupedPopulation`). The K members become one "wide" network whose channels are K
@@ -50,11 +50,11 @@ class StemConv(nn.Conv2d):
 class GroupedHead(nn.Module):
     """K linear heads: [b, K*C] -> [b, K, out] with weight [K, out, C] and bias [K, out]."""
 
-    def __init__(self, members: int, in_features: int, out_features: int):
+    def __init__(self, members: int, in_features: int, out_features: int, device: torch.device | None = None):
         super().__init__()
         self.members = members
-        self.weight = nn.Parameter(torch.empty(members, out_features, in_features))
-        self.bias = nn.Parameter(torch.empty(members, out_features))
+        self.weight = nn.Parameter(torch.empty(members, out_features, in_features, device=device))
+        self.bias = nn.Parameter(torch.empty(members, out_features, device=device))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return torch.einsum("bkc,koc->bko", x.reshape(len(x), self.members, -1), self.weight) + self.bias
@@ -74,19 +74,20 @@ class GroupedShortcutA(nn.Module):
         return x.reshape(b, -1, h, w)
 
 
-def _grouped_leaf(m: nn.Module, k: int, arch: str, name: str, stem: bool) -> nn.Module:
+def _grouped_leaf(m: nn.Module, k: int, arch: str, name: str, stem: bool, dev: torch.device) -> nn.Module:
+    """The grouped form of leaf `m` (K members), allocated on `dev` (the members' device)."""
     if isinstance(m, nn.Conv2d):
         if m.groups != 1 or m.bias is not None:
             raise ConfigError(f"arch={arch!r} is not supported by grouped populations: layer {name} is a grouped or "
                               "biased conv; train its runs one by one")
         cls = StemConv if stem else nn.Conv2d
         return torch.nn.utils.skip_init(cls, m.in_channels * k, m.out_channels * k, m.kernel_size, m.stride,
-                                        m.padding, m.dilation, groups=k, bias=False)
+                                        m.padding, m.dilation, groups=k, bias=False, device=dev)
     if isinstance(m, nn.BatchNorm2d):
         return torch.nn.utils.skip_init(nn.BatchNorm2d, m.num_features * k, m.eps, m.momentum, m.affine,
-                                        m.track_running_stats)
+                                        m.track_running_stats, device=dev)
     if isinstance(m, nn.Linear) and name == "head":
-        return GroupedHead(k, m.in_features, m.out_features)
+        return GroupedHead(k, m.in_features, m.out_features, device=dev)
     if isinstance(m, models.ShortcutA):
         return GroupedShortcutA(k, m.stride, m.pad_lo, m.pad_hi)
     if isinstance(m, _CHANNELWISE):
@@ -100,12 +101,13 @@ def build_grouped(members: list[nn.Module], arch: str = "?") -> nn.Module:
     """One wide network holding `members` (same architecture, any weights) as channel groups, with their weights,
     biases and BatchNorm buffers copied in. Module names are the members', so `norm:<layer>` columns match."""
     k, template = len(members), members[0]
+    dev = next(template.parameters()).device  # every grouped tensor is made where the members live
     grouped = copy.deepcopy(template)  # keeps the container classes, so their forward() runs unchanged
     first = models.layer_names(template)[0]
     for name, m in template.named_modules():
         if name and not list(m.children()):
             parent, _, child = name.rpartition(".")
-            setattr(grouped.get_submodule(parent), child, _grouped_leaf(m, k, arch, name, stem=name == first))
+            setattr(grouped.get_submodule(parent), child, _grouped_leaf(m, k, arch, name, name == first, dev))
     sources = [dict(m.state_dict()) for m in members]
     for key, target in grouped.state_dict().items():
         parts = [s[key] for s in sources]

@@ -2,19 +2,21 @@
 
 Per point and in total: runs, optimiser steps (from the split sizes and the batch size, as `train` counts them), the
 forgetting clocks at the end of training (exact for the schedule: the per-step lrs summed with `math.fsum`),
-evaluation work and, from a throughput table, the expected wall time. Torch-free except `calibrate` and naming a
-CUDA device.
+evaluation work and, from a throughput table, the expected wall time. Torch-free except `calibrate`, naming a
+CUDA device, and `device_name("auto")` where torch is installed (where it is not, "auto" is this CPU).
 """
 
 from __future__ import annotations
 
 import datetime
 import functools
+import importlib.util
 import json
 import math
 import os
 import platform
 import re
+import sys
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -183,10 +185,17 @@ def cache_dir() -> Path:
 
 
 def device_name(device: str = "auto") -> tuple[str, str]:
-    """(name, kind) of a device ("auto" | "cpu" | "cuda" | "cuda:N"): the CUDA device's name, or "CPU <model>"."""
+    """(name, kind) of a device ("auto" | "cpu" | "cuda" | "cuda:N"): the CUDA device's name, or "CPU <model>".
+    Only "auto" and CUDA import torch ("auto" says so on stderr); where torch is not installed, "auto" is this CPU."""
+    if device == "auto" and importlib.util.find_spec("torch") is None:
+        print("initmem plan: torch is not installed here: --device auto is this CPU", file=sys.stderr)
+        device = "cpu"
     if device != "cpu":
         import torch
 
+        if device == "auto":
+            print("initmem plan: --device auto imported torch to look for a GPU (--device cpu or --throughput FILE "
+                  "need no torch)", file=sys.stderr)
         if device == "auto" and not torch.cuda.is_available():
             device = "cpu"
         elif not torch.cuda.is_available():

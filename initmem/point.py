@@ -17,7 +17,8 @@ folder) is the same for every run and stops at once.
 Populations (`population=True`): the runs still to train are trained as one population (`train(list)`: one process,
 one set of kernels per step), except a run another process holds (waited for as above) or one with checkpoints of
 its own (resumed exactly by a single `train`). If the population raises, its runs fall back to the one-by-one path,
-which records and retries failures as above: a population never loses a run.
+which records and retries failures as above: a population never loses a run. The fallback stays visible: each such
+run's provenance holds `population_fallback` (the error), and the sweep's line for the point says so.
 """
 
 from __future__ import annotations
@@ -79,8 +80,9 @@ def train_point(configs: list[TrainConfig], *, results: str | Path, section: str
     done = [c for c in configs if c not in todo]
     if done:
         print(f"skipping {len(done)} complete run(s): " + ", ".join(map(_name, done)), flush=True)
+    fallback: dict[str, str] = {}  # run id -> why its population failed: kept in the run's provenance
     if population and len(todo) > 1:
-        todo = _train_population(todo, results, section, progress)
+        todo = _train_population(todo, results, section, progress, fallback)
     waiting, failed = [], []
     for i, c in enumerate(todo, 1):
         folder = _results.run_dir(results, section, c)
@@ -91,12 +93,12 @@ def train_point(configs: list[TrainConfig], *, results: str | Path, section: str
             waiting.append((i, c))
             continue
         with lock:
-            _train_locked(c, results, section, progress, f"[{i}/{len(todo)}]", failed)
+            _train_locked(c, results, section, progress, f"[{i}/{len(todo)}]", failed, fallback.get(run_id(c)))
     for i, c in waiting:
         folder = _results.run_dir(results, section, c)
         print(f"[{i}/{len(todo)}] {_name(c)}: waiting for {locks.holder(folder)} to finish it", flush=True)
         with locks.wait_lock(folder):
-            _train_locked(c, results, section, progress, f"[{i}/{len(todo)}]", failed)
+            _train_locked(c, results, section, progress, f"[{i}/{len(todo)}]", failed, fallback.get(run_id(c)))
     if failed:
         raise SweepError(f"{len(failed)} of {len(configs)} run(s) of section {section!r} failed: "
                          + "; ".join(f"{_name(c)}: {e}" for c, e in failed)
@@ -104,10 +106,11 @@ def train_point(configs: list[TrainConfig], *, results: str | Path, section: str
     return pd.concat([_results.load_runs(_results.run_dir(results, section, c)) for c in configs], ignore_index=True)
 
 
-def _train_population(todo: list[TrainConfig], results: str | Path, section: str,
-                      progress: bool) -> list[TrainConfig]:
+def _train_population(todo: list[TrainConfig], results: str | Path, section: str, progress: bool,
+                      fallback: dict[str, str]) -> list[TrainConfig]:
     """Train what of `todo` one population can take; return the runs left for the one-by-one path (all of `todo`
-    when no population of two or more members is possible, or when it raised)."""
+    when no population of two or more members is possible, or when it raised: then `fallback` maps each member's
+    run id to the error, which the one-by-one path records in the run's provenance)."""
     rest, members = [], []
     with contextlib.ExitStack() as held:
         for c in todo:
@@ -132,6 +135,7 @@ def _train_population(todo: list[TrainConfig], results: str | Path, section: str
         except Exception as exc:  # noqa: BLE001 - the one-by-one path trains them, recording what fails
             message = f"{type(exc).__name__}: " + (str(exc).strip().splitlines() or [""])[0]
             print(f"the population failed ({message}); training its runs one after the other", flush=True)
+            fallback.update({run_id(c): message for c in members})
             return [c for c in todo if c in rest or c in members]
     for c in members:
         (_results.run_dir(results, section, c) / FAILED).unlink(missing_ok=True)
@@ -143,8 +147,9 @@ def _name(c: TrainConfig) -> str:
 
 
 def _train_locked(c: TrainConfig, results: str | Path, section: str, progress: bool, tag: str,
-                  failed: list) -> None:
-    """Train one run whose lock this process holds, unless another process completed it meanwhile."""
+                  failed: list, fallback: str | None = None) -> None:
+    """Train one run whose lock this process holds, unless another process completed it meanwhile; `fallback`: why
+    its population failed (recorded in its provenance as `population_fallback`)."""
     folder = _results.run_dir(results, section, c)
     if _results.is_complete(results, section, c):
         print(f"{tag} {_name(c)}: completed by another process meanwhile", flush=True)
@@ -154,7 +159,8 @@ def _train_locked(c: TrainConfig, results: str | Path, section: str, progress: b
         again = f" (retrying: attempt {before['attempts']} failed with {before['error']})" if before else ""
         print(f"{tag} {_name(c)}{again}", flush=True)
     try:
-        train(c, out_dir=results, section=section, progress=progress, locked=True)
+        train(c, out_dir=results, section=section, progress=progress, locked=True,
+              notes={"population_fallback": fallback} if fallback else None)
     except Exception as exc:  # noqa: BLE001 - recorded; a user error stops the point, anything else is retried later
         message = f"{type(exc).__name__}: " + (str(exc).strip().splitlines() or [""])[0]
         _write_failed(folder, c, section, exc, message, (before or {}).get("attempts", 0) + 1)

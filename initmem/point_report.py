@@ -106,7 +106,8 @@ def point_table(runs: pd.DataFrame) -> pd.DataFrame:
 def sweep_row(runs: pd.DataFrame | None, point_id: str, run_ids: list[str]) -> dict:
     """One point's line of the sweep's end-of-run table (and of `initmem run`): how many of its runs exist, the test
     accuracy (%) at the selected epoch per sigma_w (mean over seeds), the spread (pp, `metrics.point_summary`'s),
-    how many runs interpolated or diverged, and the largest tau_interp."""
+    how many runs interpolated or diverged, the largest tau_interp, and how many runs were trained one by one because
+    their population failed (with the first error)."""
     r = runs[runs["run_id"].isin(run_ids)] if runs is not None and len(runs) else pd.DataFrame()
     row: dict = {"point": point_id, "runs": f"{len(r)}/{len(set(run_ids))}"}
     if len(r):
@@ -117,6 +118,9 @@ def sweep_row(runs: pd.DataFrame | None, point_id: str, run_ids: list[str]) -> d
         if s["n_diverged"]:
             row["diverged"] = f"{s['n_diverged']}/{s['n_runs']}"
         row["max_tau_interp"] = r["tau_interp"].max()
+        fell = r["population_fallback"].dropna() if "population_fallback" in r.columns else pd.Series(dtype=object)
+        if len(fell):
+            row["population_fallback"] = f"{len(fell)}/{len(r)} one by one: {fell.iloc[0]}"
     return row
 
 

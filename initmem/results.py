@@ -275,8 +275,11 @@ def load_runs(path: str | Path, *, damaged: str = "raise") -> pd.DataFrame:
         row.update({k: _cell(full_config(rec["config"]).get(k)) for k in CONFIG_FIELDS})
         row.update({k: rec["summary"].get(k) for k in SUMMARY_KEYS})
         row.update({k: v for k, v in rec["summary"].items() if k not in row})  # keys added to metrics later
-        row.update({k: rec["provenance"].get(k) for k in PROVENANCE_COLUMNS})
-        row["git_diff_known"] = isinstance(rec["provenance"].get("git_diff"), dict) or row["git_dirty"] is False
+        prov = rec["provenance"]
+        row.update({k: prov.get(k) for k in PROVENANCE_COLUMNS})
+        row["git_diff_known"] = isinstance(prov.get("git_diff"), dict) or row["git_dirty"] is False
+        if prov.get("population_fallback"):  # trained one by one because its population failed (point.py)
+            row["population_fallback"] = prov["population_fallback"]
         rows.append(row)
     columns = [*RUN_COLUMNS, *CONFIG_FIELDS, *SUMMARY_KEYS, *PROVENANCE_COLUMNS, "git_diff_known"]
     extra = sorted({k for r in rows for k in r} - set(columns))

@@ -14,6 +14,10 @@ from initmem import data as _data
 from initmem import members, models
 from initmem.config import TrainConfig, _bad
 
+# cuBLAS reads its workspace setting once, when the process makes its first cuBLAS call, and deterministic
+# algorithms need it set: so it is set when the engine is imported, before any run (a value of the user's is kept).
+os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+
 
 def run_device(config: TrainConfig) -> torch.device:
     """The device `config` runs on; ConfigError for one that is not here or a precision it does not have."""
@@ -26,19 +30,28 @@ def run_device(config: TrainConfig) -> torch.device:
 
 def engine_settings(config: TrainConfig, dev: torch.device) -> dict:
     """Set the process-wide numerics `config` asks for and return them (recorded in the run's provenance): fp32 is
-    strict IEEE (PyTorch's default lets cuDNN convolutions run in TF32), tf32 allows TF32 matmuls and convolutions;
-    `deterministic` turns on deterministic algorithms (and the cuBLAS workspace they need), otherwise cuDNN may
-    benchmark its algorithms on CUDA."""
+    strict IEEE (PyTorch's default lets cuDNN convolutions run in TF32), tf32 allows TF32 matmuls and convolutions
+    (`set_tf32`); `deterministic` turns on deterministic algorithms (the cuBLAS workspace they need is set when this
+    module is imported), otherwise cuDNN may benchmark its algorithms on CUDA."""
     tf32 = config.precision == "tf32"
-    torch.backends.cuda.matmul.allow_tf32 = tf32
-    torch.backends.cudnn.allow_tf32 = tf32
-    if config.deterministic:
-        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+    set_tf32(tf32)
     torch.use_deterministic_algorithms(config.deterministic)
     torch.backends.cudnn.deterministic = config.deterministic
     torch.backends.cudnn.benchmark = dev.type == "cuda" and not config.deterministic
     return {"precision": config.precision, "deterministic": config.deterministic, "allow_tf32": tf32,
             "cudnn_benchmark": torch.backends.cudnn.benchmark}
+
+
+def set_tf32(on: bool) -> str:
+    """TF32 for matmuls and cuDNN convolutions on or off; returns the API used. torch >= 2.9 has `fp32_precision`
+    ("tf32" | "ieee") and deprecates the `allow_tf32` setters, and the two must not be mixed in one process: the
+    new API where torch has it, the legacy setters only where it does not."""
+    matmul, cudnn = torch.backends.cuda.matmul, torch.backends.cudnn
+    if hasattr(matmul, "fp32_precision") and hasattr(getattr(cudnn, "conv", None), "fp32_precision"):
+        matmul.fp32_precision = cudnn.conv.fp32_precision = "tf32" if on else "ieee"
+        return "fp32_precision"
+    matmul.allow_tf32 = cudnn.allow_tf32 = on
+    return "allow_tf32"
 
 
 def autocast(config: TrainConfig, dev: torch.device):
@@ -49,6 +62,13 @@ def autocast(config: TrainConfig, dev: torch.device):
 
 
 _COMPILED: dict[tuple, tuple[members.PlainPopulation, object]] = {}  # one network shape per process
+
+
+def reset_compiled() -> None:
+    """Forget every compiled network: torch's dynamo caches and this module's together (call this, not
+    `torch._dynamo.reset()` alone: a cached population outliving dynamo's reset keeps its model in memory)."""
+    torch._dynamo.reset()
+    _COMPILED.clear()
 
 
 def network(configs: list[TrainConfig], dev: torch.device) -> tuple[members.PlainPopulation, object]:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import copy
 import json
+import math
 import os
 import pickle
 import signal
@@ -142,6 +143,79 @@ def test_a_checkpoint_of_another_config_is_refused(tmp_path, monkeypatch, refere
     assert res.history["epoch"].tolist() == list(range(5))  # trained from scratch, all 4 epochs
 
 
+def test_a_checkpoint_that_fails_late_in_its_restore_leaves_a_fresh_start_untouched(tmp_path, monkeypatch, reference):
+    """The live mask is applied after the model, optimiser, generators, clocks and instruments: a checkpoint whose
+    mask does not fit must leave none of them behind, so the fresh start is the uninterrupted run bit for bit (it
+    once kept the damaged checkpoint's clock sums and generator states)."""
+    cfg, folder = _interrupted(tmp_path, monkeypatch, 3)  # checkpoints of epochs 1 and 2
+    files = ckpt.checkpoints(folder / "checkpoints")
+    for p in files:
+        payload = ckpt.load(p)
+        payload["state"]["live"] = torch.ones(5)  # K = 1: shape [1]
+        ckpt.save(p.parent, payload["epoch"], payload)
+    with pytest.warns(UserWarning, match=r"cannot be restored: RuntimeError: .*shape") as caught:
+        res = train(cfg, out_dir=tmp_path, section="s", progress=False)
+    assert sum("cannot be restored" in str(w.message) for w in caught) == 2
+    pd.testing.assert_frame_equal(res.history.drop(columns="wall_time"), reference, check_exact=True)
+
+
+def _loop_state(loop) -> dict:
+    """Everything a Loop holds, deep-copied: its state_dict but the wall clock, and the process-wide generators."""
+    return copy.deepcopy({**{k: v for k, v in loop.state_dict().items() if k != "wall_time"},
+                          "wall_time": loop.wall_time, "t0": loop.t0, "rng": ckpt.rng_state()})
+
+
+def _equal(a, b) -> bool:
+    if isinstance(a, torch.Tensor):
+        return isinstance(b, torch.Tensor) and a.shape == b.shape and a.dtype == b.dtype and (torch.equal(a, b) or (
+            a.is_floating_point() and torch.allclose(a, b, rtol=0, atol=0, equal_nan=True)))
+    if isinstance(a, dict):
+        return isinstance(b, dict) and a.keys() == b.keys() and all(_equal(a[k], b[k]) for k in a)
+    if isinstance(a, (list, tuple)):
+        return type(a) is type(b) and len(a) == len(b) and all(_equal(x, y) for x, y in zip(a, b, strict=True))
+    if isinstance(a, float) and math.isnan(a):
+        return isinstance(b, float) and math.isnan(b)
+    return a == b
+
+
+@pytest.mark.parametrize("damage", ["live", "instruments", "clocks", "rng"])
+def test_a_failed_loop_restore_changes_nothing(damage):
+    """Loop.load_state_dict is all or nothing: a state that fails at any item leaves model, optimiser, instruments,
+    generators, clocks, live mask, history, counters, wall clock and the global generators exactly as before."""
+    from initmem import data
+    from initmem.loop import Loop
+
+    cfg = TrainConfig(**{**LOCAL, "optimizer": "adam", "n_train": 128})
+    configs = [cfg.replace(sigma_w=s, seed=seed) for s, seed in ((0.5, 0), (2.0, 1))]
+    splits = data.make_splits(data.make_synthetic(cfg.n_train + cfg.n_val, cfg.n_test), cfg.n_val, cfg.n_train,
+                              cfg.n_test, 0, "cpu")
+    donor = Loop.build(configs, torch.device("cpu"), splits)
+    for _ in range(2):
+        donor.record(donor.measure(*donor.run_epoch()))
+    theirs, rng = copy.deepcopy(donor.state_dict()), ckpt.rng_state()
+    loop = Loop.build(configs, torch.device("cpu"), splits)
+    loop.record(loop.measure(*loop.run_epoch()))  # a loop with state of its own, different from the donor's
+    torch.manual_seed(123)
+    before = _loop_state(loop)
+    assert not _equal(before["model"], theirs["model"]) and not _equal(before["clocks"], theirs["clocks"])
+    if damage == "live":
+        theirs["live"] = torch.ones(3)
+    elif damage == "instruments":
+        theirs["instruments"]["theta"] = torch.zeros(7, dtype=torch.float64)
+    elif damage == "clocks":
+        theirs["clocks"] = theirs["clocks"][:1]
+    else:
+        rng = {**rng, "numpy": {**rng["numpy"], "kind": "no such generator"}}
+    with pytest.raises((RuntimeError, ValueError, TypeError, KeyError)):
+        loop.load_state_dict(theirs, rng)
+    after = _loop_state(loop)
+    for key in before:
+        assert _equal(before[key], after[key]), key
+    assert loop.opt.state and all(s["exp_avg"].abs().sum() > 0 for s in loop.opt.state.values())
+    loop.load_state_dict(copy.deepcopy(donor.state_dict()))  # the loop is still usable, and a good state loads
+    assert _equal(loop.state_dict()["clocks"], donor.state_dict()["clocks"])
+
+
 def test_checkpoint_every_n_epochs_and_only_without_divergence(tmp_path, monkeypatch):
     saved = []
     monkeypatch.setattr(ckpt, "save", lambda folder, epoch, payload, **k: saved.append((epoch, copy.deepcopy(payload))))
@@ -248,7 +322,7 @@ def test_the_sweep_goes_on_after_a_diverged_run(tmp_path, monkeypatch):
         seen.append(c.sigma_w)
         if c.sigma_w == 0.25:
             with monkeypatch.context() as m:
-                m.setattr(train_mod.optim, "lr_factor", lambda *a: 1e30)
+                m.setattr("initmem.optim.lr_factor", lambda *a: 1e30)
                 return real(c, **kw)
         return real(c, **kw)
 

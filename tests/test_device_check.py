@@ -1,6 +1,7 @@
 """benchmarks/device_check.py on the CPU, as CI runs it: `--device cpu --tiny` in a subprocess with PYTHONPATH=repo
-(the CPU stands in for CUDA), then its JSON, Markdown and throughput table; a failing and a hanging step are
-recorded while the others run; an exhausted budget skips the rest."""
+(the CPU stands in for CUDA), then its JSON, Markdown, throughput table and logs archive (the only four files it
+leaves in --out); a failing and a hanging step are recorded while the others run, and the check exits non-zero;
+an exhausted budget skips the rest."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import json
 import os
 import subprocess
 import sys
+import tarfile
 import time
 from pathlib import Path
 
@@ -16,17 +18,20 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 STATUSES = {"ok", "failed", "skipped", "timed_out"}
-STEPS = ("env", "parity_fp32", "parity_tf32", "parity_bf16", "parity_muon", "rerun", "resume", "epoch_eager",
-         "epoch_compile", "population", "paper")
+STEPS = ("env", "parity_fp32", "population_vs_separate", "resume", "rerun", "parity_bf16", "parity_muon", "parity_tf32",
+         "epoch_eager", "population", "epoch_compile", "paper")  # correctness first, the optional steps last
+OUTPUTS = {"device_check.json", "device_check.md", "throughput.json", "logs.tar.gz"}
 
 
-def _check(out: Path, *args: str, timeout: float = 800) -> tuple[dict, float]:
+def _check(out: Path, *args: str, timeout: float = 800, rc: int = 0) -> tuple[dict, float]:
     t0 = time.perf_counter()
     proc = subprocess.run([sys.executable, "benchmarks/device_check.py", "--device", "cpu", "--tiny", "--out",
                            str(out), *args], cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)},
                           capture_output=True, text=True, timeout=timeout)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    return json.loads((out / "device_check.json").read_text()), time.perf_counter() - t0
+    assert proc.returncode == rc, proc.stdout[-3000:] + proc.stderr[-3000:]
+    doc = json.loads((out / "device_check.json").read_text())
+    assert doc["exit_code"] == rc and f"exit code {rc}" in proc.stdout
+    return doc, time.perf_counter() - t0
 
 
 @pytest.fixture(scope="module")
@@ -50,7 +55,7 @@ def test_every_step_is_recorded_with_its_status_and_numbers(tiny):
         n: s["error"] for n, s in steps.items() if s["status"] != "ok"}
     assert "CUDA only" in steps["parity_tf32"]["reason"]
     assert doc["stand_in"] and "CPU stands in for CUDA" in doc["stand_in"] and doc["kind"] == "cpu"
-    assert doc["counts"] == {"ok": 10, "failed": 0, "timed_out": 0, "skipped": 1}
+    assert doc["counts"] == {"ok": 11, "failed": 0, "timed_out": 0, "skipped": 1}
     assert doc["seconds"] <= doc["args"]["budget_s"]
     for name in ("parity_fp32", "parity_bf16", "parity_muon"):
         r = steps[name]["results"]
@@ -59,6 +64,11 @@ def test_every_step_is_recorded_with_its_status_and_numbers(tiny):
                                                                      "weight_norm", "loss_rel_max"}
     assert steps["parity_fp32"]["results"]["differences"]["loss_rel_max"] == 0.0  # CPU against CPU: the same run
     assert 0 < steps["parity_bf16"]["results"]["differences"]["loss_rel_max"] < 5e-2  # bf16 autocast on the CPU
+    pvs = steps["population_vs_separate"]["results"]
+    assert steps["population_vs_separate"]["pass"] is True and pvs["population_provenance"] == 2
+    assert [m["status"] for m in pvs["members"]] == [["complete", "complete"]] * 2
+    assert all(0 <= m["loss_rel_max"] <= pvs["setup"]["tolerance_loss_rel"] for m in pvs["members"])
+    assert steps["parity_bf16"]["results"]["setup"]["reference_cached"] is True  # parity_fp32's CPU run, reused
     rerun = steps["rerun"]["results"]
     assert rerun["deterministic"]["identical"] and rerun["population_deterministic"]["identical"]
     resume = steps["resume"]["results"]
@@ -77,7 +87,21 @@ def test_every_step_is_recorded_with_its_status_and_numbers(tiny):
     assert [p["optimizer"] for p in pops] == ["sgd", "adam"] and all(p["epochs"] >= 1 for p in pops)
     assert all(p["spread_pp_at_best"] is not None and p["angle_gap_deg"] is not None for p in pops)
     assert all(p["stopped"] == "stopped at its share of the time" for p in pops)  # 200 epochs never fit
-    assert (out / "logs" / "resume.log").is_file()
+    comp = steps["epoch_compile"]["results"]
+    assert [g["what"].split(":")[0] for g in comp["graphs"][:4]] == ["before step 0", "step 0", "step 1 (CUDA graphs",
+                                                                       "step 2 (CUDA graphs"]
+    assert all(g["seconds"] > 0 for g in comp["graphs"]) and len(comp["graphs"]) == 4 * len(comp["runs"])
+    assert all(r["cuda_graphs_used"] is False and r["cudagraph_skips"] == 0 for r in comp["runs"])  # no CUDA here
+    assert all(r["steps_per_epoch"] * r["batch_size"] == 1024 for r in comp["runs"])  # whole batches: one graph
+
+
+def test_the_check_leaves_four_files_and_its_logs_in_one_archive(tiny):
+    doc, out, _ = tiny
+    assert {p.name for p in out.iterdir()} == OUTPUTS and all(p.is_file() for p in out.iterdir())
+    with tarfile.open(out / "logs.tar.gz") as tar:
+        names = tar.getnames()
+    assert sorted(names) == sorted(f"logs/{s['name']}.log" for s in doc["steps"] if s["status"] != "skipped" or
+                                   s["name"] == "parity_tf32")  # a step that ran (tf32 skips itself) left its log
 
 
 def test_markdown_summarises_every_step(tiny):
@@ -106,9 +130,14 @@ def test_throughput_table_loads_in_the_planner(tiny):
     assert source == "measured" and entry.train_step_s > 0
 
 
+def test_a_failed_step_makes_the_check_exit_non_zero(tmp_path):
+    doc, _ = _check(tmp_path, "--fail", "rerun", "--only", "rerun", rc=1, timeout=300)
+    assert _steps(doc)["rerun"]["status"] == "failed" and doc["counts"]["failed"] == 1
+
+
 def test_a_failing_step_and_a_hanging_step_are_recorded_while_the_others_run(tmp_path):
     doc, _ = _check(tmp_path, "--only", "parity_fp32", "--only", "rerun", "--only", "paper", "--fail", "parity_fp32",
-                    "--hang", "rerun", "--limit", "rerun=4", "--paper-epochs", "1", "--launch", "exec")
+                    "--hang", "rerun", "--limit", "rerun=4", "--paper-epochs", "1", "--launch", "exec", rc=1)
     steps = _steps(doc)
     assert list(steps) == list(STEPS)
     assert steps["parity_fp32"]["status"] == "failed" and "injected failure" in steps["parity_fp32"]["error"]

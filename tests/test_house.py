@@ -109,3 +109,102 @@ def test_modules_stay_readable_top_to_bottom():
     sizes = {p.name: len(p.read_text(encoding="utf-8").splitlines()) for p in PACKAGE.glob("*.py")}
     over = {n: s for n, s in sizes.items() if s > 400}
     assert len(sizes) > 20 and not over, over
+
+
+# ---------------------------------------------------------------------------------------------- tensor factories
+FACTORIES = {"empty", "zeros", "ones", "full", "arange", "randn", "rand", "randint", "randperm", "tensor"}
+# (module, function) -> why its factories make CPU tensors (these modules belong to other owners; a reason may move
+# onto its line). Anything else in initmem/ takes `device=` from an existing tensor or the config, or says on its
+# line (a comment naming the CPU) why it is CPU-only.
+CPU_BY_DESIGN = {
+    ("data", "stratified_indices"): "split index maths on the CPU labels (the split is the same on every device)",
+    ("data", "make_splits"): "index tensors into the CPU images; the splits are moved to the device at its end",
+    ("data", "channel_stats"): "per-channel statistics from a CPU histogram (documented: returned on the CPU)",
+    ("sources", "lowfreq"): "make_synthetic's images are made on the CPU like decoded ones; make_splits moves them",
+    ("sources", "draw"): "the same (make_synthetic)",
+    ("imagefolder", "_assemble"): "decoded images and labels are CPU tensors; make_splits moves them",
+}
+
+
+def factory_calls(source: str, module: str = "?") -> list[str]:
+    """`module:line function: call` for every tensor factory in `source` that takes no `device=` and whose lines
+    do not say why it is CPU-only (a comment naming the CPU), outside the functions of CPU_BY_DESIGN."""
+    tree, lines = ast.parse(source), source.splitlines()
+    owner: dict[int, str] = {}
+    for fn in ast.walk(tree):
+        if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            for node in ast.walk(fn):  # breadth first: an inner function is visited later and wins
+                owner[id(node)] = fn.name
+    found = []
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Call) or not isinstance(node.func, ast.Attribute):
+            continue
+        name, base = node.func.attr, node.func.value
+        is_factory = name in FACTORIES and isinstance(base, ast.Name) and base.id == "torch"
+        if not (is_factory or name == "skip_init") or any(kw.arg == "device" for kw in node.keywords):
+            continue
+        text = lines[node.lineno - 1:node.end_lineno]
+        if any("#" in line and "CPU" in line.split("#", 1)[1] for line in text):
+            continue
+        if (module, owner.get(id(node), "")) in CPU_BY_DESIGN:
+            continue
+        found.append((node.lineno, f"{module}:{node.lineno} {owner.get(id(node), '<module>')}: "
+                                   f"{ast.get_source_segment(source, node)}"))
+    return [f for _, f in sorted(found)]
+
+
+def test_every_tensor_factory_in_the_package_takes_its_device():
+    """A tensor made without `device=` lands on the CPU: on a GPU run the step then fails (or silently copies).
+    Every factory in initmem/ takes its device from an existing tensor or the config, or says why it is CPU-only."""
+    found = [f for p in sorted(PACKAGE.glob("*.py")) for f in factory_calls(p.read_text(encoding="utf-8"), p.stem)]
+    assert not found, "\n".join(found)
+    assert set(CPU_BY_DESIGN) <= {(p.stem, fn.name) for p in PACKAGE.glob("*.py") for fn in ast.walk(
+        ast.parse(p.read_text(encoding="utf-8"))) if isinstance(fn, ast.FunctionDef)}  # no stale exemption
+
+
+def test_the_factory_scan_flags_a_bare_factory_and_accepts_a_device_or_a_reason():
+    code = ("import torch\n"
+            "def f(x):\n"
+            "    a = torch.empty(3)\n"
+            "    b = torch.zeros(3, device=x.device)\n"
+            "    c = torch.arange(3)  # on the CPU: host index maths\n"
+            "    d = torch.nn.utils.skip_init(torch.nn.Linear, 2, 2)\n"
+            "    e = torch.nn.Parameter(torch.ones(\n"
+            "        2))\n"
+            "    return torch.tensor([1.0])\n")
+    assert [f.split(": ", 1)[0] for f in factory_calls(code, "m")] == ["m:3 f", "m:6 f", "m:7 f", "m:9 f"]
+
+
+def _plan_without(torch_blocked: bool, *flags: str) -> subprocess.CompletedProcess:
+    """`initmem plan params/01_optimizers.yaml --profile paper FLAGS` in a child; with `torch_blocked` torch cannot
+    be imported there (as on a login node without it). Prints whether torch was imported."""
+    code = ("import sys\n" + ("sys.modules['torch'] = None\n" if torch_blocked else "") +
+            "from initmem.cli import main\n"
+            f"rc = main(['plan', 'params/01_optimizers.yaml', '--profile', 'paper', *{list(flags)!r}])\n"
+            "print('torch imported:', sys.modules.get('torch') is not None, file=sys.stderr)\n"
+            "sys.exit(rc)\n")
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, timeout=180,
+                          env={**__import__("os").environ, "PYTHONPATH": str(REPO), "INITMEM_CACHE": "/nonexistent"})
+
+
+def test_the_planner_runs_where_torch_is_absent_and_imports_it_only_to_resolve_auto():
+    out = _plan_without(True)  # default --device auto, no torch: auto is this CPU, and it says so
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "01_optimizers" in out.stdout and "torch is not installed here: --device auto is this CPU" in out.stderr
+    assert "torch imported: False" in out.stderr
+    out = _plan_without(False, "--device", "cpu")  # torch installed but not needed: not imported
+    assert out.returncode == 0 and "torch imported: False" in out.stderr, out.stderr[-3000:]
+    out = _plan_without(False)  # auto with torch here: imported to look for a GPU, and said so
+    assert out.returncode == 0 and "torch imported: True" in out.stderr and "imported torch" in out.stderr
+
+
+LONG_FUNCTIONS = {("config", "__post_init__"), ("sweep", "run_sweep")}  # over 80 lines in other owners' modules
+
+
+def test_functions_stay_short_enough_to_read_on_one_screen():
+    """The style rule for functions (~80 lines); the two longer ones are listed, and the list may only shrink."""
+    long = {(p.stem, fn.name): fn.end_lineno - fn.lineno + 1 for p in PACKAGE.glob("*.py")
+            for fn in ast.walk(ast.parse(p.read_text(encoding="utf-8")))
+            if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)) and fn.end_lineno - fn.lineno + 1 > 80}
+    assert set(long) <= LONG_FUNCTIONS, {k: v for k, v in long.items() if k not in LONG_FUNCTIONS}
+    assert set(long) == LONG_FUNCTIONS, f"shortened: remove {sorted(LONG_FUNCTIONS - set(long))} from the list"

@@ -470,3 +470,13 @@ def test_a_failing_population_falls_back_to_separate_runs(tmp_path, monkeypatch,
     assert (df["status"] == "complete").all() and len(df) == 2
     assert all("population" not in read_run(p)["provenance"] for p in df["path"])
     assert not any((Path(p) / point_mod.FAILED).exists() for p in df["path"])
+    # the fallback stays where a user looks afterwards: each run's provenance and the sweep's line for the point
+    assert [read_run(p)["provenance"]["population_fallback"] for p in df["path"]] == ["RuntimeError: out of memory"] * 2
+    from initmem.point_report import sweep_row
+
+    runs = load_runs(tmp_path)
+    row = sweep_row(runs, "p", runs["run_id"].tolist())
+    assert row["population_fallback"] == "2/2 one by one: RuntimeError: out of memory"
+    alone = train(configs[0].replace(seed=5), out_dir=tmp_path / "other", section="s", progress=False)
+    assert "population_fallback" not in alone.provenance and "population_fallback" not in load_runs(tmp_path / "other")
+    assert "population_fallback" not in sweep_row(load_runs(tmp_path / "other"), "q", [alone.run_id])

@@ -375,3 +375,68 @@ def test_compile_compiles_a_network_shape_once_and_each_run_equals_its_uncompile
     assert runs[0].history["weight_norm"].iloc[0] != runs[1].history["weight_norm"].iloc[0]
     train(base.replace(width=0.125, compile=True), progress=False)  # another shape: compiled anew
     assert len(compiled) == 2
+
+
+def test_the_compiled_network_cache_is_cleared_with_dynamos(monkeypatch):
+    monkeypatch.setattr(runtime.torch, "compile", lambda model, **kw: model)  # no compilation: the cache is tested
+    monkeypatch.setattr(runtime, "_COMPILED", {})
+    resets = []
+    monkeypatch.setattr(runtime.torch._dynamo, "reset", lambda: resets.append(1))
+    cfg = TrainConfig(**{**TINY, "compile": True})
+    dev = torch.device("cpu")
+    first, _ = runtime.network([cfg], dev)
+    assert runtime.network([cfg.replace(sigma_w=2.0)], dev)[0] is first  # cached: re-initialised in place
+    runtime.reset_compiled()
+    assert resets == [1] and runtime._COMPILED == {}
+    assert runtime.network([cfg], dev)[0] is not first  # nothing of the previous model is kept
+
+
+# ------------------------------------------------------------------------------------------------ GPU-path items
+def test_the_cublas_workspace_is_set_when_the_engine_is_imported_and_a_users_value_is_kept():
+    import subprocess
+    import sys
+
+    code = "import os, initmem.train; print(os.environ.get('CUBLAS_WORKSPACE_CONFIG'))"
+    env = {k: v for k, v in os.environ.items() if k != "CUBLAS_WORKSPACE_CONFIG"}
+    for given, expected in ((None, ":4096:8"), (":16:8", ":16:8")):
+        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                             env={**env, **({"CUBLAS_WORKSPACE_CONFIG": given} if given else {})})
+        assert out.returncode == 0 and out.stdout.strip() == expected, out.stderr[-2000:]
+
+
+def test_tf32_uses_fp32_precision_where_torch_has_it_and_the_legacy_setters_only_where_not(monkeypatch):
+    import types
+    import warnings
+
+    matmul, conv = torch.backends.cuda.matmul, torch.backends.cudnn.conv
+    saved = (matmul.fp32_precision, conv.fp32_precision)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")  # the deprecated setters would warn on torch >= 2.9
+            assert runtime.set_tf32(True) == "fp32_precision"
+            assert (matmul.fp32_precision, conv.fp32_precision) == ("tf32", "tf32")
+            runtime.engine_settings(TrainConfig(**TINY), torch.device("cpu"))  # fp32: strict IEEE
+            assert (matmul.fp32_precision, conv.fp32_precision) == ("ieee", "ieee")
+    finally:
+        matmul.fp32_precision, conv.fp32_precision = saved
+    old_matmul, old_cudnn = types.SimpleNamespace(allow_tf32=None), types.SimpleNamespace(allow_tf32=None)
+    monkeypatch.setattr(runtime.torch.backends.cuda, "matmul", old_matmul)  # a torch before fp32_precision
+    monkeypatch.setattr(runtime.torch.backends, "cudnn", old_cudnn)
+    assert runtime.set_tf32(True) == "allow_tf32" and old_matmul.allow_tf32 is True and old_cudnn.allow_tf32 is True
+    assert not hasattr(old_matmul, "fp32_precision") and not hasattr(old_cudnn, "conv")
+
+
+def test_a_rows_wall_time_is_read_after_the_host_sync(monkeypatch):
+    """On a GPU the evaluation is queued work until `.tolist()` waits for it: the row's wall_time must include it.
+    Here the sync is made slow (0.3 s) and must show in the epoch-0 row."""
+    import time as _time
+
+    real = torch.Tensor.tolist
+
+    def slow_tolist(self):
+        _time.sleep(0.3)
+        return real(self)
+
+    monkeypatch.setattr(torch.Tensor, "tolist", slow_tolist)
+    h = train(TrainConfig(**{**TINY, "epochs": 1}), progress=False).history
+    assert h["wall_time"].iloc[0] >= 0.3 and h["wall_time"].iloc[1] - h["wall_time"].iloc[0] >= 0.3
