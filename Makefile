@@ -50,8 +50,8 @@ reproduce: venv  ## every section's sweep for PROFILE=smoke|cpu|paper, then the 
 report: venv  ## export executed notebooks of a results tree to HTML under reports/
 	$(INITMEM) report --results $(RESULTS) --out reports
 
-lab: venv  ## JupyterLab in the repository root (the .py notebooks open as notebooks)
-	$(VENV)/bin/jupyter lab
+lab: venv  ## JupyterLab in the repository root (the .py notebooks open as notebooks; --allow-root only as root)
+	$(VENV)/bin/jupyter lab $(if $(filter 0,$(shell id -u)),--allow-root)
 
 bench: venv  ## training-speed benchmark (engine fp32 and bf16 vs DataLoader, population vs separate)
 	$(PY) benchmarks/bench_train.py
