@@ -161,13 +161,22 @@ def test_long_training_table_reads_the_histories_of_run_folders_like_spread_at_m
 
 def test_run_and_interpolation_tables(two_optimizers):
     runs = two_optimizers.assign(arch="resnet56", best_epoch=3, norm_ratio=1.0, wall_time_s=1.0, final_train_acc=0.9)
-    t = point_report.run_table(runs)
+    t = point_report.run_rows(runs)
     assert list(t.columns) == list(point_report.RUN_TABLE_COLUMNS) and len(t) == len(runs)
     assert t[["sigma_w", "seed"]].apply(tuple, axis=1).is_monotonic_increasing
-    i = point_report.interpolation_table(runs)
+    i = point_report.interpolation_rows(runs)
     assert i["failed_to_interpolate"].sum() == 2 and not i.loc[i["sigma_w"] != 2.0, "failed_to_interpolate"].any()
     with pytest.raises(ConfigError, match="lacking columns \\['best_epoch'"):
         point_report.run_table(runs.drop(columns="best_epoch"))
+    # what a person reads: the same rows, accuracies in percent, headers in the study's symbols
+    shown = point_report.run_table(runs.assign(norm_ratio=1.0037))
+    assert shown.index.names == ["σ_w", "seed"] and len(shown) == len(runs)
+    first = t.iloc[0]
+    row = shown.iloc[0]
+    assert row["test acc (%)"] == f"{100 * first['test_acc_at_best']:.1f}" and row["norm ratio"] == "1.004"
+    assert row["best epoch"] == "3" and "test_acc_at_best" not in shown.columns
+    fails = point_report.interpolation_table(runs)["failed to interpolate"]
+    assert fails.tolist() == [str(v) for v in i["failed_to_interpolate"]]
 
 
 def test_paper_spreads_sit_beside_ours_in_t1_and_f1(two_optimizers):
