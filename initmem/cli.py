@@ -257,9 +257,8 @@ def _add_plan(sub: argparse._SubParsersAction) -> None:
 def _cmd_plan(args: argparse.Namespace) -> int:
     import glob
     import json
-    from pathlib import Path
 
-    from initmem import plan
+    from initmem import plan, plan_table
     from initmem.errors import ConfigError
 
     paths = [m for pat in args.params for m in (sorted(glob.glob(pat)) if glob.has_magic(pat) else [pat])]
@@ -282,19 +281,9 @@ def _cmd_plan(args: argparse.Namespace) -> int:
         out = plan.save_throughput(table, args.throughput or plan.default_table_path(name))
         print(f"initmem plan: {len(table.entries)} entries written to {out}")
         return 0
-    if args.throughput:
-        table = plan.load_throughput(args.throughput)
-    else:
-        default = plan.default_table_path(plan.device_name(args.device)[0])
-        table = plan.load_throughput(default) if Path(default).is_file() else None
+    table, note = plan_table.choose_table(args.device, args.throughput)
     plans = [plan.plan_section(p, args.profile, table) for p in paths]
-    if args.json:
-        print(json.dumps(plan.plan_json(plans, table), indent=1))
-    else:
-        print(plan.format_plan(plans, table))
-        if table is None:
-            print(f"(no throughput table for this device: run `initmem plan --calibrate`, or name one with "
-                  f"--throughput; looked for {default})")
+    print(json.dumps(plan.plan_json(plans, table), indent=1) if args.json else plan.format_plan(plans, table, note))
     return 0
 
 

@@ -294,23 +294,34 @@ def plan_json(plans: list[SectionPlan], table: Throughput | None) -> dict[str, A
     return {"throughput": dev, "sections": sections, "totals": total}
 
 
+def plural(n: int, word: str, many: str | None = None) -> str:
+    """'1 step', '2 steps', '1,200 steps' (`many`: the plural when it is not word + 's')."""
+    return f"{n:,} {word if n == 1 else many or word + 's'}"
+
+
+LEGEND = ("columns: runs = sigma_w x seed runs of the point; T_SGD = sum eta^2 / b, T_L2 = weight_decay x sum eta, "
+          "T_adapt = sum eta (the forgetting clocks one run reaches, STUDY.md); eval img/run = images one run "
+          "evaluates (train-eval + val + test at each measured epoch); time = the point's runs one after another")
+
+
 def _hms(s: float | None) -> str:
     if s is None:
         return "no throughput"
     return f"{s:.1f} s" if s < 120 else f"{s / 60:.1f} min" if s < 7200 else f"{s / 3600:.1f} h"
 
 
-def format_plan(plans: list[SectionPlan], table: Throughput | None) -> str:
-    """The readable form: one table per section, then the totals."""
+def format_plan(plans: list[SectionPlan], table: Throughput | None, note: str | None = None) -> str:
+    """The readable form: which throughput table (`note`), the columns' legend, one table per section, totals."""
     doc = plan_json(plans, table)
     where = "no throughput table" if table is None else f"{table.device} ({table.path})"
-    lines = [f"throughput: {where}"]
+    lines = [note or f"throughput: {where}", LEGEND]
     width = max([5, *(len(p.point_id) for s in plans for p in s.points)])
     head = (f"  {'point':<{width}} {'runs':>4} {'epochs':>6} {'steps/ep':>8} {'steps/run':>10} {'T_SGD':>9} "
             f"{'T_L2':>9} {'T_adapt':>9} {'eval img/run':>12}  time")
     for s, d in zip(plans, doc["sections"], strict=True):
         t = d["totals"]
-        lines += ["", f"== {s.section} [{s.profile}] {t['points']} point(s), {t['runs']} run(s)", head]
+        lines += ["", f"== {s.section} [{s.profile}] {plural(t['points'], 'point')}, {plural(t['runs'], 'run')}",
+                  head]
         for p in s.points:
             r, c = p.run, p.run["clocks"]
             note = "" if p.time_source in ("measured", "no throughput") else f" ({p.time_source})"
@@ -324,10 +335,10 @@ def format_plan(plans: list[SectionPlan], table: Throughput | None) -> str:
 
 def _total_line(label: str, t: dict[str, Any]) -> str:
     time = _hms(t["seconds"]) if t["points_without_time"] == 0 else "no throughput" if t["points_without_time"] == t[
-        "points"] else f"{_hms(t['seconds_known'])} + {t['points_without_time']} point(s) with no throughput"
+        "points"] else f"{_hms(t['seconds_known'])} + {plural(t['points_without_time'], 'point')} with no throughput"
     gpu = f", {t['gpu_hours']:.1f} GPU-hours" if "gpu_hours" in t else ""
-    return (f"  {label}: {t['runs']} runs, {t['steps']:,} steps, {t['eval_images']:,} images evaluated, "
-            f"time {time}{gpu}")
+    return (f"  {label}: {plural(t['runs'], 'run')}, {plural(t['steps'], 'step')}, "
+            f"{plural(t['eval_images'], 'image')} evaluated, time {time}{gpu}")
 
 
 # ---------------------------------------------------------------------------------------------- calibration
