@@ -9,8 +9,9 @@ from pathlib import Path
 
 from initmem import plan
 
-# Measured with `initmem plan --calibrate` on the machine the committed results/cpu were trained on (2 cores, one
-# torch thread a run): the cpu profiles' configurations (docs/planner.md says when and how). No GPU table yet.
+# Measured with `initmem plan --calibrate` on one of the project's 2-core machines (an AMD EPYC; the committed runs
+# were trained on such machines, Intel Xeon or AMD EPYC, one torch thread a run): the cpu profiles' configurations
+# (docs/planner.md says when and how). No GPU table yet.
 REFERENCE_CPU = Path(__file__).resolve().parent / "throughput" / "reference-cpu.json"
 REFERENCE_MACHINE = "2 cores, one torch thread a run"
 
