@@ -73,9 +73,6 @@ def interpolation_table(runs: pd.DataFrame) -> pd.DataFrame:
 
 
 # --- the point as a researcher reads it (the section notebooks' last cells) ---------------------------------
-
-
-
 def _pm(x: pd.Series, kind: str) -> str:
     """'mean ± std' of the non-missing values (the mean alone for one value; `table_text.with_std`); '–' for
     none."""

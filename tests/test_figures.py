@@ -244,6 +244,32 @@ def test_depth_table_cells_and_config_spreads():
     assert cs["T_adapt"].tolist() == [1.0, 1.0] and list(cs["label"]) == ["resnet9", "resnet56"]
 
 
+def test_the_display_rule_shows_the_signal(two_optimizers):
+    n = table_text.number
+    assert [n(0.5163, "fraction"), n(51.63, "percent"), n(22.94, "percent")] == ["51.6", "51.6", "22.9"]
+    # a norm ratio 0.4 % above 1 reads as such, not as 1; angles likewise keep 4 significant digits
+    assert [n(1.0037, "fine"), n(1.68, "fine"), n(33.57, "fine"), n(0.99613, "fine"), n(5.2, "fine")] == [
+        "1.004", "1.680", "33.57", "0.9961", "5.200"]
+    assert [n(9.083e-05, "fine"), n(36.0, "count"), n(0.84, "decimal2"), n(-0.4, "signed"), n(2.5e-05, "clock")] == [
+        "9.083e-05", "36", "0.84", "-0.40", "2.5e-05"]
+    assert [n(128.0), n(0.001), n(None, "fine"), n(math.nan), n("diverged", "percent")] == [
+        "128", "0.001", "–", "–", "diverged"]
+    assert table_text.with_std(1.0037, 0.00123, "fine") == "1.004 ± 0.001"  # the std at the mean's resolution
+    assert table_text.with_std(0.516, 0.011, "fraction") == "51.6 ± 1.1"
+    assert table_text.with_std(51.6, math.nan, "percent") == "51.6"
+    with pytest.raises(ValueError, match="display kind 'pct' is unknown"):
+        n(1.0, "pct")
+    assert [table_text.column_kind(c) for c in ("sigma_w=0.5", "spread_pp", "test_acc_at_best", "norm_ratio_min",
+                                                "angle_at_best", "best_epoch", "T_SGD", "lr")] == [
+        "percent", "percent", "fraction", "fine", "fine", "count", "clock", "general"]
+    # the inline table is the written one: display_rows' headers and cells, first column as the index
+    t = tables.optimizer_table(two_optimizers)
+    headers, rows = table_text.display_rows(t)
+    shown = table_text.display_frame(t)
+    assert shown.index.name == headers[0] and list(shown.columns) == headers[1:]
+    assert shown.reset_index().values.tolist() == rows and table_text.display_frame("no results") == "no results"
+
+
 def test_text_formats_escape_and_stamp(tmp_path, two_optimizers):
     assert table_text.tex_escape("σ_w=0.5 & 10% ± 1_x") == r"$\sigma_w$=0.5 \& 10\% $\pm$ 1\_x"
     md = table_text.markdown_table(["a", "b"], [["1", "x|y"]])
