@@ -1,8 +1,9 @@
 """A normal Run All of notebooks/01_optimizers.py at its default (smoke) parameters, in a kernel the way JupyterLab
 runs it (tqdm's notebook bar, not the per-epoch lines initmem's runner asks for): nothing on stderr (JupyterLab
 paints it red, a newcomer reads it as an error: tqdm's "IProgress not found" warning without ipywidgets was one),
-the bar is a widget whose postfix says what its numbers are, and the point's table shows the norm ratio to 4
-significant digits (table_text's display rule). tests/test_jupyterlab.py does the same Run All in a browser."""
+the bar is a widget whose postfix says what its numbers are (a single run's bar too), and the point's table
+shows the norm ratio to 4 significant digits (table_text's display rule). tests/test_jupyterlab.py does the same
+Run All in a browser."""
 
 from __future__ import annotations
 
@@ -41,3 +42,13 @@ def test_run_all_writes_nothing_to_stderr_and_labels_what_it_shows(tmp_path, mon
     # and the run table: accuracies in percent, not fractions
     html = next(o["data"]["text/html"] for o in outputs if "repair gap (pp)" in o.get("data", {}).get("text/html", ""))
     assert "test acc (%)" in html and "test_acc_at_best" not in html
+
+
+def test_a_single_runs_bar_labels_its_numbers(monkeypatch, capsys):
+    from initmem.train import TrainConfig, train
+
+    monkeypatch.setenv("INITMEM_PROGRESS", "bar")
+    train(TrainConfig(data="synthetic", width=0.0625, epochs=1, batch_size=32, n_train=64, n_val=32, n_test=32,
+                      device="cpu"), progress=True)
+    err = capsys.readouterr().err.replace("\r", "\n")
+    assert re.search(r"test acc \d+\.\d %, train acc \d+\.\d %, loss \S+", err), err[-400:]
