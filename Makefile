@@ -54,8 +54,8 @@ REPORT_RESULTS = $(if $(filter command line,$(origin RESULTS)),$(RESULTS),result
 report: venv  ## export executed notebooks of a results tree to HTML under reports/ (default RESULTS=results/smoke)
 	$(INITMEM) report --results $(REPORT_RESULTS) --out reports
 
-lab: venv  ## JupyterLab in the repository root (the .py notebooks open as notebooks)
-	$(VENV)/bin/jupyter lab
+lab: venv  ## JupyterLab in the repository root (the .py notebooks open as notebooks; --allow-root only as root)
+	$(VENV)/bin/jupyter lab $(if $(filter 0,$(shell id -u)),--allow-root)
 
 bench: venv  ## training-speed benchmark (engine fp32 and bf16 vs DataLoader, population vs separate)
 	$(PY) benchmarks/bench_train.py

@@ -275,9 +275,8 @@ def _add_plan(sub: argparse._SubParsersAction) -> None:
 def _cmd_plan(args: argparse.Namespace) -> int:
     import glob
     import json
-    from pathlib import Path
 
-    from initmem import plan
+    from initmem import plan, plan_table
     from initmem.errors import ConfigError
 
     paths = [m for pat in args.params for m in (sorted(glob.glob(pat)) if glob.has_magic(pat) else [pat])]
@@ -300,27 +299,17 @@ def _cmd_plan(args: argparse.Namespace) -> int:
         name, _ = plan.device_name(args.device)
         where = check_table_path(args.throughput or plan.default_table_path(name))  # before minutes of timing
         plans = [plan.plan_section(p, args.profile) for p in paths]
-        keys = plan.calibration_keys(plans) if plans else list(plan.DEFAULT_SET)
+        keys = plan_table.calibration_keys(plans) if plans else list(plan.DEFAULT_SET)
         print(f"calibrating {len(keys)} configuration(s) on {name} ({steps} steps each)", flush=True)
-        table = plan.calibrate(keys, args.device, steps=steps, members=tuple(members))
+        table = plan_table.calibrate(keys, args.device, steps=steps, members=tuple(members))
         out = plan.save_throughput(table, where)
         print(f"initmem plan: {len(table.entries)} entries written to {out}")
         return 0
-    plans = [plan.plan_section(p, args.profile) for p in paths]  # a bad params file fails before the device is asked
-    if args.throughput:  # a table of another device kind than an explicit --device is refused
-        kind = None if args.device == "auto" else "cpu" if args.device == "cpu" else "cuda"
-        table = plan.load_throughput(args.throughput, kind=kind)
-    else:
-        default = plan.default_table_path(plan.device_name(args.device)[0])
-        table = plan.load_throughput(default) if Path(default).is_file() else None
+    for p in paths:  # a bad params file fails before the device is asked
+        plan.plan_section(p, args.profile)
+    table, note = plan_table.choose_table(args.device, args.throughput)
     plans = [plan.plan_section(p, args.profile, table) for p in paths]
-    if args.json:
-        print(json.dumps(plan.plan_json(plans, table), indent=1))
-    else:
-        print(plan.format_plan(plans, table))
-        if table is None:
-            print(f"(no throughput table for this device: run `initmem plan --calibrate`, or name one with "
-                  f"--throughput; looked for {default})")
+    print(json.dumps(plan.plan_json(plans, table), indent=1) if args.json else plan.format_plan(plans, table, note))
     return 0
 
 

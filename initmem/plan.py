@@ -2,13 +2,13 @@
 
 Per point and in total: runs, optimiser steps (from the split sizes and the batch size, as `train` counts them), the
 forgetting clocks at the end of training (exact for the schedule: the per-step lrs summed with `math.fsum`),
-evaluation work and, from a throughput table, the expected wall time. Torch-free except `calibrate`, naming a
-CUDA device, and `device_name("auto")` where torch is installed (where it is not, "auto" is this CPU).
+evaluation work and, from a throughput table, the expected wall time (which table: `plan_table`, which also
+measures one). Torch-free except naming a CUDA device, and `device_name("auto")` where torch is installed (where
+it is not, "auto" is this CPU).
 """
 
 from __future__ import annotations
 
-import datetime
 import functools
 import importlib.util
 import json
@@ -308,23 +308,34 @@ def plan_json(plans: list[SectionPlan], table: Throughput | None) -> dict[str, A
     return {"throughput": dev, "sections": sections, "totals": total}
 
 
+def plural(n: int, word: str, many: str | None = None) -> str:
+    """'1 step', '2 steps', '1,200 steps' (`many`: the plural when it is not word + 's')."""
+    return f"{n:,} {word if n == 1 else many or word + 's'}"
+
+
+LEGEND = ("columns: runs = sigma_w x seed runs of the point; T_SGD = sum eta^2 / b, T_L2 = weight_decay x sum eta, "
+          "T_adapt = sum eta (the forgetting clocks one run reaches, STUDY.md); eval img/run = images one run "
+          "evaluates (train-eval + val + test at each measured epoch); time = the point's runs one after another")
+
+
 def _hms(s: float | None) -> str:
     if s is None:
         return "no throughput"
     return f"{s:.1f} s" if s < 120 else f"{s / 60:.1f} min" if s < 7200 else f"{s / 3600:.1f} h"
 
 
-def format_plan(plans: list[SectionPlan], table: Throughput | None) -> str:
-    """The readable form: one table per section, then the totals."""
+def format_plan(plans: list[SectionPlan], table: Throughput | None, note: str | None = None) -> str:
+    """The readable form: which throughput table (`note`), the columns' legend, one table per section, totals."""
     doc = plan_json(plans, table)
     where = "no throughput table" if table is None else f"{table.device} ({table.path})"
-    lines = [f"throughput: {where}"]
+    lines = [note or f"throughput: {where}", LEGEND]
     width = max([5, *(len(p.point_id) for s in plans for p in s.points)])
     head = (f"  {'point':<{width}} {'runs':>4} {'epochs':>6} {'steps/ep':>8} {'steps/run':>10} {'T_SGD':>9} "
             f"{'T_L2':>9} {'T_adapt':>9} {'eval img/run':>12}  time")
     for s, d in zip(plans, doc["sections"], strict=True):
         t = d["totals"]
-        lines += ["", f"== {s.section} [{s.profile}] {t['points']} point(s), {t['runs']} run(s)", head]
+        lines += ["", f"== {s.section} [{s.profile}] {plural(t['points'], 'point')}, {plural(t['runs'], 'run')}",
+                  head]
         for p in s.points:
             r, c = p.run, p.run["clocks"]
             note = "" if p.time_source in ("measured", "no throughput") else f" ({p.time_source})"
@@ -338,65 +349,7 @@ def format_plan(plans: list[SectionPlan], table: Throughput | None) -> str:
 
 def _total_line(label: str, t: dict[str, Any]) -> str:
     time = _hms(t["seconds"]) if t["points_without_time"] == 0 else "no throughput" if t["points_without_time"] == t[
-        "points"] else f"{_hms(t['seconds_known'])} + {t['points_without_time']} point(s) with no throughput"
+        "points"] else f"{_hms(t['seconds_known'])} + {plural(t['points_without_time'], 'point')} with no throughput"
     gpu = f", {t['gpu_hours']:.1f} GPU-hours" if "gpu_hours" in t else ""
-    return (f"  {label}: {t['runs']} runs, {t['steps']:,} steps, {t['eval_images']:,} images evaluated, "
-            f"time {time}{gpu}")
-
-
-# ---------------------------------------------------------------------------------------------- calibration
-def calibration_keys(plans: list[SectionPlan]) -> list[tuple[str, float, int, str]]:
-    """The distinct (arch, width, batch size, precision) the plans need, in first-seen order."""
-    keys = [tuple(p.key[k] for k in KEY_FIELDS) for s in plans for p in s.points]
-    return list(dict.fromkeys(keys))
-
-
-def _time_eval(config: TrainConfig, images: int, reps: int = 3) -> float:
-    """Seconds per image of an eval-mode forward pass (no gradients) of `config`'s network on its device."""
-    import time
-
-    import torch
-
-    from initmem import models
-
-    dev = torch.device(config.device)
-    net = models.build_model(config.arch, 1.0, config.width).to(dev).eval()
-    x = torch.randn(images, 3, 32, 32, device=dev)
-    if config.channels_last:
-        net, x = net.to(memory_format=torch.channels_last), x.contiguous(memory_format=torch.channels_last)
-    bf16 = config.precision == "bf16" and dev.type == "cuda"
-    sync = torch.cuda.synchronize if dev.type == "cuda" else (lambda: None)
-    with torch.no_grad(), torch.autocast("cuda", torch.bfloat16, enabled=bf16):
-        net(x)
-        sync()
-        t0 = time.perf_counter()
-        for _ in range(reps):
-            net(x).float()
-        sync()
-    return (time.perf_counter() - t0) / (reps * images)
-
-
-def calibrate(keys: list[tuple[str, float, int, str]], device: str = "auto", steps: int = 5,
-              warmup: int = 2, members: tuple[int, ...] = (1,), say=print) -> Throughput:
-    """Time `steps` optimiser steps (after `warmup`) of each key, as one network and as populations of each of
-    `members`, with `train.time_steps` on `device`, and an eval-mode forward pass of one network (a population's
-    eval is taken as `members` times it); returns the table (save it with `save_throughput`)."""
-    import torch
-
-    from initmem.train import time_steps
-
-    name, kind = device_name(device)
-    dev = "cuda" if device == "auto" and kind == "cuda" else "cpu" if device == "auto" else device
-    entries = []
-    for arch, width, batch, precision in keys:
-        if precision == "tf32" and kind != "cuda":
-            say(f"  skip {arch} w{width:g} b{batch} tf32: CUDA only")
-            continue
-        config = TrainConfig(arch=arch, width=width, batch_size=batch, precision=precision, device=dev)
-        eval_s = _time_eval(config, config.eval_batch_size if kind == "cuda" else 256)
-        for k in dict.fromkeys(members):
-            step_s = time_steps(config, steps=steps, warmup=warmup, population=k)
-            entries.append(Entry(arch, float(width), int(batch), precision, k, step_s, k * eval_s))
-            say(f"  {_describe(entries[-1])}: {step_s * 1e3:.2f} ms/step, {k * eval_s * 1e6:.2f} us/eval image")
-    created = datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
-    return Throughput(name, torch.__version__, entries, kind, None, created)
+    return (f"  {label}: {plural(t['runs'], 'run')}, {plural(t['steps'], 'step')}, "
+            f"{plural(t['eval_images'], 'image')} evaluated, time {time}{gpu}")

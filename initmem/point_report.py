@@ -4,7 +4,11 @@ point. Built from the `point.run_point` (or `load_runs`) rows of one point, with
 
 - `point_table`: per sigma_w (mean ± std over seeds) the test accuracy at the selected epoch, tau_interp, the norm
   ratio, the angle from initialisation and Theta; `point_figure`: accuracy against sigma_w, weight norm and angle
-  over epochs; `run_table`, `interpolation_table`: one row per run; `sweep_row`: the sweep's end-of-run line.
+  over epochs; `run_table`, `interpolation_table`: one row per run, as a person reads it (`run_rows`,
+  `interpolation_rows`: the same rows as numbers); `sweep_row`: the sweep's end-of-run line.
+
+Every cell a person reads is shown by `initmem.table_text`'s display rule (accuracies in percent, norm ratios and
+angles to 4 significant digits), as in the written tables.
 """
 
 from __future__ import annotations
@@ -16,10 +20,11 @@ import matplotlib
 import pandas as pd
 from matplotlib.figure import Figure
 
-from initmem import metrics, plot_style, table_cells, tables
+from initmem import metrics, plot_style, table_cells, table_text, tables
 from initmem.errors import ConfigError, NoResults
 
-__all__ = ["point_table", "point_figure", "run_table", "interpolation_table", "sweep_row", "check_runs"]
+__all__ = ["point_table", "point_figure", "run_table", "run_rows", "interpolation_table", "interpolation_rows",
+           "sweep_row", "check_runs"]
 
 
 # --- per-run tables ------------------------------------------------------------------------------------------
@@ -38,16 +43,22 @@ def check_runs(runs: pd.DataFrame, need: Sequence[str]) -> None:
                           "the rows of run_point (or load_runs) are accepted")
 
 
-def run_table(runs: pd.DataFrame) -> pd.DataFrame:
+def run_rows(runs: pd.DataFrame) -> pd.DataFrame:
     """The columns a reader checks first (`RUN_TABLE_COLUMNS`, then `RUN_TABLE_EXTRA` where the runs have them:
     the epoch a diverged run diverged at, its angle from initialisation and Theta at the end), one row per run,
-    sorted by σ_w then seed."""
+    sorted by σ_w then seed: the numbers (accuracies as fractions, as in run.json)."""
     check_runs(runs, RUN_TABLE_COLUMNS)
     cols = [*RUN_TABLE_COLUMNS, *(c for c in RUN_TABLE_EXTRA if c in runs.columns)]
     return runs[cols].sort_values(["sigma_w", "seed"]).reset_index(drop=True)
 
 
-def interpolation_table(runs: pd.DataFrame) -> pd.DataFrame:
+def run_table(runs: pd.DataFrame) -> pd.DataFrame:
+    """`run_rows` as a person reads it (`table_text.display_frame`, indexed by σ_w and seed): accuracies in
+    percent, the norm ratio and angles to 4 significant digits, headers in the study's symbols."""
+    return table_text.display_frame(run_rows(runs), index=2)
+
+
+def interpolation_rows(runs: pd.DataFrame) -> pd.DataFrame:
     """Which runs interpolate (train accuracy >= 99.5 %) and which fail to: one row per run, sorted by arch, σ_w
     and seed. `failed_to_interpolate` is True for a run that never reached the threshold (a diverged run
     included): in deep ResNets a large σ_w shows as failure to train rather than as a worse solution."""
@@ -56,17 +67,16 @@ def interpolation_table(runs: pd.DataFrame) -> pd.DataFrame:
     return t.assign(failed_to_interpolate=~t["interpolated"].eq(True))
 
 
+def interpolation_table(runs: pd.DataFrame) -> pd.DataFrame:
+    """`interpolation_rows` as a person reads it (`table_text.display_frame`, indexed by arch, σ_w and seed)."""
+    return table_text.display_frame(interpolation_rows(runs), index=3)
+
+
 # --- the point as a researcher reads it (the section notebooks' last cells) ---------------------------------
-
-
-
-def _pm(x: pd.Series, fmt: str) -> str:
-    """'mean ± std' of the non-missing values (the mean alone for one value); '–' for none. A '{:.3g}' mean gets
-    a two-digit std."""
-    m, sd = table_cells.mean_std(pd.to_numeric(x, errors="coerce"))
-    if math.isnan(m):
-        return "–"
-    return fmt.format(m) + ("" if math.isnan(sd) else " ± " + fmt.replace(".3g", ".2g").format(sd))
+def _pm(x: pd.Series, kind: str) -> str:
+    """'mean ± std' of the non-missing values (the mean alone for one value; `table_text.with_std`); '–' for
+    none."""
+    return table_text.with_std(*table_cells.mean_std(pd.to_numeric(x, errors="coerce")), kind)
 
 
 def _status_counts(r: pd.DataFrame) -> str:
@@ -80,8 +90,8 @@ def point_table(runs: pd.DataFrame) -> pd.DataFrame:
     diverged'), the test accuracy (%) at the selected (best-validation-loss) epoch ('diverged' when none has one),
     that epoch, τ_interp ('never', or '(k/n)' after the mean when only some seeds interpolated), the final/initial
     weight-norm ratio, the angle from initialisation at the selected epoch (degrees) and Theta at the end
-    (radians), '–' where the runs predate the instruments. The numbers themselves: `run_table`,
-    `metrics.point_summary`."""
+    (radians), '–' where the runs predate the instruments; digits by `table_text`'s display rule. The numbers
+    themselves: `run_rows`, `metrics.point_summary`."""
     check_runs(runs, ("sigma_w", "seed", "test_acc_at_best", "tau_interp"))
     if runs.empty:
         raise NoResults("no runs")
@@ -90,16 +100,15 @@ def point_table(runs: pd.DataFrame) -> pd.DataFrame:
                           "load_runs rows of one configuration) are accepted")
     rows = []
     for s, r in runs.groupby("sigma_w", sort=True):
-        acc = _pm(100 * pd.to_numeric(r["test_acc_at_best"], errors="coerce"), "{:.1f}")
+        acc = _pm(r["test_acc_at_best"], "fraction")
         tau = r["tau_interp"].dropna()
-        when = "never" if tau.empty else _pm(tau, "{:.0f}") + (f" ({len(tau)}/{len(r)})" if len(tau) < len(r)
-                                                               else "")
-        get = (lambda c, f, r=r: _pm(r[c], f) if c in r.columns else "–")
+        when = "never" if tau.empty else _pm(tau, "count") + (f" ({len(tau)}/{len(r)})" if len(tau) < len(r)
+                                                             else "")
+        get = (lambda c, r=r: _pm(r[c], table_text.column_kind(c)) if c in r.columns else "–")
         rows.append({"σ_w": float(s), "runs": _status_counts(r),
                      "test acc (%)": table_cells.DIVERGED if acc == "–" and table_cells.diverged_runs(r).any() else acc,
-                     "best epoch": get("best_epoch", "{:.0f}"), "τ_interp": when,
-                     "norm ratio": get("norm_ratio", "{:.3g}"), "angle at best (°)": get("angle_at_best", "{:.1f}"),
-                     "Θ_final (rad)": get("Theta_final", "{:.3g}")})
+                     "best epoch": get("best_epoch"), "τ_interp": when, "norm ratio": get("norm_ratio"),
+                     "angle at best (°)": get("angle_at_best"), "Θ_final (rad)": get("Theta_final")})
     return pd.DataFrame(rows).set_index("σ_w")
 
 

@@ -322,7 +322,7 @@ def run_sweep(params_path: str | Path | Section, *, profile: str, results: str |
     print(f"== {section.name} [{profile}] {len(points)} point(s), {to_run} to run, "
           f"{sum(r.status == 'skipped' for r in plan.values())} complete; results: {out}", flush=True)
     if dry_run:
-        from initmem.plan import plan_point
+        from initmem.plan import plan_point, plural
 
         sizes = {"runs": 0, "epochs": 0, "steps": 0, "todo_runs": 0, "todo_steps": 0}
         for p in points:
@@ -332,10 +332,12 @@ def run_sweep(params_path: str | Path | Section, *, profile: str, results: str |
             sizes.update(runs=sizes["runs"] + pp.runs, epochs=sizes["epochs"] + pp.runs * pp.run["epochs"],
                          steps=sizes["steps"] + pp.steps, todo_runs=sizes["todo_runs"] + todo,
                          todo_steps=sizes["todo_steps"] + todo * pp.run["steps"])
-            print(f"  {p.point_id:<48} {what:<28} {pp.runs} runs x {pp.run['epochs']} epochs x "
-                  f"{pp.run['steps_per_epoch']} steps = {pp.steps:,} steps {json.dumps(p.grid, default=str)}")
-        print(f"  total: {sizes['runs']} runs, {sizes['epochs']:,} epochs, {sizes['steps']:,} steps; to run: "
-              f"{sizes['todo_runs']} runs, {sizes['todo_steps']:,} steps (`initmem plan` adds clocks and time)")
+            print(f"  {p.point_id:<48} {what:<28} {plural(pp.runs, 'run')} x {plural(pp.run['epochs'], 'epoch')} x "
+                  f"{plural(pp.run['steps_per_epoch'], 'step')} = {plural(pp.steps, 'step')} "
+                  f"{json.dumps(p.grid, default=str)}")
+        print(f"  total: {plural(sizes['runs'], 'run')}, {plural(sizes['epochs'], 'epoch')}, "
+              f"{plural(sizes['steps'], 'step')}; to run: {plural(sizes['todo_runs'], 'run')}, "
+              f"{plural(sizes['todo_steps'], 'step')} (`initmem plan` adds clocks and time)")
         if executor == "slurm":
             req = slurm_parameters(section.name, slurm)
             print(f"  slurm: an array of {to_run} task(s) (one per point to run), each requesting "

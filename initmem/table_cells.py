@@ -1,6 +1,7 @@
 """The cells of the study's tables, one rule each: a σ_w's accuracy as the mean over seeds (± their std when a point
 has several seeds), a point's spread from `metrics.point_summary`, 'diverged' where a σ_w's runs all diverged (shown,
-never blank), the leading label cells, and the md/tex formats a frame carries (`finish`). `initmem.tables` and
+never blank), the leading label cells, and the display kinds a frame carries for its own columns (`finish`;
+the display rule itself is `initmem.table_text`'s). `initmem.tables` and
 `initmem.tables_forgetting` build their rows from these."""
 
 from __future__ import annotations
@@ -84,11 +85,8 @@ def lead_cells(g: pd.DataFrame, columns: list[str]) -> dict:
     return {c: (first[c] if c in g.columns else first["label"]) for c in columns}
 
 
-FORMATS = {"sigma_w=*": "{:.1f}", "spread_pp*": "{:.1f}", "*_pp*": "{:.1f}", "tau_interp": "{:.0f}",
-            "norm_ratio*": "{:.3g}", "radial_slope": "{:.2f}", "epoch": "{:.0f}"}
-
-
-def finish(df: pd.DataFrame, formats: dict | None = None) -> pd.DataFrame:
-    """`df` with the study's md/tex cell formats (`attrs["formats"]`), `formats` overriding or adding patterns."""
-    df.attrs["formats"] = {**FORMATS, **(formats or {})}
+def finish(df: pd.DataFrame, formats: dict[str, str] | None = None) -> pd.DataFrame:
+    """`df` with its own display kinds (`attrs["formats"]`: column pattern → a `table_text.KINDS` name), which the
+    md/tex rendering consults before the study's `table_text.COLUMN_KINDS`."""
+    df.attrs["formats"] = dict(formats or {})
     return df

@@ -1,6 +1,13 @@
-"""A DataFrame as the text of a table: `display_rows` (headers in the study's symbols, cells formatted, `c_std`
-companions folded into "c ± std"), `markdown_table`, `tex_table` (booktabs) and `tex_escape`. Pure functions of
-their input; `initmem.figures` writes what they return."""
+"""How every table a person reads shows its numbers, and a DataFrame as the text of a table.
+
+The display rule (one place): a number's *kind* decides its digits (`KINDS`), and `COLUMN_KINDS` which kind a
+column holds; a table adds or overrides patterns for its own columns (`table_cells.finish`). Accuracies are shown in
+percent and spreads in pp with one decimal; norm ratios and angles with 4 significant digits, enough to show a 0.4 %
+change (1.004, not 1); a 'mean ± std' cell gives the std at the mean's resolution. The section notebooks' tables
+(`initmem.point_report`) and the written md/tex tables (`display_rows`, `markdown_table`, `tex_table`) use it alike;
+`display_frame` is a written table as the DataFrame a notebook shows inline. Pure functions of their input;
+`initmem.figures` writes what they return.
+"""
 
 from __future__ import annotations
 
@@ -12,6 +19,85 @@ from collections.abc import Iterable
 import numpy as np
 import pandas as pd
 
+# --- the display rule ----------------------------------------------------------------------------------------
+KINDS = {
+    "percent": "an accuracy in percent or a spread in pp: one decimal (51.6, 22.9)",
+    "fraction": "an accuracy stored as a fraction (run records): shown in percent, one decimal (0.516 → 51.6)",
+    "fine": "a norm ratio or an angle: 4 significant digits, trailing zeros kept (1.004, 1.680, 33.60, 5.200)",
+    "count": "epochs and other whole numbers: no decimal (36)",
+    "decimal2": "a slope or a relative spread: two decimals (0.84)",
+    "signed": "a correlation: signed, two decimals (+0.83)",
+    "clock": "a forgetting clock: 3 significant digits (0.00125, 2.5e-05)",
+    "general": "anything else: 4 significant digits, whole numbers as integers (0.001, 128, 287.8)",
+}
+# which kind a column holds: the first pattern that matches (fnmatch), else "general"
+COLUMN_KINDS = {"sigma_w=*": "percent", "*_pp*": "percent", "*_acc*": "fraction", "repair_gap": "fraction",
+                "norm_ratio*": "fine", "angle*": "fine", "Theta*": "fine", "tau_interp": "count",
+                "*epoch*": "count", "radial_slope": "decimal2", "T_SGD*": "clock", "T_L2*": "clock",
+                "T_adapt*": "clock"}
+_FINE_DIGITS = 4
+
+
+def _decimals(kind: str, v: float) -> int | None:
+    """Decimals of `v` (already scaled) in fixed-point display, None where it is not shown in fixed point."""
+    fixed = {"percent": 1, "fraction": 1, "count": 0, "decimal2": 2, "signed": 2}
+    if kind in fixed:
+        return fixed[kind]
+    if kind == "fine" and (v == 0 or 1e-4 <= abs(v) < 1e5):
+        return _FINE_DIGITS - 1 - (math.floor(math.log10(abs(v))) if v else 0)
+    return None
+
+
+def _missing(v) -> bool:
+    return v is None or (isinstance(v, (float, np.floating)) and math.isnan(v))
+
+
+def number(v, kind: str = "general") -> str:
+    """One value as every table shows it (`KINDS`); '–' for a missing value, strings and booleans as they are."""
+    if kind not in KINDS:
+        raise ValueError(f"display kind {kind!r} is unknown: one of {', '.join(KINDS)} is accepted")
+    if _missing(v):
+        return "–"
+    if isinstance(v, (bool, np.bool_, str)):
+        return str(v)
+    if isinstance(v, (int, np.integer)) and kind not in ("fraction", "fine"):
+        return str(int(v))
+    x = 100 * float(v) if kind == "fraction" else float(v)
+    if not math.isfinite(x):
+        return str(x)
+    d = _decimals(kind, x)
+    if d is not None:
+        return f"{x:{'+' if kind == 'signed' else ''}.{max(d, 0)}f}"
+    if kind == "fine":
+        return f"{x:.{_FINE_DIGITS - 1}e}"
+    if kind == "clock":
+        return f"{x:.3g}"
+    return str(int(x)) if x.is_integer() and abs(x) < 1e15 else f"{x:.4g}"
+
+
+def with_std(v, sd, kind: str = "general") -> str:
+    """'v ± sd' (`number`), the std at the mean's resolution; the value alone when the std is missing."""
+    s = number(v, kind)
+    if s == "–" or _missing(sd) or isinstance(v, str):
+        return s
+    x = 100 * float(v) if kind == "fraction" else float(v)
+    d = _decimals(kind, x)
+    if d is None:
+        return f"{s} ± {number(sd, kind)}"
+    y = 100 * float(sd) if kind == "fraction" else float(sd)
+    return f"{s} ± {y:.{max(d, 0)}f}"
+
+
+def column_kind(column: str, formats: dict[str, str] | None = None) -> str:
+    """The kind of `column`: the first matching pattern of `formats` (a table's own), then of `COLUMN_KINDS`."""
+    for patterns in (formats or {}, COLUMN_KINDS):
+        for pat, kind in patterns.items():
+            if fnmatch.fnmatchcase(column, pat):
+                return kind
+    return "general"
+
+
+# --- a DataFrame as a table's text ---------------------------------------------------------------------------
 _HEADERS = {"sigma_w": "σ_w", "tau_interp": "τ_interp", "weight_decay": "wd", "batch_size": "b",
             "spread_pp": "spread (pp)", "paper_spread_pp": "paper spread (pp)", "norm_ratio_min": "norm ratio min",
             "norm_ratio_max": "norm ratio max", "radial_slope": "radial slope",
@@ -19,41 +105,39 @@ _HEADERS = {"sigma_w": "σ_w", "tau_interp": "τ_interp", "weight_decay": "wd", 
             "predicted": "predicted (rad/step)", "ratio_min": "measured/predicted min",
             "ratio_max": "measured/predicted max", "sigma_rel_spread": "range/mean over σ_w",
             "independent_of_sigma": "σ_w-independent", "spearman": "Spearman ρ", "n_configs": "configurations",
-            "n_sections": "sections"}
+            "n_sections": "sections",
+            # one run a row (initmem.point_report)
+            "test_acc_at_best": "test acc (%)", "final_train_acc": "final train acc (%)", "best_epoch": "best epoch",
+            "repair_gap": "repair gap (pp)", "init_weight_norm": "initial norm", "final_weight_norm": "final norm",
+            "norm_ratio": "norm ratio", "wall_time_s": "wall time (s)", "diverged_epoch": "diverged at epoch",
+            "angle_final": "final angle (°)", "Theta_final": "Θ_final (rad)",
+            "failed_to_interpolate": "failed to interpolate"}
 
 
-def _header(col: str) -> str:
+def header(col: str) -> str:
+    """A column's header in the study's symbols: 'sigma_w=0.5' → 'σ_w=0.5', 'spread_pp' → 'spread (pp)'."""
     return "σ_w=" + col.split("=", 1)[1] if col.startswith("sigma_w=") else _HEADERS.get(col, col)
 
 
-def _cell(v, fmt: str) -> str:
-    if v is None or (isinstance(v, float) and math.isnan(v)):
-        return "–"
-    if isinstance(v, (bool, np.bool_, str)):
-        return str(v)
-    if isinstance(v, (int, np.integer)) or (isinstance(v, float) and v.is_integer() and fmt == "{:.4g}"):
-        return str(int(v))
-    return fmt.format(v)
-
-
 def display_rows(df: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
-    """Headers and string cells as the md/tex files show them: `c_std` companions folded into 'c ± std'."""
+    """Headers and string cells as the md/tex files show them (the display rule, with the frame's own
+    `attrs["formats"]` first): `c_std` companions folded into 'c ± std'."""
     formats = df.attrs.get("formats", {})
     cols = [c for c in df.columns if not (c.endswith("_std") and c[:-4] in df.columns)]
+    kinds = {c: column_kind(c, formats) for c in cols}
+    rows = [[with_std(r[c], r.get(c + "_std"), kinds[c]) for c in cols] for r in df.to_dict("records")]
+    return [header(c) for c in cols], rows
 
-    def fmt(c: str) -> str:
-        return next((f for pat, f in formats.items() if fnmatch.fnmatchcase(c, pat)), "{:.4g}")
 
-    rows = []
-    for r in df.to_dict("records"):
-        cells = []
-        for c in cols:
-            s, sd = _cell(r[c], fmt(c)), r.get(c + "_std")
-            if sd is not None and not (isinstance(sd, float) and math.isnan(sd)) and s != "–":
-                s += " ± " + _cell(sd, fmt(c))
-            cells.append(s)
-        rows.append(cells)
-    return [_header(c) for c in cols], rows
+def display_frame(table: pd.DataFrame | str, index: int = 1) -> pd.DataFrame | str:
+    """A written table as the DataFrame a notebook shows inline: the md/tex file's headers and cells
+    (`display_rows`), its first `index` columns as the index (0: none). A placeholder message (a `FigureBook.table`
+    string) is returned as it is."""
+    if isinstance(table, str):
+        return table
+    headers, rows = display_rows(table)
+    shown = pd.DataFrame(rows, columns=headers)
+    return shown.set_index(headers[:index]) if index else shown
 
 
 _TEX = {"&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#", "_": r"\_", "{": r"\{", "}": r"\}",

@@ -9,8 +9,8 @@ figures and the section notebooks agree: best minus worst across σ_w of the per
 the seed-to-seed standard deviation of the per-seed spreads in a `<column>_std` companion when there is more than
 one seed. A σ_w whose runs all diverged before any finite epoch has no accuracy and cannot enter the spread: it is
 never dropped silently (its cell says 'diverged', and `diverged` columns count 'k/n' runs). Accuracies in tables
-are percentages. A frame's `attrs["formats"]` maps column patterns to the format
-its md/tex rendering uses; every column `c` with a `c_std` companion is shown there as "c ± c_std".
+are percentages. How a cell is shown is `initmem.table_text`'s display rule (a frame's `attrs["formats"]` names the
+kinds of its own columns); every column `c` with a `c_std` companion is shown there as "c ± c_std".
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from functools import cache
 import numpy as np
 import pandas as pd
 
-from initmem import metrics
+from initmem import metrics, table_text
 from initmem.config import RUN_ID_EXCLUDE, TrainConfig
 from initmem.errors import ConfigError, NoResults, ResultsError
 from initmem.table_cells import (
@@ -231,7 +231,7 @@ def long_training_table(runs: pd.DataFrame, histories: pd.DataFrame | None = Non
                     row[clock] = float(np.mean([by_run[r].loc[by_run[r]["epoch"] <= m, clock].iloc[-1]
                                                 for r in g["run_id"]]))
             rows.append(row)
-    return finish(pd.DataFrame(rows), {"T_SGD": "{:.3g}", "T_adapt": "{:.3g}"})
+    return finish(pd.DataFrame(rows))
 
 
 def _test_at_mark(h: pd.DataFrame, m: int) -> float:
@@ -328,7 +328,7 @@ def spread_pivot(runs: pd.DataFrame, index: str, columns: str) -> pd.DataFrame:
     cells = [name(v) + s for v in values for s in (("", "_std") if multi else ("",))]
     df = pd.DataFrame([rows[k] for k in order]).reindex(columns=[*lead, *cells, "diverged"])
     df.attrs["narrowed"] = [(i, col) for i, key in enumerate(order) for col, _ in notes.get(key, ())]
-    return finish(df, {name(v) + "*": "{:.1f}" for v in values})
+    return finish(df, {name(v) + "*": "percent" for v in values})
 
 
 def lr_l2_table(runs: pd.DataFrame) -> pd.DataFrame:
@@ -361,10 +361,11 @@ def depth_table(runs: pd.DataFrame) -> pd.DataFrame:
                 continue
             acc = 100 * pd.to_numeric(r["test_acc_at_best"], errors="coerce").mean()
             tau = r["tau_interp"].dropna().astype(float)
-            when = "never" if tau.empty else f"{tau.median():.0f}"
+            when = "never" if tau.empty else table_text.number(tau.median(), "count")
             if 0 < len(tau) < len(r):
                 when += f" ({len(tau)}/{len(r)})"
-            row[sigma_column(s)] = DIVERGED if math.isnan(acc) and diverged_runs(r).any() else f"{acc:.1f} / {when}"
+            row[sigma_column(s)] = (DIVERGED if math.isnan(acc) and diverged_runs(r).any()
+                                    else f"{table_text.number(acc, 'percent')} / {when}")
         n = int(g["tau_interp"].notna().sum())
         rows.append({**row, "interpolated": f"{n}/{len(g)}", "diverged": diverged_count(g), **spread_cells(g, multi)})
     return finish(pd.DataFrame(rows))

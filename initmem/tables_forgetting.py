@@ -137,8 +137,8 @@ def equilibrium_table(runs: pd.DataFrame, histories: pd.DataFrame | None = None,
                      "sigma_rel_spread": rel,
                      "independent_of_sigma": "–" if math.isnan(rel) else ("yes" if rel <= tolerance else "no"),
                      "T_L2": tables.run_median(g, "T_L2")})
-    return table_cells.finish(pd.DataFrame(rows), {"predicted": "{:.3g}", "sigma_w=*": "{:.3g}", "ratio_*": "{:.2f}",
-                                               "sigma_rel_spread": "{:.2f}", "T_L2": "{:.3g}"})
+    return table_cells.finish(pd.DataFrame(rows), {"predicted": "fine", "sigma_w=*": "fine", "ratio_*": "fine",
+                                                   "sigma_rel_spread": "decimal2"})
 
 
 # --- does memory follow the measured forgetting? ------------------------------------------------------------
@@ -169,7 +169,7 @@ def clock_correlations(runs: pd.DataFrame) -> pd.DataFrame:
             continue
         rows.append({"x": x, "kind": "measured" if x in MEASURED else "clock", "n_configs": len(ok),
                      "n_sections": ok["section"].nunique(), "spearman": spearman(ok[x], ok["spread_pp"])})
-    return table_cells.finish(pd.DataFrame(rows), {"spearman": "{:+.2f}"})
+    return table_cells.finish(pd.DataFrame(rows), {"spearman": "signed"})
 
 
 def correlation_sentence(corr: pd.DataFrame | str) -> str:

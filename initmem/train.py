@@ -237,8 +237,12 @@ def _epoch(run: _Run, loop: Loop, on_step, bar) -> None:
                                             "epoch": loop.epoch, "rng": _ckpt.rng_state(), "state": loop.state_dict(),
                                             "started_at": run.started_at, "saved_at": _utcnow()})
     if bar is not None:
-        tests = {_label(run.configs[j]): f"{rows[j]['test_acc']:.3f}" for j in range(k)}
-        bar.set_postfix(_stats(rows[0]) if k == 1 else {**tests, "alive": f"{len(loop.alive)}/{k}"}, refresh=False)
+        r = rows[0]  # the postfix says what its numbers are: test accuracy in percent
+        post = (f"test acc {100 * r['test_acc']:.1f} %, train acc {100 * r['train_acc']:.1f} %, loss "
+                f"{r['train_loss']:.3g}" if k == 1 else "test acc: " + ", ".join(
+                    f"{_label(c)} {100 * x['test_acc']:.1f} %" for c, x in zip(run.configs, rows, strict=True))
+                + f"; {len(loop.alive)}/{k} alive")
+        bar.set_postfix_str(post, refresh=False)
         bar.update(1)
 
 

@@ -47,7 +47,7 @@ optimizer = "sgd"
 lr = None  # None: the optimiser's STUDY.md default (sgd: 0.01)
 
 # %%
-from initmem import metrics, point_report, tables
+from initmem import metrics, point_report, table_text, tables
 from initmem.notebook import checked_parameters
 from initmem.point import run_point
 
@@ -83,4 +83,4 @@ metrics.point_summary(runs)
 # The spread at each epoch mark: finding 3 predicts it stays flat as training goes on, while `T_SGD` grows.
 
 # %%
-tables.long_training_table(runs, marks=epoch_marks)
+table_text.display_frame(tables.long_training_table(runs, marks=epoch_marks))  # T2, as figures/ writes it

@@ -6,6 +6,7 @@ conda cannot run here, so environment.yml is checked by parsing it, not by solvi
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import subprocess
@@ -110,3 +111,18 @@ def test_jupytext_pairs_percent_scripts_with_ipynb():
         assert (".py", "percent") in kinds and any(ext == ".ipynb" for ext, _ in kinds), (
             f"{found[0]}: {path.relative_to(ROOT)} is paired as {formats!r}; expected py:percent with ipynb"
         )
+
+
+@pytest.mark.skipif(shutil.which("make") is None, reason="needs make")
+@pytest.mark.parametrize("uid", ["0", "1000"])
+def test_make_lab_passes_allow_root_only_as_root(tmp_path, uid):
+    """`make lab` starts JupyterLab as root too (containers, cloud boxes), which refuses root without --allow-root;
+    a user's JupyterLab gets no --allow-root. `id` is stubbed to be either; `make -n` prints the command only."""
+    stub = tmp_path / "id"
+    stub.write_text(f"#!/bin/sh\necho {uid}\n")
+    stub.chmod(0o755)
+    env = {**os.environ, "PATH": f"{tmp_path}{os.pathsep}{os.environ.get('PATH', '')}"}
+    out = subprocess.run(["make", "-n", "-o", ".venv/.installed", "lab"], cwd=ROOT, env=env, check=True,
+                         capture_output=True, text=True).stdout
+    command = [ln.strip() for ln in out.splitlines() if "jupyter lab" in ln]
+    assert command == [".venv/bin/jupyter lab" + (" --allow-root" if uid == "0" else "")]

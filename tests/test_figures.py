@@ -161,13 +161,22 @@ def test_long_training_table_reads_the_histories_of_run_folders_like_spread_at_m
 
 def test_run_and_interpolation_tables(two_optimizers):
     runs = two_optimizers.assign(arch="resnet56", best_epoch=3, norm_ratio=1.0, wall_time_s=1.0, final_train_acc=0.9)
-    t = point_report.run_table(runs)
+    t = point_report.run_rows(runs)
     assert list(t.columns) == list(point_report.RUN_TABLE_COLUMNS) and len(t) == len(runs)
     assert t[["sigma_w", "seed"]].apply(tuple, axis=1).is_monotonic_increasing
-    i = point_report.interpolation_table(runs)
+    i = point_report.interpolation_rows(runs)
     assert i["failed_to_interpolate"].sum() == 2 and not i.loc[i["sigma_w"] != 2.0, "failed_to_interpolate"].any()
     with pytest.raises(ConfigError, match="lacking columns \\['best_epoch'"):
         point_report.run_table(runs.drop(columns="best_epoch"))
+    # what a person reads: the same rows, accuracies in percent, headers in the study's symbols
+    shown = point_report.run_table(runs.assign(norm_ratio=1.0037))
+    assert shown.index.names == ["σ_w", "seed"] and len(shown) == len(runs)
+    first = t.iloc[0]
+    row = shown.iloc[0]
+    assert row["test acc (%)"] == f"{100 * first['test_acc_at_best']:.1f}" and row["norm ratio"] == "1.004"
+    assert row["best epoch"] == "3" and "test_acc_at_best" not in shown.columns
+    fails = point_report.interpolation_table(runs)["failed to interpolate"]
+    assert fails.tolist() == [str(v) for v in i["failed_to_interpolate"]]
 
 
 def test_paper_spreads_sit_beside_ours_in_t1_and_f1(two_optimizers):
@@ -233,6 +242,32 @@ def test_depth_table_cells_and_config_spreads():
     cs = tables.config_spreads(_runs(rows, section="05_depth"))
     assert cs["repair_gap_pp"].tolist() == pytest.approx([2.0, 2.0]) and cs["n_interp"].tolist() == [2, 1]
     assert cs["T_adapt"].tolist() == [1.0, 1.0] and list(cs["label"]) == ["resnet9", "resnet56"]
+
+
+def test_the_display_rule_shows_the_signal(two_optimizers):
+    n = table_text.number
+    assert [n(0.5163, "fraction"), n(51.63, "percent"), n(22.94, "percent")] == ["51.6", "51.6", "22.9"]
+    # a norm ratio 0.4 % above 1 reads as such, not as 1; angles likewise keep 4 significant digits
+    assert [n(1.0037, "fine"), n(1.68, "fine"), n(33.57, "fine"), n(0.99613, "fine"), n(5.2, "fine")] == [
+        "1.004", "1.680", "33.57", "0.9961", "5.200"]
+    assert [n(9.083e-05, "fine"), n(36.0, "count"), n(0.84, "decimal2"), n(-0.4, "signed"), n(2.5e-05, "clock")] == [
+        "9.083e-05", "36", "0.84", "-0.40", "2.5e-05"]
+    assert [n(128.0), n(0.001), n(None, "fine"), n(math.nan), n("diverged", "percent")] == [
+        "128", "0.001", "–", "–", "diverged"]
+    assert table_text.with_std(1.0037, 0.00123, "fine") == "1.004 ± 0.001"  # the std at the mean's resolution
+    assert table_text.with_std(0.516, 0.011, "fraction") == "51.6 ± 1.1"
+    assert table_text.with_std(51.6, math.nan, "percent") == "51.6"
+    with pytest.raises(ValueError, match="display kind 'pct' is unknown"):
+        n(1.0, "pct")
+    assert [table_text.column_kind(c) for c in ("sigma_w=0.5", "spread_pp", "test_acc_at_best", "norm_ratio_min",
+                                                "angle_at_best", "best_epoch", "T_SGD", "lr")] == [
+        "percent", "percent", "fraction", "fine", "fine", "count", "clock", "general"]
+    # the inline table is the written one: display_rows' headers and cells, first column as the index
+    t = tables.optimizer_table(two_optimizers)
+    headers, rows = table_text.display_rows(t)
+    shown = table_text.display_frame(t)
+    assert shown.index.name == headers[0] and list(shown.columns) == headers[1:]
+    assert shown.reset_index().values.tolist() == rows and table_text.display_frame("no results") == "no results"
 
 
 def test_text_formats_escape_and_stamp(tmp_path, two_optimizers):

@@ -240,10 +240,15 @@ def test_a_diverged_sigma_is_shown_in_every_spread_table(diverged_tree):
     t2 = tables.long_training_table(runs, marks=[2, 3])  # a history with no finite val_loss is no crash
     assert t2.loc[t2["weight_decay"] == 0.01, "sigma_w=2.5"].tolist() == ["diverged"] * 2
     assert t2.loc[t2["weight_decay"] == 0.01, "spread_pp"].tolist() == pytest.approx([10.0, 10.0])
-    rt = point_report.run_table(runs)
+    rt = point_report.run_rows(runs)
     assert rt.loc[rt["status"] == "diverged", "diverged_epoch"].tolist() == [1, 1]
     assert list(rt.columns[-3:]) == ["diverged_epoch", "angle_final", "Theta_final"]
     assert rt.loc[rt["status"] == "complete", "angle_final"].tolist() == [10.0] * 10
+    shown = point_report.run_table(runs)  # as a person reads it: '–' where a diverged run has no accuracy
+    assert list(shown.columns[-3:]) == ["diverged at epoch", "final angle (°)", "Θ_final (rad)"]
+    assert shown.loc[shown["status"] == "diverged", ["test acc (%)", "diverged at epoch"]].values.tolist() == [
+        ["–", "1"]] * 2
+    assert shown.loc[shown["status"] == "complete", "final angle (°)"].tolist() == ["10.00"] * 10
     assert point_report.point_table(runs[runs["weight_decay"] > 0]).loc[2.5, "test acc (%)"] == "diverged"
 
 
@@ -376,7 +381,7 @@ def test_point_table_one_row_per_sigma_with_mean_and_std(diverged_tree):
     assert t.loc[0.1, "test acc (%)"] == f"60.5 ± {100 * math.sqrt(0.5e-4):.1f}"  # seeds 0.60, 0.61
     assert t.loc[0.1, "runs"] == "2 complete" and t.loc[2.5, "runs"] == "2 diverged"
     assert t.loc[0.1, "best epoch"] == "2 ± 0" and t.loc[0.1, "τ_interp"] == "3 ± 0"  # the seeds agree
-    assert t.loc[0.1, "angle at best (°)"] == "8.0 ± 0.0" and t.loc[0.1, "Θ_final (rad)"] == "0.3 ± 0"
+    assert t.loc[0.1, "angle at best (°)"] == "8.000 ± 0.000" and t.loc[0.1, "Θ_final (rad)"] == "0.3000 ± 0.0000"
     assert t.loc[2.5, "τ_interp"] == "never" and t.loc[2.5, "angle at best (°)"] == "–"
     old = _runs([{"sigma_w": s, "seed": k, "test_acc_at_best": 0.5 + 0.1 * k} for s in (0.5, 1.0) for k in (0, 1)])
     t = point_report.point_table(old.assign(tau_interp=[3.0, None, 4.0, 6.0]))  # recorded before the instruments

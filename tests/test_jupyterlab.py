@@ -4,7 +4,8 @@ The server serves a temporary copy of the repository's notebooks/ and params/ (i
 working tree through PYTHONPATH), so running a notebook writes its results into the copy and never into the repo.
 It checks that a percent-format `.py` opens *as a notebook* (jupytext), both by URL and by double-clicking it in
 the file browser; that markdown is rendered and the `parameters` cell is there; and that Run All on the experiment
-notebook's smoke-sized defaults trains, writes run folders and shows the summary in an output area.
+notebook's smoke-sized defaults trains, writes run folders and shows the summary in an output area, with
+nothing on stderr.
 
 Needs Debian's `chromium` (.ci/install-browser.sh) and the `playwright` Python package (driver only: its own
 browser download cannot work offline); skips with the reason otherwise.
@@ -29,7 +30,8 @@ CHROMIUM_ARGS = [
     "--disable-sync", "--no-first-run", "--disable-quic",
 ]  # fmt: skip
 EXPERIMENT = "notebooks/01_optimizers.py"
-SUMMARY_TEXT = "test_acc_at_best"  # a column of the summary table the experiment notebook shows
+SUMMARY_TEXT = "spread_pp"  # a key of the point's summary, the experiment notebook's last output
+STDERR = ".jp-OutputArea-output[data-mime-type='application/vnd.jupyter.stderr']"  # what JupyterLab paints red
 NOTEBOOK = ".jp-NotebookPanel:visible"  # the notebook in the active main-area tab
 
 
@@ -124,6 +126,8 @@ def test_lab_opens_and_runs_percent_notebooks(lab, tmp_path):
                 raise AssertionError(f"no output with {SUMMARY_TEXT!r} after Run All; outputs:\n{outputs}") from None
             errors = nb.locator(".jp-OutputArea-output", has_text="Traceback (most recent call last)")
             assert errors.count() == 0, errors.first.inner_text()
+            stderr = nb.locator(STDERR)  # e.g. tqdm's "IProgress not found" without ipywidgets: none at all
+            assert stderr.count() == 0, stderr.first.inner_text()
             page.screenshot(path=str(tmp_path / "experiment.png"))
 
             # 2. a figure notebook the way a user finds it: double-clicks in the file browser

@@ -20,9 +20,10 @@ import yaml
 from initmem import metrics, results
 from initmem.config import TrainConfig, point_configs
 from initmem.params import load_section
-from initmem.point_report import interpolation_table
+from initmem.point_report import interpolation_rows
 from initmem.results import load_runs, run_id
 from initmem.sweep import run_sweep
+from initmem.table_text import display_frame
 from initmem.tables import long_training_table
 
 REPO = Path(__file__).resolve().parent.parent
@@ -168,13 +169,13 @@ def test_notebook_tables_match_the_results(smoke):
     marks = nb.metadata.papermill.parameters["epoch_marks"]
     table = long_training_table(load_runs(out / "02_long_training"), marks=marks)
     with pd.option_context("display.max_columns", 20, "display.width", 80):  # a kernel's (not a terminal's) defaults
-        assert table["epoch"].tolist() == marks and shown == repr(table)
+        assert table["epoch"].tolist() == marks and shown == repr(display_frame(table))  # T2 as figures/ writes it
     # 05: one row per run of the point, with the failed-to-interpolate flag
     p = reports["05_depth"].points[0]
     nb = nbformat.read(p.notebook, as_version=4)
-    assert "failed_to_interpolate" in nb.cells[-1].outputs[0]["data"]["text/plain"]
+    assert "failed to interpolate" in nb.cells[-1].outputs[0]["data"]["text/plain"]
     runs = load_runs(out / "05_depth")
-    t = interpolation_table(runs)
+    t = interpolation_rows(runs)
     assert len(t) == len(runs) and t["failed_to_interpolate"].eq(~t["interpolated"].astype(bool)).all()
 
 

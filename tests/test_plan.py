@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from initmem import plan
+from initmem import plan, plan_table
 from initmem.cli import main
 from initmem.config import TrainConfig
 from initmem.metrics import forgetting_clocks
@@ -180,6 +180,41 @@ def test_calibrate_round_trip(tmp_path, monkeypatch, capsys):
     assert p["seconds"] == pytest.approx(3 * (2 * e.train_step_s + 768 * e.eval_image_s))  # 3 runs, one by one
 
 
+def test_a_fresh_clone_plans_every_cpu_point_with_the_reference_cpu_table(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("INITMEM_CACHE", str(tmp_path / "empty-cache"))  # no calibration on this machine yet
+    table, note = plan_table.choose_table("cpu")
+    assert table is not None and table.path == str(plan_table.REFERENCE_CPU) and table.kind == "cpu"
+    assert "reference CPU" in note and "initmem/throughput/reference-cpu.json" in note and "--calibrate" in note
+    for params in sorted((REPO / "params").glob("*.yaml")):  # the shipped table times every cpu-scale point
+        for profile in ("cpu", "cpu_steps") if params.name == "01_optimizers.yaml" else ("cpu",):
+            points = plan.plan_section(params, profile, table).points
+            assert {p.time_source for p in points} == {"measured"}, (params.name, profile)
+            assert all(p.seconds > 0 for p in points)
+    assert main(["plan", OPT, "--profile", "cpu", "--device", "cpu"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0] == note and out[1] == plan.LEGEND
+    assert all(w in out[1] for w in ("T_SGD =", "T_L2 =", "T_adapt =", "eval img/run ="))
+    rows = [ln for ln in out if ln.startswith("  optimizer-")]
+    assert len(rows) == 5 and not [r for r in rows if "no throughput" in r or "estimated" in r]
+    assert "== 01_optimizers [cpu] 5 points, 40 runs" in out
+
+
+def test_a_gpu_without_a_table_gets_no_guessed_time(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("INITMEM_CACHE", str(tmp_path / "empty-cache"))
+    monkeypatch.setattr(plan, "device_name", lambda device="auto": ("NVIDIA H200", "cuda"))
+    table, note = plan_table.choose_table("cuda")
+    assert table is None and note.startswith("throughput: no table for NVIDIA H200 yet, so no time is given")
+    assert main(["plan", OPT, "--profile", "paper", "--device", "cuda"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith(note) and "time no throughput" in out and "estimated" not in out
+    assert "== 01_optimizers [paper] 5 points, 35 runs" in out
+
+
+def test_plural():
+    assert [plan.plural(n, "step") for n in (0, 1, 2, 1200)] == ["0 steps", "1 step", "2 steps", "1,200 steps"]
+    assert plan.plural(1, "point") == "1 point" and plan.plural(3, "entry", "entries") == "3 entries"
+
+
 # ------------------------------------------------------------------------------------------- errors and the sweep
 def _bad_params(tmp_path, text):
     (tmp_path / "params").mkdir()
@@ -213,6 +248,8 @@ def test_sweep_dry_run_prints_sizes(tmp_path, capsys):
     out = capsys.readouterr().out
     assert out.count("8 runs x 80 epochs x 12 steps = 7,680 steps") == 5
     assert "total: 40 runs, 3,200 epochs, 38,400 steps; to run: 40 runs, 38,400 steps" in out
+    assert main(["sweep", OPT, "--profile", "smoke", "--dry-run", "--results", str(tmp_path), "--quiet"]) == 0
+    assert capsys.readouterr().out.count("3 runs x 2 epochs x 1 step = 6 steps") == 5  # one step an epoch: "1 step"
     assert "slurm" not in out
     assert main(["sweep", OPT, "--profile", "cpu", "--dry-run", "--results", str(tmp_path), "--executor", "slurm",
                  "--partition", "gpu", "--gpus", "1", "--time", "90", "--mem", "32"]) == 0

@@ -28,16 +28,17 @@ results_dir = "results/cpu"
 out_dir = "figures"
 
 # %%
-from initmem import plots, tables
+from initmem import plots, table_text, tables
 from initmem.figures import FigureBook
 
 s = FigureBook(results_dir, out_dir, "03_lr_l2")
 s.stamp.caption()
 
 # %%
-s.table("T3_lr_l2", lambda: tables.lr_l2_table(s.runs),
-        "SGD: test-accuracy spread across σ_w (pp) by learning rate (rows) and L2 weight decay (columns); "
-        "'diverged': runs of the row that diverged, and the cells whose spread lacks a σ_w because they did")
+t3 = s.table("T3_lr_l2", lambda: tables.lr_l2_table(s.runs),
+             "SGD: test-accuracy spread across σ_w (pp) by learning rate (rows) and L2 weight decay (columns); "
+             "'diverged': runs of the row that diverged, and the cells whose spread lacks a σ_w because they did")
+table_text.display_frame(t3)
 
 # %%
 s.figure("F5_spread_lr_l2", lambda: plots.spread_heatmap(s.runs),
