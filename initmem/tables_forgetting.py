@@ -242,7 +242,7 @@ def unfolding_table(runs: pd.DataFrame, histories: pd.DataFrame | None = None,
     out = pd.concat(frames, ignore_index=True)
     cols = ["section", "config", "label", "rule", "epoch", "spread_pp", "spread_pp_std", "n_sigma_in_spread",
             "n_sigma", "T_SGD", "T_L2", "T_adapt", "Theta_slowest"]
-    return table_cells.finish(out[cols], {"T_*": "{:.3g}", "Theta_slowest": "{:.3g}"})
+    return table_cells.finish(out[cols], {"T_*": "clock", "Theta_slowest": "clock"})
 
 
 def _at_epochs(hs: list[pd.DataFrame], column: str, epochs: list[int]) -> pd.DataFrame:
@@ -289,8 +289,8 @@ def collapse_table(unfold: pd.DataFrame, per_decade: int = 4) -> pd.DataFrame:
             rows.append({"rule": rule, "clock": clock, "n_configs": ok["config"].nunique(), "n_bins": n_bins,
                          "configs_per_bin": per_bin, "dispersion_pp": disp, "collapse_ratio": ratio,
                          "ratio_theta_configs": _collapse(ok[ok["config"].isin(with_theta)], clock, per_decade)[3]})
-    return table_cells.finish(pd.DataFrame(rows), {"configs_per_bin": "{:.1f}", "dispersion_pp": "{:.1f}",
-                                                   "collapse_ratio": "{:.2f}", "ratio_theta_configs": "{:.2f}"})
+    return table_cells.finish(pd.DataFrame(rows), {"configs_per_bin": "general", "dispersion_pp": "percent",
+                                                   "collapse_ratio": "decimal2", "ratio_theta_configs": "decimal2"})
 
 
 def _collapse(ok: pd.DataFrame, clock: str, per_decade: int) -> tuple[int, float, float, float]:
