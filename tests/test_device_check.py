@@ -154,9 +154,8 @@ def test_a_failing_step_and_a_hanging_step_are_recorded_while_the_others_run(tmp
 def test_an_exhausted_budget_skips_the_steps_and_still_writes_the_report(tmp_path):
     doc, _ = _check(tmp_path, "--budget-s", "10", timeout=120)
     assert all(s["status"] == "skipped" and "no time left" in s["reason"] for s in doc["steps"])
-    from initmem.plan import load_throughput
-
-    assert load_throughput(tmp_path / "throughput.json").entries == []
+    # an empty table (the planner refuses one: nothing to time with), written all the same
+    assert json.loads((tmp_path / "throughput.json").read_text())["entries"] == []
     assert (tmp_path / "device_check.md").is_file()
 
 

@@ -97,8 +97,9 @@ def test_make_figures_passes_only_what_the_user_gave():
     """`make figures RESULTS=tree` runs `initmem figures --results tree` (the command's default folder, never the
     committed figures/), `make figures` every committed set; `make reproduce` leaves the folder to the command."""
     def dry(*args: str, target: str = "figures") -> str:
-        proc = subprocess.run(["make", "-n", "-o", ".venv/.installed", target, "VENV=.venv", *args], cwd=ROOT,
-                              capture_output=True, text=True, check=True)
+        # --no-print-directory: under `make test` (CI) this make is a sub-make, which would print its directory
+        proc = subprocess.run(["make", "-n", "--no-print-directory", "-o", ".venv/.installed", target, "VENV=.venv",
+                               *args], cwd=ROOT, capture_output=True, text=True, check=True)
         return " ".join(proc.stdout.split())
 
     assert dry("RESULTS=some/tree") == ".venv/bin/initmem figures --results some/tree"

@@ -111,4 +111,4 @@ def test_a_point_two_params_files_share_is_listed_and_counted_once(tmp_path, cap
     out = capsys.readouterr().out
     (point,) = load_section(path).points("smoke", tmp_path / "out")
     assert out.count(point.point_id) == 1 and out.count("already listed by an earlier params file") == 2
-    assert "total: 1 runs" in out and out.count("total: 0 runs") == 2
+    assert "total: 1 run," in out and out.count("total: 0 runs") == 2
