@@ -63,7 +63,7 @@ bench: venv  ## training-speed benchmark (engine fp32 and bf16 vs DataLoader, po
 # No venv needed: a GPU box with only a stock PyTorch runs it with python3 (docs/gpu/README.md).
 CHECK_PY := $(if $(wildcard $(PY)),$(PY),python3)
 DEVICE_CHECK_ARGS ?= --device cuda
-device-check:  ## correctness and speed on this device in <= 8 min (DEVICE_CHECK_ARGS="--device cuda --out DIR")
+device-check:  ## correctness and speed on this device in <= 7 min (--budget-s 420; DEVICE_CHECK_ARGS="--device cuda --out DIR")
 	PYTHONPATH=. $(CHECK_PY) benchmarks/device_check.py $(DEVICE_CHECK_ARGS)
 
 clean:  ## remove caches (keeps .venv and results)
