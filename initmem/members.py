@@ -81,11 +81,12 @@ def _grouped_leaf(m: nn.Module, k: int, arch: str, name: str, stem: bool, dev: t
             raise ConfigError(f"arch={arch!r} is not supported by grouped populations: layer {name} is a grouped or "
                               "biased conv; train its runs one by one")
         cls = StemConv if stem else nn.Conv2d
-        return torch.nn.utils.skip_init(cls, m.in_channels * k, m.out_channels * k, m.kernel_size, m.stride,
-                                        m.padding, m.dilation, groups=k, bias=False, device=dev)
+        return torch.nn.utils.skip_init(cls, m.in_channels * k, m.out_channels * k, m.kernel_size, device=dev,
+                                        stride=m.stride, padding=m.padding, dilation=m.dilation, groups=k, bias=False)
     if isinstance(m, nn.BatchNorm2d):
-        return torch.nn.utils.skip_init(nn.BatchNorm2d, m.num_features * k, m.eps, m.momentum, m.affine,
-                                        m.track_running_stats, device=dev)
+        return torch.nn.utils.skip_init(nn.BatchNorm2d, m.num_features * k, device=dev, eps=m.eps,
+                                        momentum=m.momentum, affine=m.affine,
+                                        track_running_stats=m.track_running_stats)
     if isinstance(m, nn.Linear) and name == "head":
         return GroupedHead(k, m.in_features, m.out_features, device=dev)
     if isinstance(m, models.ShortcutA):

@@ -98,18 +98,19 @@ def make_synthetic(n_train: int = 2000, n_test: int = 500, seed: int = 0) -> Cif
     g = torch.Generator().manual_seed(seed)
 
     def lowfreq(n: int) -> torch.Tensor:  # unit-variance smooth colour fields [n, 3, 32, 32]
-        f = F.interpolate(torch.randn(n, 3, 4, 4, generator=g), size=(32, 32), mode="bicubic", align_corners=False)
+        noise = torch.randn(n, 3, 4, 4, generator=g)  # cpu: a dataset is uint8 CPU tensors; make_splits moves it
+        f = F.interpolate(noise, size=(32, 32), mode="bicubic", align_corners=False)
         return f / f.std(dim=(1, 2, 3), keepdim=True)
 
     protos = lowfreq(NUM_CLASSES)
 
     def draw(n: int) -> tuple[torch.Tensor, torch.Tensor]:
-        y = torch.arange(n) % NUM_CLASSES
-        contrast = torch.empty(n, 1, 1, 1).uniform_(0.6, 1.4, generator=g)
-        x = 128 + 35 * contrast * protos[y] + 40 * lowfreq(n) + 30 * torch.randn(n, 3, 32, 32, generator=g)
-        shift = torch.randint(-3, 4, (2, n, 1), generator=g)  # circular shift: the pattern's position varies
-        x = x.gather(2, ((torch.arange(32) - shift[0]) % 32)[:, None, :, None].expand(n, 3, 32, 32))
-        x = x.gather(3, ((torch.arange(32) - shift[1]) % 32)[:, None, None, :].expand(n, 3, 32, 32))
+        y = torch.arange(n) % NUM_CLASSES  # cpu: a dataset is uint8 CPU tensors; make_splits moves it
+        contrast = torch.empty(n, 1, 1, 1).uniform_(0.6, 1.4, generator=g)  # cpu
+        x = 128 + 35 * contrast * protos[y] + 40 * lowfreq(n) + 30 * torch.randn(n, 3, 32, 32, generator=g)  # cpu
+        shift = torch.randint(-3, 4, (2, n, 1), generator=g)  # cpu; circular shift: the pattern's position varies
+        x = x.gather(2, ((torch.arange(32) - shift[0]) % 32)[:, None, :, None].expand(n, 3, 32, 32))  # cpu
+        x = x.gather(3, ((torch.arange(32) - shift[1]) % 32)[:, None, None, :].expand(n, 3, 32, 32))  # cpu
         return x.round().clamp_(0, 255).to(torch.uint8), y
 
     train_x, train_y = draw(n_train)
