@@ -125,98 +125,10 @@ class TrainConfig:
     compile: bool = _f(False, "torch.compile the training step (speed only; compiled once per process and shape)")
 
     def __post_init__(self) -> None:
-        def put(name: str, value: Any) -> None:
-            object.__setattr__(self, name, value)
-
-        def choice(name: str, options: tuple[str, ...]) -> None:
-            v = getattr(self, name)
-            if not isinstance(v, str) or v not in options:
-                raise _bad(name, v, "one of " + ", ".join(repr(o) for o in options))
-
-        def real(name: str, ok, accepted: str) -> None:  # ints are accepted and stored as floats
-            v = getattr(self, name)
-            if not _is_real(v) or not ok(float(v)):
-                raise _bad(name, v, accepted)
-            put(name, float(v))
-
-        def integer(name: str, lo: int, optional: bool = False, hi: int = MAX_SEED) -> None:
-            v = getattr(self, name)
-            if v is None and optional:
-                return
-            if not _is_int(v) or not lo <= v <= hi:
-                raise _bad(name, v, f"an integer in [{lo}, {hi}]" + (" or None" if optional else ""))
-            put(name, int(v))
-
-        def flag(name: str) -> None:
-            if not isinstance(getattr(self, name), bool):
-                raise _bad(name, getattr(self, name), "True or False")
-
-        choice("arch", ARCHS)
-        real("width", lambda v: 0 < v <= 64, "a real in (0, 64]")
-        if round(MIN_CHANNELS[self.arch] * self.width) < 1:  # models rounds channel counts: none may round to 0
-            raise _bad("width", self.width, f"arch={self.arch!r} needs width > {0.5 / MIN_CHANNELS[self.arch]:.4g} "
-                                            f"(its narrowest layer, {MIN_CHANNELS[self.arch]} channels at width 1, "
-                                            "must keep one)")
-        real("sigma_w", lambda v: v > 0, "a finite real > 0")
-        choice("optimizer", OPTIMIZERS)
-        defaults = OPTIMIZER_DEFAULTS[self.optimizer]
-        for name in _OPT_FIELDS:
-            if getattr(self, name) is None:
-                put(name, defaults[name])
-        real("lr", lambda v: v > 0, "a finite real > 0 (or None: the optimiser's default)")
-        real("momentum", lambda v: 0 <= v < 1, "a real in [0, 1) (or None: the optimiser's default)")
-        real("weight_decay", lambda v: v >= 0, "a finite real >= 0 (or None: the optimiser's default)")
-        put("betas", _reals("betas", self.betas, 2, lambda x: 0 <= x < 1, "a pair of reals in [0, 1)"))
-        real("eps", lambda v: v > 0, "a finite real > 0")
-        real("muon_aux_lr", lambda v: v > 0, "a finite real > 0")
-        integer("ns_steps", 1, hi=99)
-        choice("schedule", SCHEDULES)
-        integer("epochs", 1, hi=10**7)
-        real("warmup_epochs", lambda v: 0 <= v <= self.epochs, f"a real in [0, epochs={self.epochs}]")
-        m = _reals("step_milestones", self.step_milestones, None, lambda x: 0 < x <= 1,
-                   "a non-decreasing sequence of fractions in (0, 1]")
-        if list(m) != sorted(m):
-            raise _bad("step_milestones", self.step_milestones, "a non-decreasing sequence of fractions in (0, 1]")
-        put("step_milestones", m)
-        real("step_gamma", lambda v: v > 0, "a finite real > 0")
-        # One rule for every inapplicable setting: a value the recipe would silently ignore is a lie in every table
-        # that lists it, so only the neutral value is accepted.
-        used = OPTIMIZER_HPARAMS[self.optimizer]
-        for name in ("momentum", "weight_decay", "betas", "eps", "muon_aux_lr", "ns_steps"):
-            if name not in used and getattr(self, name) != defaults[name]:
-                raise _bad(name, getattr(self, name), f"optimizer={self.optimizer!r} does not use it; only its "
-                                                      f"default {defaults[name]!r} is accepted")
-        for schedule, names in SCHEDULE_HPARAMS.items():
-            for name in names:
-                default = _FIELDS[name].default
-                if self.schedule != schedule and getattr(self, name) != default:
-                    raise _bad(name, getattr(self, name), f"schedule={self.schedule!r} does not use it (only "
-                                                          f"schedule={schedule!r} does); only {default!r} is accepted")
-        choice("data", SOURCES)
-        if not isinstance(self.data_root, str) or not self.data_root:
-            raise _bad("data_root", self.data_root, "a non-empty path string")
-        # the splits are stratified: at least one image per class, or make_splits fails on a *different* field
-        integer("n_train", NUM_CLASSES, optional=True, hi=10**7)
-        integer("n_val", NUM_CLASSES, hi=10**7)
-        integer("n_test", NUM_CLASSES, optional=True, hi=10**7)
-        integer("split_seed", 0)
-        flag("augment")
-        flag("drop_last")
-        integer("train_eval_size", NUM_CLASSES, optional=True, hi=10**7)
-        integer("eval_every", 1, hi=self.epochs)
-        integer("batch_size", 1, hi=10**7)
-        integer("seed", 0)
-        if not isinstance(self.device, str) or not _DEVICE_RE.fullmatch(self.device):
-            raise _bad("device", self.device, "'auto', 'cpu', 'cuda' or 'cuda:N'")
-        integer("eval_batch_size", 1, hi=10**7)
-        integer("checkpoint_every", 0, hi=10**7)
-        choice("precision", PRECISIONS)
-        if self.precision == "tf32" and self.device == "cpu":
-            raise _bad("precision", self.precision, "'tf32' is CUDA only; 'fp32' or 'bf16' is accepted with "
-                                                    "device='cpu'")
-        flag("deterministic")
-        flag("channels_last")
-        flag("compile")
+        check = _Check(self)
+        _check_recipe(self, check)
+        _check_inapplicable(self)
+        _check_data_and_engine(self, check)
 
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON-ready dict (tuples → lists)."""
@@ -272,6 +184,114 @@ def _reals(name: str, v: Any, n: int | None, ok, accepted: str) -> tuple[float, 
             _is_real(x) and ok(x) for x in v):
         raise _bad(name, v, accepted)
     return tuple(float(x) for x in v)
+
+
+class _Check:
+    """The field checks of `TrainConfig.__post_init__`: each names the field and what is accepted, and stores the
+    normalised value (ints given for reals are stored as floats)."""
+
+    def __init__(self, config: TrainConfig):
+        self.c = config
+
+    def put(self, name: str, value: Any) -> None:
+        object.__setattr__(self.c, name, value)
+
+    def choice(self, name: str, options: tuple[str, ...]) -> None:
+        v = getattr(self.c, name)
+        if not isinstance(v, str) or v not in options:
+            raise _bad(name, v, "one of " + ", ".join(repr(o) for o in options))
+
+    def real(self, name: str, ok, accepted: str) -> None:
+        v = getattr(self.c, name)
+        if not _is_real(v) or not ok(float(v)):
+            raise _bad(name, v, accepted)
+        self.put(name, float(v))
+
+    def integer(self, name: str, lo: int, optional: bool = False, hi: int = MAX_SEED) -> None:
+        v = getattr(self.c, name)
+        if v is None and optional:
+            return
+        if not _is_int(v) or not lo <= v <= hi:
+            raise _bad(name, v, f"an integer in [{lo}, {hi}]" + (" or None" if optional else ""))
+        self.put(name, int(v))
+
+    def flag(self, name: str) -> None:
+        if not isinstance(getattr(self.c, name), bool):
+            raise _bad(name, getattr(self.c, name), "True or False")
+
+
+def _check_recipe(c: TrainConfig, check: _Check) -> None:
+    """The network, the optimiser (None hyper-parameters resolved to its defaults) and the schedule."""
+    check.choice("arch", ARCHS)
+    check.real("width", lambda v: 0 < v <= 64, "a real in (0, 64]")
+    if round(MIN_CHANNELS[c.arch] * c.width) < 1:  # models rounds channel counts: none may round to 0
+        raise _bad("width", c.width, f"arch={c.arch!r} needs width > {0.5 / MIN_CHANNELS[c.arch]:.4g} "
+                                     f"(its narrowest layer, {MIN_CHANNELS[c.arch]} channels at width 1, "
+                                     "must keep one)")
+    check.real("sigma_w", lambda v: v > 0, "a finite real > 0")
+    check.choice("optimizer", OPTIMIZERS)
+    for name in _OPT_FIELDS:
+        if getattr(c, name) is None:
+            check.put(name, OPTIMIZER_DEFAULTS[c.optimizer][name])
+    check.real("lr", lambda v: v > 0, "a finite real > 0 (or None: the optimiser's default)")
+    check.real("momentum", lambda v: 0 <= v < 1, "a real in [0, 1) (or None: the optimiser's default)")
+    check.real("weight_decay", lambda v: v >= 0, "a finite real >= 0 (or None: the optimiser's default)")
+    check.put("betas", _reals("betas", c.betas, 2, lambda x: 0 <= x < 1, "a pair of reals in [0, 1)"))
+    check.real("eps", lambda v: v > 0, "a finite real > 0")
+    check.real("muon_aux_lr", lambda v: v > 0, "a finite real > 0")
+    check.integer("ns_steps", 1, hi=99)
+    check.choice("schedule", SCHEDULES)
+    check.integer("epochs", 1, hi=10**7)
+    check.real("warmup_epochs", lambda v: 0 <= v <= c.epochs, f"a real in [0, epochs={c.epochs}]")
+    m = _reals("step_milestones", c.step_milestones, None, lambda x: 0 < x <= 1,
+               "a non-decreasing sequence of fractions in (0, 1]")
+    if list(m) != sorted(m):
+        raise _bad("step_milestones", c.step_milestones, "a non-decreasing sequence of fractions in (0, 1]")
+    check.put("step_milestones", m)
+    check.real("step_gamma", lambda v: v > 0, "a finite real > 0")
+
+
+def _check_inapplicable(c: TrainConfig) -> None:
+    """One rule for every inapplicable setting: a value the recipe would silently ignore is a lie in every table
+    that lists it, so only the neutral value is accepted."""
+    defaults, used = OPTIMIZER_DEFAULTS[c.optimizer], OPTIMIZER_HPARAMS[c.optimizer]
+    for name in ("momentum", "weight_decay", "betas", "eps", "muon_aux_lr", "ns_steps"):
+        if name not in used and getattr(c, name) != defaults[name]:
+            raise _bad(name, getattr(c, name), f"optimizer={c.optimizer!r} does not use it; only its "
+                                               f"default {defaults[name]!r} is accepted")
+    for schedule, names in SCHEDULE_HPARAMS.items():
+        for name in names:
+            default = _FIELDS[name].default
+            if c.schedule != schedule and getattr(c, name) != default:
+                raise _bad(name, getattr(c, name), f"schedule={c.schedule!r} does not use it (only "
+                                                   f"schedule={schedule!r} does); only {default!r} is accepted")
+
+
+def _check_data_and_engine(c: TrainConfig, check: _Check) -> None:
+    """The data and its splits, then how the engine runs (device, precision, checkpoints)."""
+    check.choice("data", SOURCES)
+    if not isinstance(c.data_root, str) or not c.data_root:
+        raise _bad("data_root", c.data_root, "a non-empty path string")
+    # the splits are stratified: at least one image per class, or make_splits fails on a *different* field
+    check.integer("n_train", NUM_CLASSES, optional=True, hi=10**7)
+    check.integer("n_val", NUM_CLASSES, hi=10**7)
+    check.integer("n_test", NUM_CLASSES, optional=True, hi=10**7)
+    check.integer("split_seed", 0)
+    check.flag("augment")
+    check.flag("drop_last")
+    check.integer("train_eval_size", NUM_CLASSES, optional=True, hi=10**7)
+    check.integer("eval_every", 1, hi=c.epochs)
+    check.integer("batch_size", 1, hi=10**7)
+    check.integer("seed", 0)
+    if not isinstance(c.device, str) or not _DEVICE_RE.fullmatch(c.device):
+        raise _bad("device", c.device, "'auto', 'cpu', 'cuda' or 'cuda:N'")
+    check.integer("eval_batch_size", 1, hi=10**7)
+    check.integer("checkpoint_every", 0, hi=10**7)
+    check.choice("precision", PRECISIONS)
+    if c.precision == "tf32" and c.device == "cpu":
+        raise _bad("precision", c.precision, "'tf32' is CUDA only; 'fp32' or 'bf16' is accepted with device='cpu'")
+    for name in ("deterministic", "channels_last", "compile"):
+        check.flag(name)
 
 
 def _unknown_keys(keys: list[str]) -> ConfigError:

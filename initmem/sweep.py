@@ -271,18 +271,8 @@ def _once(section: Section, points: list[Point], profile: str, results: str | Pa
     return fresh
 
 
-def run_sweep(params_path: str | Path | Section, *, profile: str, results: str | Path | None = None,
-              executor: str = "local", jobs: int = 1, dry_run: bool = False, slurm: dict[str, Any] | None = None,
-              progress: bool = True, overall: Progress | None = None, seen: set | None = None) -> SweepReport:
-    """Run every incomplete point of a section's profile; return per-point statuses and a summary table.
-
-    `results` defaults to `<repo>/results/<profile>`; executed notebooks go to
-    `<results>/<section>/notebooks/<point_id>.ipynb`. `executor`: `local` (`jobs` points at a time, one GPU per
-    worker) or `slurm` (submitit job array; `slurm` options: partition, gpus_per_node, time (minutes), mem_gb,
-    cpus_per_task, array_parallelism, extra). `progress` streams the notebooks' output. `params_path` may be a
-    loaded `Section`; `overall` counts the points of several sweeps of one command (default: this sweep's), and
-    `seen` (a set shared by them) lists and runs a point that two params files of one command share only once.
-    """
+def _check_options(executor: str, jobs: int, slurm: dict[str, Any] | None, dry_run: bool) -> dict[str, Any]:
+    """The executor's options, checked before any params file is read; the Slurm options as a dict."""
     if executor not in ("local", "slurm"):
         raise SweepError(f"executor {executor!r} is unknown; accepted: local, slurm")
     if isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 1:
@@ -295,6 +285,63 @@ def run_sweep(params_path: str | Path | Section, *, profile: str, results: str |
                          + f"; accepted: {', '.join(SLURM_OPTIONS)}")
     if executor == "slurm" and not dry_run and shutil.which("sbatch") is None:
         raise SweepError("--executor slurm needs Slurm's sbatch on PATH; it was not found")
+    return slurm
+
+
+def _plan(section: Section, points: list[Point], out: Path, dry_run: bool,
+          progress: bool) -> tuple[list[tuple], dict[str, PointReport]]:
+    """Every point's status (building every TrainConfig first: a bad value fails here, before anything runs) and
+    the notebook executions of the pending ones; a bad results folder fails now, not once per point."""
+    tasks, plan = [], {}
+    extra = {"progress": progress} if "progress" in section.declared else {}
+    for p in points:
+        done, total = point_progress(section, p)
+        status = "skipped" if done == total else "would-run" if dry_run else "pending"
+        nb_out = out / section.name / "notebooks" / f"{p.point_id}.ipynb"
+        plan[p.point_id] = PointReport(p.point_id, status, notebook=str(nb_out), runs=f"{done}/{total}")
+        if status == "pending":
+            tasks.append((p, str(section.notebook), str(section.root), str(nb_out), {**p.parameters, **extra},
+                          progress))
+    if tasks:
+        from initmem.results import check_writable
+
+        check_writable(out / section.name)
+    return tasks, plan
+
+
+def _print_dry_run(section: Section, points: list[Point], plan: dict[str, PointReport]) -> None:
+    """A dry run's table: each point's runs, epochs and steps, what is complete, and the totals."""
+    from initmem.plan import plan_point, plural
+
+    sizes = {"runs": 0, "epochs": 0, "steps": 0, "todo_runs": 0, "todo_steps": 0}
+    for p in points:
+        r, pp = plan[p.point_id], plan_point(p.point_id, p.grid, section.effective(p))
+        what = "skip (complete)" if r.status == "skipped" else f"run ({r.runs} runs complete)"
+        todo = pp.runs - int(r.runs.split("/")[0])
+        sizes.update(runs=sizes["runs"] + pp.runs, epochs=sizes["epochs"] + pp.runs * pp.run["epochs"],
+                     steps=sizes["steps"] + pp.steps, todo_runs=sizes["todo_runs"] + todo,
+                     todo_steps=sizes["todo_steps"] + todo * pp.run["steps"])
+        print(f"  {p.point_id:<48} {what:<28} {plural(pp.runs, 'run')} x {plural(pp.run['epochs'], 'epoch')} x "
+              f"{plural(pp.run['steps_per_epoch'], 'step')} = {plural(pp.steps, 'step')} "
+              f"{json.dumps(p.grid, default=str)}")
+    print(f"  total: {plural(sizes['runs'], 'run')}, {plural(sizes['epochs'], 'epoch')}, "
+          f"{plural(sizes['steps'], 'step')}; to run: {plural(sizes['todo_runs'], 'run')}, "
+          f"{plural(sizes['todo_steps'], 'step')} (`initmem plan` adds clocks and time)")
+
+
+def run_sweep(params_path: str | Path | Section, *, profile: str, results: str | Path | None = None,
+              executor: str = "local", jobs: int = 1, dry_run: bool = False, slurm: dict[str, Any] | None = None,
+              progress: bool = True, overall: Progress | None = None, seen: set | None = None) -> SweepReport:
+    """Run every incomplete point of a section's profile; return per-point statuses and a summary table.
+
+    `results` defaults to `<repo>/results/<profile>`; executed notebooks go to
+    `<results>/<section>/notebooks/<point_id>.ipynb`. `executor`: `local` (`jobs` points at a time, one GPU per
+    worker) or `slurm` (submitit job array; `slurm` options: partition, gpus_per_node, time (minutes), mem_gb,
+    cpus_per_task, array_parallelism, extra). `progress` streams the notebooks' output. `params_path` may be a
+    loaded `Section`; `overall` counts the points of several sweeps of one command (default: this sweep's), and
+    `seen` (a set shared by them) lists and runs a point that two params files of one command share only once.
+    """
+    slurm = _check_options(executor, jobs, slurm, dry_run)
     section = params_path if isinstance(params_path, Section) else load_section(params_path)
     every = section.points(profile, results)
     points = _once(section, every, profile, results, seen)
@@ -304,40 +351,12 @@ def run_sweep(params_path: str | Path | Section, *, profile: str, results: str |
     out = section.results_for(profile, results)
     report = SweepReport(section.name, profile, out, executor)
     _check_tree(out, section.name, dry_run)
-    tasks, plan = [], {}
-    extra = {"progress": progress} if "progress" in section.declared else {}
-    for p in points:  # builds every TrainConfig first: a bad value fails here, before anything runs
-        done, total = point_progress(section, p)
-        status = "skipped" if done == total else "would-run" if dry_run else "pending"
-        nb_out = out / section.name / "notebooks" / f"{p.point_id}.ipynb"
-        plan[p.point_id] = PointReport(p.point_id, status, notebook=str(nb_out), runs=f"{done}/{total}")
-        if status == "pending":
-            tasks.append((p, str(section.notebook), str(section.root), str(nb_out), {**p.parameters, **extra},
-                          progress))
-    if tasks:  # every config is valid; a bad --results fails now, not as one failed notebook per point
-        from initmem.results import check_writable
-
-        check_writable(out / section.name)
+    tasks, plan = _plan(section, points, out, dry_run, progress)
     to_run = sum(r.status in ("pending", "would-run") for r in plan.values())
     print(f"== {section.name} [{profile}] {len(points)} point(s), {to_run} to run, "
           f"{sum(r.status == 'skipped' for r in plan.values())} complete; results: {out}", flush=True)
     if dry_run:
-        from initmem.plan import plan_point, plural
-
-        sizes = {"runs": 0, "epochs": 0, "steps": 0, "todo_runs": 0, "todo_steps": 0}
-        for p in points:
-            r, pp = plan[p.point_id], plan_point(p.point_id, p.grid, section.effective(p))
-            what = "skip (complete)" if r.status == "skipped" else f"run ({r.runs} runs complete)"
-            todo = pp.runs - int(r.runs.split("/")[0])
-            sizes.update(runs=sizes["runs"] + pp.runs, epochs=sizes["epochs"] + pp.runs * pp.run["epochs"],
-                         steps=sizes["steps"] + pp.steps, todo_runs=sizes["todo_runs"] + todo,
-                         todo_steps=sizes["todo_steps"] + todo * pp.run["steps"])
-            print(f"  {p.point_id:<48} {what:<28} {plural(pp.runs, 'run')} x {plural(pp.run['epochs'], 'epoch')} x "
-                  f"{plural(pp.run['steps_per_epoch'], 'step')} = {plural(pp.steps, 'step')} "
-                  f"{json.dumps(p.grid, default=str)}")
-        print(f"  total: {plural(sizes['runs'], 'run')}, {plural(sizes['epochs'], 'epoch')}, "
-              f"{plural(sizes['steps'], 'step')}; to run: {plural(sizes['todo_runs'], 'run')}, "
-              f"{plural(sizes['todo_steps'], 'step')} (`initmem plan` adds clocks and time)")
+        _print_dry_run(section, points, plan)
         if executor == "slurm":
             req = slurm_parameters(section.name, slurm)
             print(f"  slurm: an array of {to_run} task(s) (one per point to run), each requesting "
