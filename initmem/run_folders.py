@@ -209,10 +209,7 @@ class RunFolders:
         if not isinstance(section, str) or not section or section != Path(section).name or section.startswith("."):
             raise ConfigError(f"section={section!r} is invalid: a plain folder name is accepted")
         self.results, self.section = results, section
-
-    @property
-    def path(self) -> Path:
-        return Path(self.results) / self.section
+        self.path = None if results is None else Path(results) / section  # <results>/<section>
 
     def folder(self, c: TrainConfig | dict) -> Path:
         """The folder of one run: `<results>/<section>/<run_id>`."""
