@@ -259,7 +259,8 @@ def step_resume(ctx: Ctx) -> bool:
     """A run killed (SIGKILL, in a helper process) while writing epoch 2's checkpoint, then resumed in the same
     out_dir, against the uninterrupted run: bitwise equal histories (deterministic=True, checkpoint_every=1)."""
     from initmem import checkpoint
-    from initmem.train import checkpoint_folder, train
+    from initmem.run_folders import RunFolders
+    from initmem.train import train
 
     cfg = config(ctx, "parity", deterministic=True, epochs=3, checkpoint_every=1)
     tmp = Path(tempfile.mkdtemp(prefix="device-check-resume-"))
@@ -271,7 +272,7 @@ def step_resume(ctx: Ctx) -> bool:
     except subprocess.TimeoutExpired:
         child.kill()
         raise TimeoutError("the run meant to be killed at epoch 2's checkpoint was still running") from None
-    folder = checkpoint_folder(tmp / "killed", "adhoc", [cfg])
+    folder = RunFolders(tmp / "killed", "adhoc").checkpoint_folder([cfg])
     left = sorted(p.name for p in folder.iterdir()) if folder.is_dir() else []
     ctx.put("killed", {"returncode": rc, "sigkill": rc == -signal.SIGKILL, "left_behind": left})
     resumed = train(cfg, out_dir=tmp / "killed", progress=False)
@@ -478,7 +479,8 @@ def _paper_population(configs: list, out: Path, end: float) -> dict[str, Any]:
     import torch
 
     from initmem import checkpoint, metrics
-    from initmem.train import checkpoint_folder, train
+    from initmem.run_folders import RunFolders, checkpoints
+    from initmem.train import train
 
     def stop_at_end(step: int) -> None:
         if time.time() > end:
@@ -491,7 +493,7 @@ def _paper_population(configs: list, out: Path, end: float) -> dict[str, Any]:
         stopped = "finished"
     except _Deadline:
         done, stopped = [], "stopped at its share of the time"
-        for path in checkpoint.checkpoints(checkpoint_folder(out, "adhoc", configs)):
+        for path in checkpoints(RunFolders(out, "adhoc").checkpoint_folder(configs)):
             done = checkpoint.load(path)["state"]["histories"]
             break
     gc.collect()  # the interrupted loop's tensors, before the next population

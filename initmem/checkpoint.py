@@ -1,6 +1,6 @@
 """Checkpoint files: atomic, checksummed, rotated; and the process-wide RNG states a resume must restore.
 
-A checkpoint is `<run folder>/checkpoints/epoch-NNNNNN.ckpt`:
+A checkpoint is `epoch-NNNNNN.ckpt` in the folder `initmem.run_folders` gives a member set:
     b"INITMEM-CHECKPOINT\\n" + b'{"format": 1, "sha256": "<hex>", "size": N}\\n' + payload
 where the payload is `torch.save` of a dict of tensors and plain values (loaded with `weights_only=True`, so a
 checkpoint can hold no code). The header's sha256 and size are checked before the payload is unpickled: a
@@ -10,7 +10,7 @@ Writes are atomic: temp file in the same folder, flush, fsync, `os.replace`, fsy
 process that resumes after a SIGKILL) sees the old set of files or the new one, never half a file under a real
 name. A write that fails (a full disk: ENOSPC) removes its temp file and raises a one-line CheckpointError naming
 the file; the older checkpoints are untouched, so the run resumes from the newest of them. The caller holds the
-run's lock (`initmem.locks`), so only one process writes a run's checkpoints.
+run's lock (`initmem.run_folders`), so only one process writes a run's checkpoints.
 
 Test-only fault hook: `INITMEM_FAULT=kill_during_checkpoint_write` (or `...@E`: only at epoch E's checkpoint)
 makes `save` SIGKILL its own process after half of the temp file is written and synced — what a power cut or an
@@ -25,7 +25,6 @@ import io
 import json
 import os
 import random
-import re
 import signal
 import warnings
 from collections.abc import Callable
@@ -35,29 +34,14 @@ from typing import Any
 import numpy as np
 import torch
 
+from initmem import run_folders as _folders
 from initmem.errors import CheckpointError
 from initmem.files import atomic_write
 
 MAGIC = b"INITMEM-CHECKPOINT\n"
 FORMAT = 1
 KEEP = 2  # newest checkpoints kept: the previous one is the fallback when the newest turns out to be damaged
-FOLDER = "checkpoints"
 FAULT_ENV = "INITMEM_FAULT"
-_NAME = re.compile(r"epoch-(\d{6,})\.ckpt")
-
-
-def folder_of(run_folder: str | Path) -> Path:
-    """`<run folder>/checkpoints`."""
-    return Path(run_folder) / FOLDER
-
-
-def checkpoints(folder: str | Path) -> list[Path]:
-    """The checkpoint files in `folder`, newest (highest epoch) first; temp files and strangers are ignored."""
-    folder = Path(folder)
-    if not folder.is_dir():
-        return []
-    found = [(int(m.group(1)), p) for p in folder.iterdir() if (m := _NAME.fullmatch(p.name)) and p.is_file()]
-    return [p for _, p in sorted(found, reverse=True)]
 
 
 def _fault(epoch: int) -> bool:
@@ -70,7 +54,7 @@ def save(folder: str | Path, epoch: int, payload: dict[str, Any], *, keep: int =
     """Write `payload` as `folder/epoch-<epoch>.ckpt` atomically with its checksum, then delete all but the
     `keep` newest checkpoints and any temp file an earlier, killed writer left. Returns the path."""
     folder = Path(folder)
-    path = folder / f"epoch-{epoch:06d}.ckpt"
+    path = _folders.checkpoint_file(folder, epoch)
     try:
         folder.mkdir(parents=True, exist_ok=True)
         for stale in folder.glob(".epoch-*.tmp"):  # a writer killed mid-write (we hold the run lock: not a live one)
@@ -94,7 +78,7 @@ def save(folder: str | Path, epoch: int, payload: dict[str, Any], *, keep: int =
         atomic_write(path, write)
     except OSError as exc:  # a full disk, a quota, a folder gone read-only: the older checkpoints stay
         raise _write_error(path, exc) from None
-    for old in checkpoints(folder)[keep:]:
+    for old in _folders.checkpoints(folder)[keep:]:
         old.unlink(missing_ok=True)
     return path
 
@@ -144,7 +128,7 @@ def load_latest(folder: str | Path, use: Callable[[dict[str, Any]], None],
     raises CheckpointError when it does not belong to the run). A damaged or foreign checkpoint is reported —
     `warnings.warn` and `report(line)` — and the next older one is tried. Returns (epoch, path) of the one used,
     or None when none is usable (the run starts afresh)."""
-    for path in checkpoints(folder):
+    for path in _folders.checkpoints(folder):
         try:
             payload = load(path)
             use(payload)
@@ -155,19 +139,6 @@ def load_latest(folder: str | Path, use: Callable[[dict[str, Any]], None],
             if report is not None:
                 report(line)
     return None
-
-
-def clear(folder: str | Path) -> None:
-    """Delete a run's checkpoints folder (its run.json is written: nothing will resume from it)."""
-    folder = Path(folder)
-    if folder.is_dir():
-        for p in folder.iterdir():
-            if p.is_file() and (_NAME.fullmatch(p.name) or p.name.endswith(".tmp")):
-                p.unlink(missing_ok=True)
-        try:
-            folder.rmdir()
-        except OSError:  # something else lives there: leave it
-            pass
 
 
 # --- process-wide RNG states ---------------------------------------------------------------------------------

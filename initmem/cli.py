@@ -326,7 +326,8 @@ def _add_migrate(sub: argparse._SubParsersAction) -> None:
 
 def _cmd_migrate(args: argparse.Namespace) -> int:
     from initmem.migrate import migrate
-    from initmem.results import SCHEMA, load_runs
+    from initmem.record import SCHEMA
+    from initmem.results import load_runs
 
     upgraded = migrate(args.path)
     for file in upgraded:

@@ -32,14 +32,14 @@ def display_path(path: str | Path) -> str:
 def check_folders(results: Path, out: Path) -> tuple[Path, Path]:
     """`results` and `out` (absolute) once they can be used, before anything is written: ResultsError when `results`
     does not exist or holds no run (naming what it holds instead), ConfigError when it is a file or `out` is."""
-    from initmem.results import run_folders
+    from initmem.results import find_runs
 
     if not results.is_dir():
         what = "is a file: a results folder is accepted" if results.exists() else "does not exist"
         raise (ConfigError if results.exists() else ResultsError)(f"results folder {str(results)!r} {what}")
     if out.exists() and not out.is_dir():
         raise ConfigError(f"out={str(out)!r} is a file: a folder for the figures is accepted")
-    if not run_folders(results):
+    if not find_runs(results):
         held = sorted(f"{p.name}/" if p.is_dir() else p.name for p in results.iterdir() if not p.name.startswith("."))
         what = f"it holds {', '.join(held[:5])}{' ...' if len(held) > 5 else ''}" if held else "it is empty"
         raise ResultsError(f"results folder {str(results)!r} holds no runs (no <section>/<run_id>/run.json; {what}): "

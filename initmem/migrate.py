@@ -24,7 +24,7 @@ from initmem.record import (
     record_error,
     verify_record,
 )
-from initmem.results import run_folders
+from initmem.results import find_runs
 
 V1_NEW_FIELDS = frozenset({"eval_every", "deterministic", "precision"})  # config fields added after schema 1
 AMP = {"off": "fp32", "bf16": "bf16"}  # schema 1's config field `amp` → `precision`
@@ -54,7 +54,7 @@ def _upgrade(record: dict, file: Path) -> dict:
     new = {**record, "schema": SCHEMA, "config": new_config, "history": history_meta(data, h),
            "provenance": portable(record["provenance"]) if isinstance(record["provenance"], dict) else record[
                "provenance"]}
-    new = {k: new[k] for k in RECORD_TYPES}  # the key order write_run writes
+    new = {k: new[k] for k in RECORD_TYPES}  # the key order RunFolders.write writes
     verify_record(file.parent, new)
     return new
 
@@ -66,7 +66,7 @@ def migrate(path: str | Path) -> list[Path]:
     that cannot be upgraded (unreadable, its config not its run id's, its history malformed) is a ResultsError naming
     it, and nothing is written."""
     plan = []
-    for folder in run_folders(path):
+    for folder in find_runs(path):
         file = folder / "run.json"
         record = parse_record(file)
         if record.get("schema") == SCHEMA:

@@ -47,9 +47,9 @@ def find_notebooks(results: str | Path) -> list[Path]:
         raise ResultsError(f"results folder {str(results)!r} does not exist: {make}")
     found = sorted(p for p in results.glob(PATTERN) if ".ipynb_checkpoints" not in p.parts)
     if not found:
-        from initmem.results import run_folders
+        from initmem.results import find_runs
 
-        runs = len(run_folders(results))
+        runs = len(find_runs(results))
         raise ResultsError(f"no executed notebooks under {str(results)!r} (looked for {PATTERN}"
                            + (f"; it holds {runs} runs" if runs else "") + f"): {make}")
     return found

@@ -45,11 +45,11 @@ def _results_path(section: Section, point: Point) -> Path:
 
 def point_progress(section: Section, point: Point) -> tuple[int, int]:
     """(complete runs, runs) of a point."""
-    from initmem.results import is_complete
+    from initmem.run_folders import RunFolders
 
     configs = point_configs(section.effective(point))
-    results = _results_path(section, point)
-    return sum(is_complete(results, section.name, c) for c in configs), len(configs)
+    owner = RunFolders(_results_path(section, point), section.name)
+    return sum(owner.is_complete(c) for c in configs), len(configs)
 
 
 # --- executing one point (also what a Slurm array task runs) -----------------------------------------------
@@ -234,20 +234,20 @@ def _hms(seconds: float) -> str:
 
 def _check_tree(out: Path, section: str, dry_run: bool) -> None:
     """Before a point is looked at: records of an older schema stop the sweep (SweepError naming `initmem migrate`:
-    they are readable, never trained again), and copies or renamed run folders are tidied (`results.tidy_copies`,
+    they are readable, never trained again), and copies or renamed run folders are tidied (`RunFolders.tidy_copies`,
     one line each), so that no readable run is moved aside or retrained and the tree stays loadable."""
-    from initmem.results import tidy_copies
+    from initmem.run_folders import RunFolders
 
     refuse_older(out, section)
-    for line in tidy_copies(out / section, dry_run=dry_run):
+    for line in RunFolders(out, section).tidy_copies(dry_run=dry_run):
         print(line, flush=True)
 
 
 def refuse_older(out: Path, section: str) -> None:
     """SweepError naming `initmem migrate` when `<out>/<section>` holds run records of an older schema."""
-    from initmem.results import older_records
+    from initmem.run_folders import RunFolders
 
-    if old := older_records(out / section):
+    if old := RunFolders(out, section).older_records():
         raise SweepError(f"{len(old)} run record(s) of section {section} are of an older schema (first: {old[0]}): run "
                          f"`initmem migrate {out}` to upgrade them (every number kept); nothing was trained or moved")
 
@@ -303,9 +303,9 @@ def _plan(section: Section, points: list[Point], out: Path, dry_run: bool,
             tasks.append((p, str(section.notebook), str(section.root), str(nb_out), {**p.parameters, **extra},
                           progress))
     if tasks:
-        from initmem.results import check_writable
+        from initmem.run_folders import RunFolders
 
-        check_writable(out / section.name)
+        RunFolders(out, section.name).writable()
     return tasks, plan
 
 

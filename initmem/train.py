@@ -10,16 +10,11 @@ angles of `initmem.forgetting`, accumulate as device tensors; the lr and the clo
 schedule). A measured epoch ends with one host sync that reads every member's row. Per member: its initialisation
 (from its seed), data order and augmentation stream (the streams a separate run with that seed uses), BatchNorm
 statistics, optimiser state, clocks, history and divergence (a diverged member stops, the others go on unchanged).
-With `out_dir`, the members' run folders are locked, the population is checkpointed every `checkpoint_every`
-epochs (one format for K = 1 and K > 1: a single run's checkpoints live in its run folder, a population's in
-`<out>/<section>/populations/<id>/`) and resumed exactly from the newest valid checkpoint of the same member set.
+Where the members are checkpointed and written comes from the section's owner (`initmem.run_folders.RunFolders`).
 """
 
 from __future__ import annotations
 
-import contextlib
-import datetime as _dt
-import hashlib
 import math
 import os
 import sys
@@ -32,19 +27,13 @@ import torch
 
 from initmem import checkpoint as _ckpt
 from initmem import data as _data
-from initmem import locks, members, metrics, runtime
-from initmem import results as _results
+from initmem import members, metrics, runtime
 from initmem.config import TrainConfig, _bad, check_members, run_id, shared_fields
-from initmem.errors import CheckpointError, ConfigError, ResultsError
+from initmem.errors import CheckpointError
 from initmem.loop import Loop
 from initmem.provenance import provenance
 from initmem.results import RunResult
-
-POPULATIONS = "populations"  # <out>/<section>/populations/<id>/checkpoints/: an unfinished population (K > 1)
-
-
-def _utcnow() -> str:
-    return _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds")
+from initmem.run_folders import RunFolders, population_id, utcnow
 
 
 def _progress_mode(progress: bool) -> str | None:
@@ -83,36 +72,13 @@ def train(configs: TrainConfig | list[TrainConfig], *, out_dir: str | Path | Non
     provenance recorded with every member (`point` records why a population fell back to one-by-one training)."""
     single = isinstance(configs, TrainConfig)
     configs = check_members([configs] if single else configs)
-    if not isinstance(section, str) or not section or section != Path(section).name or section.startswith("."):
-        raise ConfigError(f"section={section!r} is invalid: a plain folder name is accepted")
+    owner = RunFolders(out_dir, section)  # out_dir None: an owner that keeps nothing
     runtime.run_device(configs[0])  # a bad device fails before anything is created on disk
-    if out_dir is None:
-        out = _train(configs, None, section, progress, on_step, notes)
-    else:
-        _results.check_writable(Path(out_dir) / section)
-        with contextlib.ExitStack() as held:
-            for c in [] if locked else configs:
-                folder = _results.run_dir(out_dir, section, c)
-                lock = locks.try_lock(folder)
-                if lock is None:
-                    raise ResultsError(f"run folder {str(folder)!r} is locked by {locks.holder(folder)}: that process "
-                                       "is training this run; wait for it (or train the others without it)")
-                held.enter_context(lock)
-            out = _train(configs, out_dir, section, progress, on_step, notes)
+    if out_dir is not None:
+        owner.writable()
+    with owner.lock_all([] if locked or out_dir is None else configs):
+        out = _train(configs, owner, progress, on_step, notes)
     return out[0] if single else out
-
-
-def population_id(configs: list[TrainConfig]) -> str:
-    """12 hex digits naming a member set (order-free); a single run is named by its run id."""
-    ids = sorted(run_id(c) for c in configs)
-    return ids[0] if len(ids) == 1 else hashlib.sha256(" ".join(ids).encode()).hexdigest()[:12]
-
-
-def checkpoint_folder(out_dir: str | Path, section: str, configs: list[TrainConfig]) -> Path:
-    """Where a member set's checkpoints live: a single run's in its run folder, a population's beside the runs."""
-    if len(configs) == 1:
-        return _ckpt.folder_of(_results.run_dir(out_dir, section, configs[0]))
-    return _ckpt.folder_of(Path(out_dir) / section / POPULATIONS / population_id(configs))
 
 
 @dataclass
@@ -123,7 +89,8 @@ class _Run:
     dev: torch.device
     prov: dict
     started_at: str
-    folder: Path | None
+    owner: RunFolders
+    folder: Path | None  # of the checkpoints
     mode: str | None  # progress: None, "bar" or "lines"
     data_source: str
 
@@ -140,9 +107,9 @@ class _Run:
             print(line, flush=True)
 
 
-def _train(configs: list[TrainConfig], out_dir: str | Path | None, section: str, progress: bool,
-           on_step=None, notes: dict | None = None) -> list[RunResult]:
-    run, loop = _build(configs, out_dir, section, progress, notes)
+def _train(configs: list[TrainConfig], owner: RunFolders, progress: bool, on_step=None,
+           notes: dict | None = None) -> list[RunResult]:
+    run, loop = _build(configs, owner, progress, notes)
     k, cfg = len(configs), configs[0]
     what = _label(cfg) if k == 1 else f"population of {k}: " + ", ".join(map(_label, configs))
     run.say(f"run {run.pid}: {what}; {cfg.arch} width={cfg.width:g} {cfg.optimizer} lr={cfg.lr:g} "
@@ -164,17 +131,16 @@ def _train(configs: list[TrainConfig], out_dir: str | Path | None, section: str,
     finally:
         if bar is not None:
             bar.close()
-    return _finish(run, loop, out_dir, section)
+    return _finish(run, loop)
 
 
-def _build(configs: list[TrainConfig], out_dir: str | Path | None, section: str, progress: bool,
-           notes: dict | None) -> tuple[_Run, Loop]:
+def _build(configs: list[TrainConfig], owner: RunFolders, progress: bool, notes: dict | None) -> tuple[_Run, Loop]:
     """Settings, data and the loop at epoch 0, every tensor of it checked to be on the run's device."""
     cfg, k = configs[0], len(configs)
     dev = runtime.run_device(cfg)
     if dev.type == "cpu" and k > 1:
         members.tune_malloc()
-    started_at, prov = _utcnow(), provenance(str(dev))
+    started_at, prov = utcnow(), provenance(str(dev))
     prov.update(runtime.engine_settings(cfg, dev))
     # data: synthetic data is made exactly as large as the splits ask (its default sizes suit no particular split)
     synthetic_sizes = (cfg.n_val + (cfg.n_train or 2000), cfg.n_test or 500)
@@ -187,14 +153,14 @@ def _build(configs: list[TrainConfig], out_dir: str | Path | None, section: str,
         raise _bad("batch_size", cfg.batch_size, f"at most the training split's size {n} (n_train) is accepted")
     loop = Loop.build(configs, dev, splits)
     loop.check_device()
-    folder = None if out_dir is None else checkpoint_folder(out_dir, section, configs)
-    return _Run(configs, dev, prov, started_at, folder, _progress_mode(progress), data.source), loop
+    folder = owner.checkpoint_folder(configs)
+    return _Run(configs, dev, prov, started_at, owner, folder, _progress_mode(progress), data.source), loop
 
 
 def _resume(run: _Run, loop: Loop) -> bool:
     """Continue from the newest usable checkpoint of this member set (all or nothing: a damaged or foreign one
     leaves the loop exactly as built); whether one was used."""
-    if run.folder is None or not _ckpt.checkpoints(run.folder):
+    if run.folder is None:
         return False
     pid, rids, shared, k = run.pid, run.rids, shared_fields(run.configs[0]), len(run.configs)
 
@@ -235,7 +201,7 @@ def _epoch(run: _Run, loop: Loop, on_step, bar) -> None:
     if run.folder is not None and cfg.checkpoint_every and loop.epoch % cfg.checkpoint_every == 0 and loop.alive:
         _ckpt.save(run.folder, loop.epoch, {"population": run.pid, "run_ids": run.rids, "config": shared_fields(cfg),
                                             "epoch": loop.epoch, "rng": _ckpt.rng_state(), "state": loop.state_dict(),
-                                            "started_at": run.started_at, "saved_at": _utcnow()})
+                                            "started_at": run.started_at, "saved_at": utcnow()})
     if bar is not None:
         r = rows[0]  # the postfix says what its numbers are: test accuracy in percent
         post = (f"test acc {100 * r['test_acc']:.1f} %, train acc {100 * r['train_acc']:.1f} %, loss "
@@ -246,8 +212,8 @@ def _epoch(run: _Run, loop: Loop, on_step, bar) -> None:
         bar.update(1)
 
 
-def _finish(run: _Run, loop: Loop, out_dir: str | Path | None, section: str) -> list[RunResult]:
-    finished_at, out, columns = _utcnow(), [], loop.columns()
+def _finish(run: _Run, loop: Loop) -> list[RunResult]:
+    finished_at, out, columns = utcnow(), [], loop.columns()
     for j, c in enumerate(run.configs):
         history = pd.DataFrame(loop.histories[j], columns=columns)
         summary = metrics.summarize_history(history)
@@ -255,15 +221,9 @@ def _finish(run: _Run, loop: Loop, out_dir: str | Path | None, section: str) -> 
             summary["diverged_epoch"] = int(history["epoch"].iloc[-1])
         result = RunResult(c, run.rids[j], loop.status[j], history, summary, None, dict(run.prov), run.started_at,
                            finished_at)
-        if out_dir is not None:
-            result.path = _results.write_run(result, out_dir, section)
+        result.path = run.owner.write(result)
         out.append(result)
-    if run.folder is not None:  # every member's run.json is written: the member set never resumes
-        _ckpt.clear(run.folder)
-        if len(run.configs) > 1:
-            with contextlib.suppress(OSError):
-                run.folder.parent.rmdir()
-                run.folder.parent.parent.rmdir()  # populations/, when no other population is unfinished
+    run.owner.finish(run.configs)
     return out
 
 

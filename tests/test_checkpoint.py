@@ -24,8 +24,8 @@ from initmem import checkpoint as ckpt
 from initmem import point
 from initmem.config import TrainConfig
 from initmem.errors import CheckpointError, SweepError
-from initmem.point import FAILED
-from initmem.results import is_complete, read_run, run_dir
+from initmem.results import read_run
+from initmem.run_folders import FAILED, RunFolders, checkpoints, clear_checkpoints
 from initmem.train import train
 
 CFG = {**faults.TINY, "epochs": 6, "checkpoint_every": 1}
@@ -40,7 +40,7 @@ def test_save_is_atomic_rotated_and_load_verifies_the_checksum(tmp_path):
     payload = {"epoch": 3, "w": torch.arange(1000, dtype=torch.float32), "history": [{"a": 1.5, "b": float("nan")}]}
     for e in (1, 2, 3):
         ckpt.save(tmp_path, e, {**payload, "epoch": e})
-    assert [p.name for p in ckpt.checkpoints(tmp_path)] == ["epoch-000003.ckpt", "epoch-000002.ckpt"]  # keep 2
+    assert [p.name for p in checkpoints(tmp_path)] == ["epoch-000003.ckpt", "epoch-000002.ckpt"]  # keep 2
     got = ckpt.load(tmp_path / "epoch-000003.ckpt")
     assert torch.equal(got["w"], payload["w"]) and got["history"][0]["a"] == 1.5
     (tmp_path / ".epoch-000004.ckpt.999.tmp").write_bytes(b"half a file")  # a killed writer's leftover
@@ -56,7 +56,7 @@ def test_save_is_atomic_rotated_and_load_verifies_the_checksum(tmp_path):
         path.write_bytes(damaged)
         with pytest.raises(CheckpointError, match=reason):
             ckpt.load(path)
-    ckpt.clear(tmp_path)
+    clear_checkpoints(tmp_path)
     assert not tmp_path.exists()
 
 
@@ -101,13 +101,13 @@ def _interrupted(tmp_path, monkeypatch, epoch: int) -> tuple[TrainConfig, object
         _interrupt_at(m, epoch)
         with pytest.raises(_Stop):
             train(cfg, out_dir=tmp_path, section="s", progress=False)
-    return cfg, run_dir(tmp_path, "s", cfg)
+    return cfg, RunFolders(tmp_path, "s").folder(cfg)
 
 
 def test_damaged_checkpoints_are_reported_and_an_older_one_or_a_fresh_start_is_used(tmp_path, monkeypatch, capsys,
                                                                                       reference):
     cfg, folder = _interrupted(tmp_path, monkeypatch, 4)  # checkpoints of epochs 2 and 3 kept
-    files = ckpt.checkpoints(folder / "checkpoints")
+    files = checkpoints(folder / "checkpoints")
     assert [p.name for p in files] == ["epoch-000003.ckpt", "epoch-000002.ckpt"] and not (folder / "run.json").exists()
     data = bytearray(files[0].read_bytes())
     data[len(data) // 2] ^= 0x01  # one flipped bit in the newest
@@ -118,11 +118,11 @@ def test_damaged_checkpoints_are_reported_and_an_older_one_or_a_fresh_start_is_u
     out = capsys.readouterr().out
     assert "sha256 mismatch; falling back" in out and "resumed from" in out and "(epoch 2/4)" in out
     pd.testing.assert_frame_equal(res.history.drop(columns="wall_time"), reference, check_exact=True)
-    assert not (folder / "checkpoints").exists() and is_complete(tmp_path, "s", cfg)
+    assert not (folder / "checkpoints").exists() and RunFolders(tmp_path, "s").is_complete(cfg)
 
     # every checkpoint damaged: both reported, the run starts afresh and still gives the same history
     cfg, folder = _interrupted(tmp_path / "b", monkeypatch, 4)
-    for p in ckpt.checkpoints(folder / "checkpoints"):
+    for p in checkpoints(folder / "checkpoints"):
         p.write_bytes(p.read_bytes()[:1000])
     with pytest.warns(UserWarning, match="truncated") as caught:
         res = train(cfg, out_dir=tmp_path / "b", section="s", progress=True)
@@ -134,9 +134,9 @@ def test_damaged_checkpoints_are_reported_and_an_older_one_or_a_fresh_start_is_u
 def test_a_checkpoint_of_another_config_is_refused(tmp_path, monkeypatch, reference):
     cfg, folder = _interrupted(tmp_path, monkeypatch, 3)
     other = cfg.replace(lr=0.02)
-    other_ckpts = run_dir(tmp_path, "s", other) / "checkpoints"
+    other_ckpts = RunFolders(tmp_path, "s").folder(other) / "checkpoints"
     other_ckpts.mkdir(parents=True)
-    for p in ckpt.checkpoints(folder / "checkpoints"):
+    for p in checkpoints(folder / "checkpoints"):
         p.rename(other_ckpts / p.name)
     with pytest.warns(UserWarning, match=r"does not belong to run .*config differs in \['lr'\]"):
         res = train(other, out_dir=tmp_path, section="s", progress=False)
@@ -148,7 +148,7 @@ def test_a_checkpoint_that_fails_late_in_its_restore_leaves_a_fresh_start_untouc
     mask does not fit must leave none of them behind, so the fresh start is the uninterrupted run bit for bit (it
     once kept the damaged checkpoint's clock sums and generator states)."""
     cfg, folder = _interrupted(tmp_path, monkeypatch, 3)  # checkpoints of epochs 1 and 2
-    files = ckpt.checkpoints(folder / "checkpoints")
+    files = checkpoints(folder / "checkpoints")
     for p in files:
         payload = ckpt.load(p)
         payload["state"]["live"] = torch.ones(5)  # K = 1: shape [1]
@@ -238,15 +238,15 @@ def reference_cli(tmp_path_factory):
     out = tmp_path_factory.mktemp("ref")
     rc, text = faults.run(faults.train_cmd(CFG, out))
     assert rc == 0, text
-    return faults.history(run_dir(out, "s", TrainConfig(**CFG)))
+    return faults.history(RunFolders(out, "s").folder(TrainConfig(**CFG)))
 
 
 def test_sigkill_mid_epoch_then_restart_gives_the_uninterrupted_history(tmp_path, reference_cli):
     child = faults.Child(faults.train_cmd(CFG, tmp_path))
     child.wait_for(r"epoch 3/6")  # then it is saving epoch 3's checkpoint or training epoch 4
     assert child.kill() == -signal.SIGKILL
-    folder = run_dir(tmp_path, "s", TrainConfig(**CFG))
-    assert not (folder / "run.json").exists() and ckpt.checkpoints(folder / "checkpoints")
+    folder = RunFolders(tmp_path, "s").folder(TrainConfig(**CFG))
+    assert not (folder / "run.json").exists() and checkpoints(folder / "checkpoints")
     rc, text = faults.run(faults.train_cmd(CFG, tmp_path))
     assert rc == 0 and "resumed from" in text, text
     pd.testing.assert_frame_equal(faults.history(folder), reference_cli, check_exact=True)
@@ -256,7 +256,7 @@ def test_sigkill_mid_epoch_then_restart_gives_the_uninterrupted_history(tmp_path
 def test_sigkill_while_writing_a_checkpoint_falls_back_to_the_previous_one(tmp_path, reference_cli):
     rc, text = faults.run(faults.train_cmd(CFG, tmp_path), INITMEM_FAULT="kill_during_checkpoint_write@3")
     assert rc == -signal.SIGKILL, text
-    folder = run_dir(tmp_path, "s", TrainConfig(**CFG))
+    folder = RunFolders(tmp_path, "s").folder(TrainConfig(**CFG))
     names = sorted(p.name for p in (folder / "checkpoints").iterdir())
     assert len(names) == 3 and names[1:] == ["epoch-000001.ckpt", "epoch-000002.ckpt"]
     assert names[0].startswith(".epoch-000003.ckpt.") and names[0].endswith(".tmp")  # the half-written file
@@ -277,10 +277,10 @@ def test_a_corrupt_run_json_is_not_complete_and_the_run_is_trained_again(tmp_pat
     before = faults.history(folder)
     text = (tmp_path / "s" / df["run_id"].iloc[0] / "run.json").read_text()
     (tmp_path / "s" / df["run_id"].iloc[0] / "run.json").write_text(text[: len(text) // 2])
-    assert not is_complete(tmp_path, "s", cfg)
+    assert not RunFolders(tmp_path, "s").is_complete(cfg)
     capsys.readouterr()
     again = faults.sweep_point(SWEEP, sigma_ws=[0.5], results=tmp_path, section="s", progress=False)
-    assert "moved aside" in capsys.readouterr().out and is_complete(tmp_path, "s", cfg)
+    assert "moved aside" in capsys.readouterr().out and RunFolders(tmp_path, "s").is_complete(cfg)
     aside = list((tmp_path / "s" / ".damaged").iterdir())  # the damaged folder was kept, not deleted
     assert any((d / "run.json").read_text() == text[: len(text) // 2] for d in aside if d.is_dir())
     assert again["status"].tolist() == ["complete"]
@@ -301,8 +301,9 @@ def test_a_failed_run_is_recorded_and_retried_by_the_next_call(tmp_path, monkeyp
         faults.sweep_point(SWEEP, sigma_ws=[0.5, 1.0, 2.0], results=tmp_path, section="s", progress=False)
     ok = [TrainConfig(**{**SWEEP, "sigma_w": s}) for s in (0.5, 2.0)]
     bad = TrainConfig(**{**SWEEP, "sigma_w": 1.0})
-    assert all(is_complete(tmp_path, "s", c) for c in ok) and not is_complete(tmp_path, "s", bad)  # went on
-    record = json.loads((run_dir(tmp_path, "s", bad) / FAILED).read_text())
+    owner = RunFolders(tmp_path, "s")
+    assert all(owner.is_complete(c) for c in ok) and not owner.is_complete(bad)  # went on
+    record = json.loads((owner.folder(bad) / FAILED).read_text())
     assert record["attempts"] == 1 and record["error"] == "RuntimeError: CUDA out of memory (simulated)"
     assert "Traceback" in record["traceback"][0] and record["sigma_w"] == 1.0
 
@@ -311,7 +312,7 @@ def test_a_failed_run_is_recorded_and_retried_by_the_next_call(tmp_path, monkeyp
     df = faults.sweep_point(SWEEP, sigma_ws=[0.5, 1.0, 2.0], results=tmp_path, section="s", progress=False)
     out = capsys.readouterr().out
     assert "skipping 2 complete run(s)" in out and "retrying: attempt 1 failed with RuntimeError" in out
-    assert df["status"].tolist() == ["complete"] * 3 and not (run_dir(tmp_path, "s", bad) / FAILED).exists()
+    assert df["status"].tolist() == ["complete"] * 3 and not (owner.folder(bad) / FAILED).exists()
 
 
 def test_the_sweep_goes_on_after_a_diverged_run(tmp_path, monkeypatch):
@@ -376,7 +377,7 @@ def test_a_slurm_job_signalled_for_timeout_is_requeued_and_resumes_its_run(tmp_p
         out = tmp_path / "results"
         section = load_section(params)
         (cfg,) = point_configs(section.effective(section.points("smoke", out)[0]))
-        folder = run_dir(out, "t", cfg)
+        folder = RunFolders(out, "t").folder(cfg)
         report = {}
         sweep = threading.Thread(target=lambda: report.update(r=run_sweep(
             params, profile="smoke", results=out, executor="slurm", progress=False,

@@ -25,15 +25,8 @@ from initmem.cli import main
 from initmem.config import TrainConfig, run_id
 from initmem.errors import ResultsError
 from initmem.migrate import migrate
-from initmem.results import (
-    DAMAGED_DIR,
-    is_complete,
-    load_histories,
-    load_runs,
-    read_run,
-    set_aside,
-    verify_run,
-)
+from initmem.results import load_histories, load_runs, read_run, verify_run
+from initmem.run_folders import DAMAGED_DIR, RunFolders, set_aside
 
 REPO = Path(__file__).resolve().parents[1]
 TINY = dict(data="synthetic", arch="resnet9", width=0.0625, n_train=64, n_val=32, n_test=32, batch_size=32, epochs=1,
@@ -195,7 +188,7 @@ CASES = [
 ]
 
 
-def run_folders(root: Path) -> list[Path]:
+def section_folders(root: Path) -> list[Path]:
     return sorted(f for f in (root / SECTION).iterdir() if f.is_dir())  # not the runs' .lock files
 
 
@@ -221,7 +214,7 @@ def test_a_damaged_run_is_named_listed_not_complete_and_set_aside(copy, case):
     with pytest.warns(UserWarning, match=re.escape(named)):
         hist = load_histories(copy, damaged="skip")
     assert set(hist["run_id"]) == others and list(hist.attrs["damaged"]) == [listed]
-    assert is_complete(copy, SECTION, VICTIM) is case.complete
+    assert RunFolders(copy, SECTION).is_complete(VICTIM) is case.complete
     with pytest.raises(ResultsError, match=re.escape(named)):
         verify_run(listed)
 
@@ -239,7 +232,7 @@ def test_a_damaged_run_is_named_listed_not_complete_and_set_aside(copy, case):
 def test_the_undamaged_copy_loads_without_a_warning(copy, recwarn):
     runs, hist = load_runs(copy), load_histories(copy)
     assert len(runs) == len(SIGMAS) and len(hist) == 2 * len(SIGMAS) and not recwarn.list
-    assert all(is_complete(copy, SECTION, TrainConfig(**TINY, sigma_w=s)) for s in SIGMAS)
+    assert all(RunFolders(copy, SECTION).is_complete(TrainConfig(**TINY, sigma_w=s)) for s in SIGMAS)
     for folder in runs["path"]:
         assert verify_run(folder) == read_run(folder)
         with pytest.raises(ResultsError, match="holds a run that verifies"):
@@ -292,22 +285,22 @@ def test_set_aside_twice_in_a_second_keeps_both(copy):
 
 
 # ------------------------------------------------------------------------------------------------ migration
-def test_migrate_upgrades_a_schema_1_record_to_the_bytes_write_run_wrote(copy):
+def test_migrate_upgrades_a_schema_1_record_to_the_bytes_write_wrote(copy):
     victim = copy / SECTION / run_id(VICTIM)
     written, history = (victim / "run.json").read_bytes(), (victim / "history.csv").read_bytes()
     edit_json(to_schema_1)(victim)
     with pytest.raises(ResultsError, match=r"schema-1 run record .* `initmem migrate "):
         load_runs(copy)
-    assert not is_complete(copy, SECTION, VICTIM)
+    assert not RunFolders(copy, SECTION).is_complete(VICTIM)
     assert migrate(copy) == [victim / "run.json"]
-    assert (victim / "run.json").read_bytes() == written  # every number, key and byte as write_run wrote them
+    assert (victim / "run.json").read_bytes() == written  # every number, key and byte as RunFolders.write wrote them
     assert (victim / "history.csv").read_bytes() == history
-    assert is_complete(copy, SECTION, VICTIM) and len(load_runs(copy)) == len(SIGMAS)
+    assert RunFolders(copy, SECTION).is_complete(VICTIM) and len(load_runs(copy)) == len(SIGMAS)
     assert migrate(copy) == [] and (victim / "run.json").read_bytes() == written  # idempotent
 
 
 def test_migrate_refuses_a_record_it_cannot_vouch_for_and_writes_nothing(copy):
-    folders = run_folders(copy)
+    folders = section_folders(copy)
     for f in folders:
         edit_json(to_schema_1)(f)
     edit_json(set_config(sigma_w=0.7))(folders[-1])
@@ -318,11 +311,11 @@ def test_migrate_refuses_a_record_it_cannot_vouch_for_and_writes_nothing(copy):
 
 
 def test_initmem_migrate_upgrades_then_verifies_and_says_what_it_did(copy, capsys):
-    for f in run_folders(copy):
+    for f in section_folders(copy):
         edit_json(to_schema_1)(f)
     assert main(["migrate", str(copy)]) == 0
     out = capsys.readouterr().out.splitlines()
-    assert out[:-1] == [f"upgraded {f / 'run.json'}" for f in run_folders(copy)]
+    assert out[:-1] == [f"upgraded {f / 'run.json'}" for f in section_folders(copy)]
     assert out[-1] == f"initmem migrate: 3 run record(s) upgraded to schema 2; all 3 runs under {copy} verify"
     assert main(["migrate", str(copy)]) == 0
     assert capsys.readouterr().out.startswith("initmem migrate: 0 run record(s) upgraded")
@@ -343,9 +336,10 @@ def test_the_committed_cpu_study_verifies():
 
 def test_reading_results_does_not_import_torch(tree):
     code = ("import sys, initmem.results as r; from initmem.cli import main\n"
+            "from initmem.run_folders import RunFolders\n"
             "runs, hist = r.load_runs(sys.argv[1]), r.load_histories(sys.argv[1])\n"
             "rec = r.verify_run(runs['path'][0])\n"
-            "assert len(runs) == 3 and len(hist) == 6 and r.is_complete(sys.argv[1], 's1', rec['config'])\n"
+            "assert len(runs) == 3 and len(hist) == 6 and RunFolders(sys.argv[1], 's1').is_complete(rec['config'])\n"
             "assert main(['migrate', sys.argv[1]]) == 0\n"
             "assert 'torch' not in sys.modules, 'torch was imported'\n")
     done = subprocess.run([sys.executable, "-c", code, str(tree)], capture_output=True, text=True, timeout=120)

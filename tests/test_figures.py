@@ -4,7 +4,7 @@ section. Writing (stamps, atomicity, loud failures, inline images) is tests/test
 figures against a fresh clone, tests/test_figures_clean.py.
 
 The pipeline runs over real smoke results of every section (the params files' `smoke` profiles, swept once per
-session); the other tests over a small synthetic tree (`write_fake_results`) written through `results.write_run`.
+session); the other tests over a small synthetic tree (`write_fake_results`) written through `RunFolders.write`.
 """
 
 from __future__ import annotations
@@ -137,7 +137,8 @@ def test_long_training_table_reads_the_histories_of_run_folders_like_spread_at_m
 
     from initmem.config import TrainConfig, run_id
     from initmem.metrics import summarize_history
-    from initmem.results import load_runs, write_run
+    from initmem.results import load_runs
+    from initmem.run_folders import RunFolders
 
     for sigma, val_loss, test_acc in ((0.1, [9, 1.0, 2.0, 0.5], [0.0, 0.6, 0.7, 0.9]),  # best: epoch 1, then 3
                                       (2.5, [9, 3.0, 1.0, 2.0], [0.0, 0.2, 0.3, 0.8])):  # best: epoch 2 throughout
@@ -148,9 +149,9 @@ def test_long_training_table_reads_the_histories_of_run_folders_like_spread_at_m
                           "val_loss": val_loss, "val_acc": test_acc, "test_loss": val_loss, "test_acc": test_acc,
                           "weight_norm": 10.0, "T_SGD": e.astype(float), "T_L2": 0.0, "T_adapt": 0.1 * e,
                           "wall_time": e.astype(float)})
-        write_run(SimpleNamespace(config=cfg, run_id=run_id(cfg), status="complete", history=h,
-                                  summary=summarize_history(h), provenance={}, started_at="2026-01-01T00:00:00Z",
-                                  finished_at="2026-01-01T00:00:01Z"), tmp_path, "02_long_training")
+        RunFolders(tmp_path, "02_long_training").write(SimpleNamespace(
+            config=cfg, run_id=run_id(cfg), status="complete", history=h, summary=summarize_history(h),
+            provenance={}, started_at="2026-01-01T00:00:00Z", finished_at="2026-01-01T00:00:01Z"))
     t = tables.long_training_table(load_runs(tmp_path), marks=[3, 1, 2])
     assert t["epoch"].tolist() == [1, 2, 3]
     assert t["spread_pp"].round(6).tolist() == [40.0, 30.0, 60.0]  # |0.6-0.2|, |0.6-0.3|, |0.9-0.3|
@@ -355,12 +356,12 @@ def _fake_history(cfg) -> pd.DataFrame:
 
 
 def write_fake_results(root: Path, sections=SECTIONS) -> Path:
-    """A results tree in the contract's format, written through `results.write_run` without training anything."""
+    """A results tree in the contract's format, written through `RunFolders.write` without training anything."""
     from types import SimpleNamespace
 
     from initmem.config import TrainConfig, run_id
     from initmem.metrics import summarize_history
-    from initmem.results import write_run
+    from initmem.run_folders import RunFolders
 
     for section in sections:
         for over, epochs, seeds in FAKE[section]:
@@ -370,10 +371,10 @@ def write_fake_results(root: Path, sections=SECTIONS) -> Path:
                                       n_train=512, n_val=128, n_test=128, device="cpu",
                                       split_seed=SECTIONS.index(section))  # one run id, one section
                     h = _fake_history(cfg)
-                    write_run(SimpleNamespace(
+                    RunFolders(root, section).write(SimpleNamespace(
                         config=cfg, run_id=run_id(cfg), status="complete", history=h, summary=summarize_history(h),
                         provenance={"git_commit": "0123456789abcdef", "dirty": False, "data_source": "synthetic"},
-                        started_at="2026-01-01T00:00:00Z", finished_at="2026-01-01T00:01:00Z"), root, section)
+                        started_at="2026-01-01T00:00:00Z", finished_at="2026-01-01T00:01:00Z"))
     return root
 
 

@@ -2,7 +2,7 @@
 `plots_forgetting`),
 the diverged σ_w made visible in every table that shows a spread, and one point as a section notebook shows it
 (`point_report.point_table`, `point_report.point_figure`), all on hand-made frames or run folders written through
-`results.write_run`, with the numbers computed by hand."""
+`RunFolders.write`, with the numbers computed by hand."""
 
 from __future__ import annotations
 
@@ -170,7 +170,7 @@ def test_angle_curves_one_panel_per_configuration_one_line_per_sigma():
 # --- diverged σ_w --------------------------------------------------------------------------------------------
 def _write(root, section, cfg, diverged: bool, acc: float):
     from initmem.config import run_id
-    from initmem.results import write_run
+    from initmem.run_folders import RunFolders
 
     e = np.arange(4)
     bad = np.where(e >= 1, np.nan, 2.3) if diverged else None
@@ -185,9 +185,10 @@ def _write(root, section, cfg, diverged: bool, acc: float):
                       "wall_time": e.astype(float),
                       "angle": [0.0, np.nan, np.nan, np.nan] if diverged else [0.0, 5.0, 8.0, 10.0],
                       "Theta": [0.0, np.nan, np.nan, np.nan] if diverged else [0.0, 0.1, 0.2, 0.3]})
-    write_run(SimpleNamespace(config=cfg, run_id=run_id(cfg), status="diverged" if diverged else "complete",
-                              history=h, summary=metrics.summarize_history(h), provenance={},
-                              started_at="2026-01-01T00:00:00Z", finished_at="2026-01-01T00:00:01Z"), root, section)
+    RunFolders(root, section).write(SimpleNamespace(
+        config=cfg, run_id=run_id(cfg), status="diverged" if diverged else "complete", history=h,
+        summary=metrics.summarize_history(h), provenance={}, started_at="2026-01-01T00:00:00Z",
+        finished_at="2026-01-01T00:00:01Z"))
 
 
 @pytest.fixture

@@ -18,11 +18,11 @@ import pandas as pd
 import pytest
 import torch
 
-from initmem import checkpoint as ckpt
 from initmem import data as data_mod
 from initmem import forgetting
 from initmem.config import TrainConfig
-from initmem.train import checkpoint_folder, train
+from initmem.run_folders import RunFolders, checkpoints
+from initmem.train import train
 
 U32 = 2.0**-24  # float32 unit roundoff
 TINY = TrainConfig(arch="resnet9", width=1 / 16, data="synthetic", n_train=256, n_val=100, n_test=100, batch_size=64,
@@ -311,8 +311,8 @@ def test_a_resumed_run_has_the_diagnostics_of_the_uninterrupted_run(tmp_path, mo
         m.setattr(data_mod, "batches", batches)
         with pytest.raises(_Stop):
             train(config, out_dir=tmp_path, section="s", progress=False)
-    folder = checkpoint_folder(tmp_path, "s", [config])
-    assert [p.name for p in ckpt.checkpoints(folder)] == ["epoch-000002.ckpt"]
+    folder = RunFolders(tmp_path, "s").checkpoint_folder([config])
+    assert [p.name for p in checkpoints(folder)] == ["epoch-000002.ckpt"]
     resumed = train(config, out_dir=tmp_path, section="s", progress=False)
     cols = _diagnostics(whole.history)
     assert len(cols) == 31 and not folder.exists()

@@ -72,7 +72,7 @@ def test_the_cycle_finder_finds_a_cycle():
 
 
 def test_config_and_results_are_torch_free():
-    code = ("import sys, initmem.config, initmem.results, initmem.metrics; "
+    code = ("import sys, initmem.config, initmem.results, initmem.metrics, initmem.run_folders; "
             "print(sorted(m for m in ('torch', 'papermill', 'jupytext', 'submitit') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, timeout=120)
     assert out.returncode == 0 and out.stdout.strip() == "[]", out.stderr

@@ -13,18 +13,19 @@ from collections import Counter
 import faults
 import pytest
 
-from initmem import locks, point
+from initmem import point, run_folders
 from initmem.config import TrainConfig
 from initmem.errors import ResultsError
-from initmem.results import is_complete, load_runs, read_run, run_dir
+from initmem.results import load_runs, read_run
+from initmem.run_folders import RunFolders
 from initmem.train import train
 
 SWEEP = {**faults.TINY, "epochs": 2}
 HOLD = """
 import sys, time
 from pathlib import Path
-from initmem import locks
-lock = locks.try_lock(sys.argv[1])
+from initmem import run_folders
+lock = run_folders.lock(sys.argv[1])
 print("GOT" if lock else "HELD", flush=True)
 if lock and len(sys.argv) > 2:
     go = Path(sys.argv[2])
@@ -46,18 +47,18 @@ def _probe(folder) -> str:
 
 def test_the_lock_is_exclusive_across_processes_and_reentrant_within_one(tmp_path):
     folder = tmp_path / "s" / "abc123"
-    lock = locks.try_lock(folder)
-    assert lock is not None and locks.lock_path(folder) == tmp_path / "s" / "abc123.lock"
+    lock = run_folders.lock(folder)
+    assert lock is not None and run_folders.lock_path(folder) == tmp_path / "s" / "abc123.lock"
     assert not folder.exists()  # the lock lives beside the run folder: nothing half-made inside
-    assert re.fullmatch(rf".+ pid {os.getpid()} since \d{{4}}-.+", locks.holder(folder))
-    inner = locks.try_lock(folder)  # re-entrant: train_point holds it, then train() takes it again
+    assert re.fullmatch(rf".+ pid {os.getpid()} since \d{{4}}-.+", run_folders.holder(folder))
+    inner = run_folders.lock(folder)  # re-entrant: train_point holds it, then train() takes it again
     assert inner is not None
     inner.release()
     assert _probe(folder) == "HELD"  # the outer hold still counts
     lock.release()
     lock.release()  # idempotent
     assert _probe(folder) == "GOT"
-    with locks.try_lock(folder) as again:
+    with run_folders.lock(folder) as again:
         assert again is not None
     assert _probe(folder) == "GOT"
 
@@ -66,17 +67,17 @@ def test_a_lock_whose_holder_was_killed_is_acquirable(tmp_path):
     folder = tmp_path / "run"
     holder = faults.Child([*faults.python_cmd(HOLD), str(folder), str(tmp_path / "never")])
     holder.wait_for("^GOT$")
-    assert locks.try_lock(folder) is None
-    assert f"pid {holder.proc.pid} " in locks.holder(folder)
+    assert run_folders.lock(folder) is None
+    assert f"pid {holder.proc.pid} " in run_folders.holder(folder)
     holder.kill()  # no release, no cleanup: the kernel drops the flock with the process
-    lock = locks.try_lock(folder)
+    lock = run_folders.lock(folder)
     assert lock is not None
     lock.release()
 
 
 def test_train_refuses_a_run_that_another_process_holds(tmp_path):
     cfg = TrainConfig(**SWEEP)
-    folder = run_dir(tmp_path, "s", cfg)
+    folder = RunFolders(tmp_path, "s").folder(cfg)
     holder = faults.Child([*faults.python_cmd(HOLD), str(folder), str(tmp_path / "never")])
     try:
         holder.wait_for("^GOT$")
@@ -91,7 +92,7 @@ def test_the_sweep_skips_a_locked_run_waits_for_it_and_does_not_train_it_again(t
     locked = TrainConfig(**{**SWEEP, "sigma_w": 0.5})
     other = TrainConfig(**{**SWEEP, "sigma_w": 1.0})
     go = tmp_path / "go.py"
-    holder = faults.Child([*faults.python_cmd(HOLD), str(run_dir(tmp_path, "s", locked)), str(go)])
+    holder = faults.Child([*faults.python_cmd(HOLD), str(RunFolders(tmp_path, "s").folder(locked)), str(go)])
     holder.wait_for("^GOT$")
     trained, real = [], point.train
     monkeypatch.setattr(point, "train", lambda c, **kw: (trained.append(c.sigma_w), real(c, **kw))[1])
@@ -99,10 +100,10 @@ def test_the_sweep_skips_a_locked_run_waits_for_it_and_does_not_train_it_again(t
     sweep = threading.Thread(target=lambda: result.update(df=faults.sweep_point(
         SWEEP, sigma_ws=[0.5, 1.0], results=tmp_path, section="s", progress=False)))
     sweep.start()
-    deadline = time.monotonic() + 120
-    while not is_complete(tmp_path, "s", other) and time.monotonic() < deadline:
+    deadline, owner = time.monotonic() + 120, RunFolders(tmp_path, "s")
+    while not owner.is_complete(other) and time.monotonic() < deadline:
         time.sleep(0.1)
-    assert is_complete(tmp_path, "s", other) and sweep.is_alive()  # did the free run, now waits for the locked one
+    assert owner.is_complete(other) and sweep.is_alive()  # did the free run, now waits for the locked one
     go.write_text(f"from initmem.train import TrainConfig, train\n"
                   f"train(TrainConfig(**{SWEEP | {'sigma_w': 0.5}!r}), out_dir={str(tmp_path)!r}, section='s', "
                   f"progress=False)\n")  # the holder trains it under its lock (re-entrant), then exits
@@ -125,7 +126,7 @@ def test_two_concurrent_sweeps_train_every_run_exactly_once(tmp_path):
     outs = [c.finish(timeout=600) for c in children]
     for rc, out in outs:
         assert rc == 0 and "ROWS 4 complete complete complete complete" in out, out
-    ids = [run_dir(tmp_path, "s", TrainConfig(**{**SWEEP, "sigma_w": s})).name for s in sigma_ws]
+    ids = [RunFolders(tmp_path, "s").folder(TrainConfig(**{**SWEEP, "sigma_w": s})).name for s in sigma_ws]
     headers = Counter(m for _, out in outs for m in re.findall(r"^run (\w{12}): sigma_w=", out, re.M))
     assert headers == Counter(ids), "\n\n".join(out for _, out in outs)  # every run trained once, by one of them
     runs = load_runs(tmp_path)

@@ -28,6 +28,7 @@ from initmem import checkpoint, cli
 from initmem.errors import CheckpointError, ConfigError
 from initmem.notebook import SMOKE, checked_parameters
 from initmem.params import load_section, load_yaml, yaml_error_line
+from initmem.run_folders import checkpoints
 
 HEADER = ("# ---\n# jupyter:\n#   kernelspec:\n#     display_name: Python 3\n#     language: python\n"
           "#     name: python3\n# ---\n")
@@ -380,7 +381,7 @@ def test_a_run_whose_checkpoint_hits_a_full_disk_resumes_after_it(tmp_path, monk
     with pytest.raises(CheckpointError, match="epoch-000002.ckpt' could not be written: No space left on device"):
         train(config, out_dir=tmp_path, section="s", progress=False)
     (folder,) = [p for p in (tmp_path / "s").iterdir() if p.is_dir()]
-    assert [p.name for p in checkpoint.checkpoints(checkpoint.folder_of(folder))] == ["epoch-000001.ckpt"]
+    assert [p.name for p in checkpoints(folder / "checkpoints")] == ["epoch-000001.ckpt"]
     monkeypatch.undo()
     result = train(config, out_dir=tmp_path, section="s", progress=False)
     assert result.status == "complete" and result.summary["epochs_run"] == 3

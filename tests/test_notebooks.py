@@ -22,6 +22,7 @@ from initmem.config import TrainConfig, point_configs
 from initmem.params import load_section
 from initmem.point_report import interpolation_rows
 from initmem.results import load_runs, run_id
+from initmem.run_folders import RunFolders
 from initmem.sweep import run_sweep
 from initmem.table_text import display_frame
 from initmem.tables import long_training_table
@@ -187,9 +188,9 @@ def _fake_run(results_dir: Path, sigma_w: float, val_loss: list[float], test_acc
                       "train_acc": [0.1] + [1.0] * (n - 1), "val_loss": val_loss, "val_acc": 0.5, "test_loss": 1.0,
                       "test_acc": test_acc, "weight_norm": 1.0, "T_SGD": t_sgd, "T_L2": 0.0, "T_adapt": 0.0,
                       "wall_time": 0.0})
-    results.write_run(results.RunResult(config, run_id(config), "complete", h, metrics.summarize_history(h),
-                                        None, {}, "2026-01-01T00:00:00+00:00", "2026-01-01T00:00:01+00:00"),
-                      results_dir, "s")
+    RunFolders(results_dir, "s").write(results.RunResult(
+        config, run_id(config), "complete", h, metrics.summarize_history(h), None, {}, "2026-01-01T00:00:00+00:00",
+        "2026-01-01T00:00:01+00:00"))
 
 
 def test_long_training_table_reads_each_run_at_its_best_validation_epoch_so_far(tmp_path):

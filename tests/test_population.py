@@ -58,10 +58,10 @@ from initmem import data as data_mod
 from initmem import members, metrics, models, optim
 from initmem.config import TrainConfig, check_members
 from initmem.errors import ConfigError, ResultsError
-from initmem.locks import lock_path
 from initmem.record import HISTORY_COLUMNS
-from initmem.results import is_complete, load_runs, read_run, run_dir
-from initmem.train import POPULATIONS, checkpoint_folder, population_id, train
+from initmem.results import load_runs, read_run
+from initmem.run_folders import FAILED, POPULATIONS, RunFolders, checkpoints, lock_path, population_id
+from initmem.train import train
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")  # the tolerances below were measured on one thread
 
@@ -314,7 +314,7 @@ def test_run_folders_are_written_like_train_writes_them(tmp_path):
     pop = train(configs, out_dir=tmp_path, section="s", progress=False)
     sep = train(configs[1], out_dir=tmp_path / "sep", section="s", progress=False)
     for r, c in zip(pop, configs, strict=True):
-        assert r.path == run_dir(tmp_path, "s", c) and is_complete(tmp_path, "s", c)
+        assert r.path == RunFolders(tmp_path, "s").folder(c) and RunFolders(tmp_path, "s").is_complete(c)
         rec = read_run(r.path)
         assert rec["config"] == c.to_dict() and rec["status"] == "complete"
         assert rec["provenance"]["population"] == 3
@@ -330,7 +330,7 @@ def test_run_folders_are_written_like_train_writes_them(tmp_path):
 
 def test_a_member_locked_by_another_process_is_refused_before_training(tmp_path):
     configs = _members(TINY.replace(epochs=1))
-    held = run_dir(tmp_path, "s", configs[1])
+    held = RunFolders(tmp_path, "s").folder(configs[1])
     code = ("import fcntl, os, sys, time; fd = os.open(sys.argv[1], os.O_RDWR | os.O_CREAT); "
             "fcntl.flock(fd, fcntl.LOCK_EX); print('GOT', flush=True); time.sleep(60)")
     lock_path(held).parent.mkdir(parents=True)
@@ -341,7 +341,7 @@ def test_a_member_locked_by_another_process_is_refused_before_training(tmp_path)
         with pytest.raises(ResultsError, match=f"{held.name}.*locked"):
             train(configs, out_dir=tmp_path, section="s", progress=False)
         assert time.perf_counter() - t0 < 10
-        assert not any(is_complete(tmp_path, "s", c) for c in configs)
+        assert not any(RunFolders(tmp_path, "s").is_complete(c) for c in configs)
     finally:
         child.kill()
         child.wait()
@@ -384,10 +384,10 @@ def test_an_interrupted_checkpointed_population_resumes_to_the_uninterrupted_his
         _stop_at_epoch(m, 3)  # the checkpoint of epoch 2 exists; epoch 3 is lost
         with pytest.raises(_Stop):
             train(configs, out_dir=tmp_path, section="s", progress=False)
-    folder = checkpoint_folder(tmp_path, "s", configs)
+    folder = RunFolders(tmp_path, "s").checkpoint_folder(configs)
     assert folder.parent.parent == tmp_path / "s" / POPULATIONS and folder.parent.name == population_id(configs)
-    assert [p.name for p in ckpt.checkpoints(folder)] == ["epoch-000002.ckpt"]
-    assert not any(is_complete(tmp_path, "s", c) for c in configs)
+    assert [p.name for p in checkpoints(folder)] == ["epoch-000002.ckpt"]
+    assert not any(RunFolders(tmp_path, "s").is_complete(c) for c in configs)
     epochs, real = [], data_mod.batches
     monkeypatch.setattr(data_mod, "batches", lambda *a, **k: epochs.append(1) or real(*a, **k))
     monkeypatch.setenv("INITMEM_PROGRESS", "lines")
@@ -399,7 +399,7 @@ def test_an_interrupted_checkpointed_population_resumes_to_the_uninterrupted_his
         pd.testing.assert_frame_equal(a.history.drop(columns="wall_time"), b.history.drop(columns="wall_time"),
                                       check_exact=True)
         assert a.history["wall_time"].is_monotonic_increasing
-        assert is_complete(tmp_path, "s", a.config)
+        assert RunFolders(tmp_path, "s").is_complete(a.config)
 
 
 def test_a_checkpoint_of_another_member_set_is_not_resumed(tmp_path, monkeypatch):
@@ -408,12 +408,12 @@ def test_a_checkpoint_of_another_member_set_is_not_resumed(tmp_path, monkeypatch
         _stop_at_epoch(m, 1)
         with pytest.raises(_Stop):
             train(configs, out_dir=tmp_path, section="s", progress=False)
-    theirs = checkpoint_folder(tmp_path, "s", configs)
+    theirs = RunFolders(tmp_path, "s").checkpoint_folder(configs)
     other = [configs[0], configs[0].replace(sigma_w=1.0)]
-    mine = checkpoint_folder(tmp_path, "s", other)
-    assert theirs != mine and ckpt.checkpoints(theirs)
+    mine = RunFolders(tmp_path, "s").checkpoint_folder(other)
+    assert theirs != mine and checkpoints(theirs)
     mine.mkdir(parents=True)
-    shutil.copy(ckpt.checkpoints(theirs)[0], mine / "epoch-000001.ckpt")  # a foreign checkpoint in its folder
+    shutil.copy(checkpoints(theirs)[0], mine / "epoch-000001.ckpt")  # a foreign checkpoint in its folder
     with pytest.warns(UserWarning, match=f"does not belong to .*{population_id(other)}"):
         out = train(other, out_dir=tmp_path, section="s", progress=False)
     assert [len(r.history) for r in out] == [3, 3] and not mine.exists()
@@ -421,7 +421,7 @@ def test_a_checkpoint_of_another_member_set_is_not_resumed(tmp_path, monkeypatch
     for a, b in zip(out, fresh, strict=True):
         pd.testing.assert_frame_equal(a.history.drop(columns="wall_time"), b.history.drop(columns="wall_time"),
                                       check_exact=True)
-    assert ckpt.checkpoints(theirs)  # the other set's own checkpoint is left alone
+    assert checkpoints(theirs)  # the other set's own checkpoint is left alone
 
 
 # ---------------------------------------------------------------------------------------------------- a point
@@ -433,7 +433,7 @@ def test_the_point_trains_its_missing_runs_as_one_population(tmp_path, monkeypat
     base = TINY.replace(epochs=1)
     done = train(base.replace(sigma_w=0.5), out_dir=tmp_path, section="s", progress=False)  # complete already
     cut = base.replace(sigma_w=1.0)
-    ckpt.save(ckpt.folder_of(run_dir(tmp_path, "s", cut)), 0, {"epoch": 0})  # a separate run cut short
+    ckpt.save(RunFolders(tmp_path, "s").checkpoint_folder([cut]), 0, {"epoch": 0})  # a separate run cut short
 
     separate, real = [], point_mod.train
 
@@ -471,7 +471,7 @@ def test_a_failing_population_falls_back_to_separate_runs(tmp_path, monkeypatch,
         capsys.readouterr().out)
     assert (df["status"] == "complete").all() and len(df) == 2
     assert all("population" not in read_run(p)["provenance"] for p in df["path"])
-    assert not any((Path(p) / point_mod.FAILED).exists() for p in df["path"])
+    assert not any((Path(p) / FAILED).exists() for p in df["path"])
     # the fallback stays where a user looks afterwards: each run's provenance and the sweep's line for the point
     assert [read_run(p)["provenance"]["population_fallback"] for p in df["path"]] == ["RuntimeError: out of memory"] * 2
     from initmem.point_report import sweep_row

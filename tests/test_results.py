@@ -25,16 +25,13 @@ from initmem.results import (
     HISTORY_CONFIG_COLUMNS,
     RUN_COLUMNS,
     SUMMARY_KEYS,
-    check_writable,
-    is_complete,
     load_histories,
     load_runs,
     read_run,
-    run_dir,
     run_id,
     verify_run,
-    write_run,
 )
+from initmem.run_folders import RunFolders
 from initmem.train import RunResult, TrainConfig
 
 CONFIG_FIELDS = [f.name for f in dataclasses.fields(TrainConfig)]
@@ -59,10 +56,10 @@ def fake_result(sigma_w: float = 1.0, seed: int = 0, status: str = "complete", e
 
 
 # ------------------------------------------------------------------------------------------------ writing, reading
-def test_write_run_writes_history_and_a_strict_json_record(tmp_path):
+def test_write_writes_history_and_a_strict_json_record(tmp_path):
     result = fake_result()
-    folder = write_run(result, tmp_path, "sec")
-    assert folder == tmp_path / "sec" / result.run_id == run_dir(tmp_path, "sec", result.config)
+    folder = RunFolders(tmp_path, "sec").write(result)
+    assert folder == tmp_path / "sec" / result.run_id == RunFolders(tmp_path, "sec").folder(result.config)
     assert sorted(p.name for p in folder.iterdir()) == ["history.csv", "run.json"]  # no temp files left behind
     text = (folder / "run.json").read_text()
     rec = json.loads(text, parse_constant=lambda c: pytest.fail(f"non-standard JSON constant {c}"))
@@ -77,14 +74,14 @@ def test_write_run_writes_history_and_a_strict_json_record(tmp_path):
     assert read_run(folder) == read_run(folder / "run.json") == verify_run(folder) == rec
 
 
-def test_write_run_refuses_a_result_that_would_not_verify(tmp_path):
+def test_write_refuses_a_result_that_would_not_verify(tmp_path):
     result = fake_result()
     for bad, what in [(dataclasses.replace(result, status="running"), "status 'running'"),
                       (dataclasses.replace(result, summary={"best_epoch": 2}), "summary without the keys"),
                       (dataclasses.replace(result, provenance=None), "provenance=None"),
                       (dataclasses.replace(result, run_id="0123456789ab"), "hashes to run id")]:
         with pytest.raises(ResultsError, match=re.escape(what)):
-            write_run(bad, tmp_path, "sec")
+            RunFolders(tmp_path, "sec").write(bad)
     assert not (tmp_path / "sec").exists()  # refused before anything was created
     h = result.history
     nan_epoch = h.assign(epoch=h["epoch"].where(h["epoch"] != 2))
@@ -93,44 +90,44 @@ def test_write_run_refuses_a_result_that_would_not_verify(tmp_path):
                           (h.assign(val_acc=["0.1", "x", "0.2", "0.3"]), "non-number in column 'val_acc' on line 3"),
                           (h.iloc[::-1], "epochs that are not whole numbers increasing from 0")]:
         with pytest.raises(ResultsError, match=re.escape(what)):
-            write_run(dataclasses.replace(result, history=history), tmp_path, "sec")
-        assert not (run_dir(tmp_path, "sec", result.config) / "run.json").exists()
-        assert not is_complete(tmp_path, "sec", result.config)
+            RunFolders(tmp_path, "sec").write(dataclasses.replace(result, history=history))
+        assert not (RunFolders(tmp_path, "sec").folder(result.config) / "run.json").exists()
+        assert not RunFolders(tmp_path, "sec").is_complete(result.config)
 
 
 def test_non_finite_numbers_are_written_as_null(tmp_path):
     result = fake_result()
     result.summary["repair_gap"] = float("nan")
     result.summary["norm_ratio"] = np.float64("inf")
-    rec = read_run(write_run(result, tmp_path, "sec"))
+    rec = read_run(RunFolders(tmp_path, "sec").write(result))
     assert rec["summary"]["repair_gap"] is None and rec["summary"]["norm_ratio"] is None
 
 
 def test_is_complete_needs_a_valid_finished_record_and_the_history(tmp_path):
     result = fake_result()
-    assert not is_complete(tmp_path, "sec", result.config)
-    folder = write_run(result, tmp_path, "sec")
-    assert is_complete(tmp_path, "sec", result.config)
-    assert not is_complete(tmp_path, "other", result.config)
+    assert not RunFolders(tmp_path, "sec").is_complete(result.config)
+    folder = RunFolders(tmp_path, "sec").write(result)
+    assert RunFolders(tmp_path, "sec").is_complete(result.config)
+    assert not RunFolders(tmp_path, "other").is_complete(result.config)
     (folder / "history.csv").unlink()
-    assert not is_complete(tmp_path, "sec", result.config)
-    write_run(dataclasses.replace(result, status="diverged"), tmp_path, "sec")
-    assert is_complete(tmp_path, "sec", result.config)
+    assert not RunFolders(tmp_path, "sec").is_complete(result.config)
+    RunFolders(tmp_path, "sec").write(dataclasses.replace(result, status="diverged"))
+    assert RunFolders(tmp_path, "sec").is_complete(result.config)
     rec = json.loads((folder / "run.json").read_text())
     (folder / "run.json").write_text(json.dumps({**rec, "status": "running"}))
-    assert not is_complete(tmp_path, "sec", result.config)
+    assert not RunFolders(tmp_path, "sec").is_complete(result.config)
 
 
 @pytest.mark.parametrize("content", ['{"schema": 2, "run_id": "x", "sect', "", "[1, 2]", '{"schema": 2}',
                                      "\x00\xff garbage"])
 def test_a_corrupt_run_json_is_named_by_read_run_and_the_loaders(tmp_path, content):
-    good = write_run(fake_result(sigma_w=0.5), tmp_path, "sec")
-    bad = write_run(fake_result(sigma_w=2.0), tmp_path, "sec")
+    good = RunFolders(tmp_path, "sec").write(fake_result(sigma_w=0.5))
+    bad = RunFolders(tmp_path, "sec").write(fake_result(sigma_w=2.0))
     (bad / "run.json").write_text(content, encoding="latin-1")
     named = re.escape(str(bad / "run.json"))
     with pytest.raises(ResultsError, match=named):
         read_run(bad)
-    assert not is_complete(tmp_path, "sec", fake_result(sigma_w=2.0).config)
+    assert not RunFolders(tmp_path, "sec").is_complete(fake_result(sigma_w=2.0).config)
     for load in (load_runs, load_histories):
         with pytest.raises(ResultsError, match=named):
             load(tmp_path)
@@ -144,7 +141,7 @@ def test_a_corrupt_run_json_is_named_by_read_run_and_the_loaders(tmp_path, conte
 def test_read_run_names_a_missing_file_and_a_wrong_schema(tmp_path):
     with pytest.raises(ResultsError, match="does not exist"):
         read_run(tmp_path / "nope")
-    folder = write_run(fake_result(), tmp_path, "sec")
+    folder = RunFolders(tmp_path, "sec").write(fake_result())
     rec = json.loads((folder / "run.json").read_text())
     (folder / "run.json").write_text(json.dumps({**rec, "schema": 99}))
     with pytest.raises(ResultsError, match="schema 99"):
@@ -153,18 +150,18 @@ def test_read_run_names_a_missing_file_and_a_wrong_schema(tmp_path):
         load_runs(tmp_path, damaged="ignore")
 
 
-def test_check_writable_refuses_a_path_under_a_file(tmp_path):
+def test_writable_refuses_a_path_under_a_file(tmp_path):
     (tmp_path / "f").write_text("x")
     with pytest.raises(ResultsError, match=re.escape(str(tmp_path / "f" / "sec"))):
-        check_writable(tmp_path / "f" / "sec")
-    assert check_writable(tmp_path / "a" / "b").is_dir()
+        RunFolders(tmp_path / "f", "sec").writable()
+    assert RunFolders(tmp_path / "a", "b").writable().is_dir()
 
 
 # ------------------------------------------------------------------------------------------------ loaders
 def test_load_runs_reads_a_tree_of_any_depth_with_the_contract_columns(tmp_path):
     a, b = fake_result(sigma_w=0.5), fake_result(sigma_w=2.0, status="diverged")
-    write_run(a, tmp_path / "cpu", "s1")
-    write_run(b, tmp_path / "paper" / "deeper", "s2")
+    RunFolders(tmp_path / "cpu", "s1").write(a)
+    RunFolders(tmp_path / "paper" / "deeper", "s2").write(b)
     runs = load_runs(tmp_path)
     assert list(runs.columns[:4]) == list(RUN_COLUMNS)
     assert set(CONFIG_FIELDS) | set(SUMMARY_KEYS) | {"git_commit", "data_source"} <= set(runs.columns)
@@ -180,8 +177,8 @@ def test_load_runs_reads_a_tree_of_any_depth_with_the_contract_columns(tmp_path)
 
 def test_load_histories_adds_run_and_config_columns_and_keeps_values(tmp_path):
     a, b = fake_result(sigma_w=0.5, epochs=2), fake_result(sigma_w=2.0, seed=3)
-    write_run(a, tmp_path, "s")
-    write_run(b, tmp_path, "s")
+    RunFolders(tmp_path, "s").write(a)
+    RunFolders(tmp_path, "s").write(b)
     h = load_histories(tmp_path)
     assert list(h.columns[:2 + len(HISTORY_CONFIG_COLUMNS)]) == ["run_id", "section", *HISTORY_CONFIG_COLUMNS]
     assert len(h) == 3 + 4 and set(h["run_id"]) == {a.run_id, b.run_id}
@@ -225,7 +222,7 @@ def test_point_summary_averages_seeds_before_the_spread():
 
 
 def test_loading_warns_only_for_corrupt_files(tmp_path):
-    write_run(fake_result(), tmp_path, "s")
+    RunFolders(tmp_path, "s").write(fake_result())
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         assert len(load_runs(tmp_path)) == 1 and len(load_histories(tmp_path)) == 4

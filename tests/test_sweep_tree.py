@@ -16,7 +16,8 @@ from initmem import cli
 from initmem.config import point_configs
 from initmem.errors import ResultsError
 from initmem.point import train_point
-from initmem.results import DAMAGED_DIR, load_runs, verify_run
+from initmem.results import load_runs, verify_run
+from initmem.run_folders import DAMAGED_DIR
 from initmem.sweep import load_section, run_sweep
 
 ONE = """\

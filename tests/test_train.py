@@ -22,7 +22,8 @@ from initmem import train as train_mod
 from initmem.config import RUN_ID_EXCLUDE, TrainConfig
 from initmem.errors import ConfigError, ResultsError
 from initmem.record import HISTORY_COLUMNS
-from initmem.results import is_complete, load_histories, load_runs, read_run, run_id
+from initmem.results import load_histories, load_runs, read_run, run_id
+from initmem.run_folders import RunFolders
 from initmem.train import _progress_mode, train
 
 TINY = dict(arch="resnet9", width=0.0625, sigma_w=1.0, optimizer="sgd", lr=0.05, weight_decay=5e-4, batch_size=64,
@@ -105,7 +106,7 @@ def test_summary_is_summarize_history_of_the_history(run):
 
 def test_the_written_run_reads_back_through_load_runs_and_load_histories(run):
     result, out = run
-    assert result.path == out / "sec" / result.run_id and is_complete(out, "sec", result.config)
+    assert result.path == out / "sec" / result.run_id and RunFolders(out, "sec").is_complete(result.config)
     runs = load_runs(out)
     assert len(runs) == 1
     row = runs.iloc[0]
@@ -160,7 +161,7 @@ def test_a_huge_learning_rate_is_recorded_as_diverged_and_returns(tmp_path):
     assert result.status == "diverged" and result.summary["diverged_epoch"] == 1
     assert result.history["epoch"].tolist() == [0, 1]  # kept up to and including the diverged epoch
     assert not math.isfinite(result.history["train_loss"].iloc[1])
-    assert read_run(result.path)["status"] == "diverged" and is_complete(tmp_path, "adhoc", cfg)
+    assert read_run(result.path)["status"] == "diverged" and RunFolders(tmp_path, "adhoc").is_complete(cfg)
 
 
 # ------------------------------------------------------------------------------------------------ progress

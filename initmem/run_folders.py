@@ -1,0 +1,372 @@
+"""The run folders of a results tree, owned here and nowhere else: where a run lives (`<results>/<section>/<run_id>/`),
+its lock, whether it is complete, setting a damaged one aside, where its checkpoints go, writing its record and
+marking a failed attempt (`failed.json`). The engine and `point` reach a folder only through a `RunFolders`; reading
+a tree is `initmem.results`. Torch-free: the sweep and `initmem plan` use it without torch.
+
+Locks: one per run folder, so that concurrent sweeps (two shells, a local pool and a Slurm array, a requeued job and
+its stale twin) never train the same run twice or interleave writes to its files. The lock is
+`fcntl.flock(LOCK_EX | LOCK_NB)` on `<run folder>.lock` (beside the folder, so that a run that fails before it writes
+anything leaves no half-made run folder behind), held on an open file descriptor: the kernel releases it when the
+holder's process dies however it dies (SIGKILL, OOM, node reboot), so there is no stale-lock cleanup and no timeout to
+tune. The file holds the holder's host and pid, for messages only; it is never deleted (unlinking a flock file lets
+two processes lock two different inodes under one name). flock works on local filesystems and on NFSv4/Lustre mounts
+that support it (most clusters'); a filesystem that refuses it raises. Locks are re-entrant within a process:
+`point` locks a run and then calls `train`, which locks it again (so that a bare `initmem train` is protected too);
+only the outermost release unlocks.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as _dt
+import fcntl
+import hashlib
+import json
+import os
+import re
+import socket
+import traceback
+from collections.abc import Iterator
+from pathlib import Path
+
+import pandas as pd
+
+from initmem.config import TrainConfig, run_id
+from initmem.errors import ConfigError, ResultsError
+from initmem.files import atomic_write, ensure_writable
+from initmem.provenance import portable
+from initmem.record import (
+    SCHEMA,
+    check_record,
+    dumps_record,
+    frame_problem,
+    history_meta,
+    parse_record,
+    read_history,
+    record_error,
+)
+from initmem.results import RunResult, find_runs, load_runs, verify_run
+
+DAMAGED_DIR = ".damaged"  # <section>/.damaged/<run_id>-<UTC stamp>/: where set_aside moves a damaged run
+FAILED = "failed.json"  # in a run folder: the last attempt raised; removed when the run completes
+POPULATIONS = "populations"  # <section>/populations/<population_id>/checkpoints/: an unfinished population (K > 1)
+CHECKPOINTS = "checkpoints"  # <run folder>/checkpoints/: an unfinished single run's
+_CHECKPOINT = re.compile(r"epoch-(\d{6,})\.ckpt")  # a checkpoint file's name (`checkpoint_file`)
+_HELD: dict[str, list] = {}  # resolved lock path -> [fd, depth, pid]: this process's locks
+
+
+def utcnow() -> str:
+    """Now in UTC to the second, as run records, lock files and failure markers stamp it."""
+    return _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds")
+
+
+# ------------------------------------------------------------------------------------------------------ locks
+def lock_path(run_folder: str | Path) -> Path:
+    """`<run folder>.lock`, beside the run folder."""
+    run_folder = Path(run_folder)
+    return run_folder.with_name(run_folder.name + ".lock")
+
+
+class RunLock:
+    """A held lock on one run folder; `release()` (or leaving a `with` block) gives it back."""
+
+    def __init__(self, run_folder: Path, key: str):
+        self.run_folder, self._key, self._released = run_folder, key, False
+
+    def release(self) -> None:
+        if self._released:
+            return
+        self._released = True
+        entry = _HELD.get(self._key)
+        if entry is None or entry[2] != os.getpid():
+            return
+        entry[1] -= 1
+        if entry[1] == 0:
+            del _HELD[self._key]
+            os.close(entry[0])  # closing the descriptor drops the flock
+
+    def __enter__(self) -> RunLock:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.release()
+
+
+def holder(run_folder: str | Path) -> str:
+    """Who holds (or last held) the lock, as written in the lock file: "host pid <pid> since <time>", or "unknown"."""
+    try:
+        text = lock_path(run_folder).read_text(encoding="utf-8").strip()
+    except OSError:
+        text = ""
+    return text or "unknown"
+
+
+def lock(run_folder: str | Path, *, wait: bool = False) -> RunLock | None:
+    """Lock `run_folder` (its parent is created if needed); None when another process holds it (`wait`: as long as it
+    does, it is training that run). ResultsError when the lock file cannot be created or locked for another reason."""
+    run_folder = Path(run_folder)
+    path = lock_path(run_folder)
+    key = str(path.resolve())
+    entry = _HELD.get(key)
+    if entry is not None and entry[2] == os.getpid():  # re-entrant in this process
+        entry[1] += 1
+        return RunLock(run_folder, key)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    except OSError as exc:
+        raise ResultsError(f"cannot create the lock file {str(path)!r}: {exc.strerror or exc}") from None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
+    except BlockingIOError:
+        os.close(fd)
+        return None
+    except OSError as exc:
+        os.close(fd)
+        raise ResultsError(f"cannot lock {str(path)!r}: {exc.strerror or exc} (does this filesystem support "
+                           "flock?)") from None
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, f"{socket.gethostname()} pid {os.getpid()} since {utcnow()}\n".encode(), 0)
+    _HELD[key] = [fd, 1, os.getpid()]
+    return RunLock(run_folder, key)
+
+
+# ------------------------------------------------------------------------------------------------ checkpoints
+def checkpoint_file(folder: str | Path, epoch: int) -> Path:
+    """`<folder>/epoch-NNNNNN.ckpt`: the checkpoint of `epoch` (its format: `initmem.checkpoint`)."""
+    return Path(folder) / f"epoch-{epoch:06d}.ckpt"
+
+
+def checkpoints(folder: str | Path) -> list[Path]:
+    """The checkpoint files in `folder`, newest (highest epoch) first; temp files and strangers are ignored."""
+    folder = Path(folder)
+    if not folder.is_dir():
+        return []
+    found = [(int(m.group(1)), p) for p in folder.iterdir() if (m := _CHECKPOINT.fullmatch(p.name)) and p.is_file()]
+    return [p for _, p in sorted(found, reverse=True)]
+
+
+def clear_checkpoints(folder: str | Path) -> None:
+    """Delete a checkpoints folder (its runs' run.json files are written: nothing will resume from it)."""
+    folder = Path(folder)
+    if folder.is_dir():
+        for p in folder.iterdir():
+            if p.is_file() and (_CHECKPOINT.fullmatch(p.name) or p.name.endswith(".tmp")):
+                p.unlink(missing_ok=True)
+        with contextlib.suppress(OSError):  # something else lives there: leave it
+            folder.rmdir()
+
+
+def population_id(configs: list[TrainConfig]) -> str:
+    """12 hex digits naming a member set (order-free); a single run is named by its run id."""
+    ids = sorted(run_id(c) for c in configs)
+    return ids[0] if len(ids) == 1 else hashlib.sha256(" ".join(ids).encode()).hexdigest()[:12]
+
+
+# ---------------------------------------------------------------------------------------- damaged and copies
+def set_aside(folder: str | Path) -> Path:
+    """Move a damaged run folder to `<section>/.damaged/<run_id>-<UTC stamp>/` (unchanged; why it was damaged goes
+    to the `.txt` beside it) and return its new path; nothing is deleted. A run that verifies is a ResultsError."""
+    folder = Path(folder)
+    if not folder.is_dir():
+        raise ResultsError(f"{str(folder)!r} is not a run folder: only an existing run folder is set aside")
+    try:
+        verify_run(folder)
+    except ResultsError as exc:
+        why = str(exc)
+    else:
+        raise ResultsError(f"{str(folder)!r} holds a run that verifies: only a damaged run is set aside")
+    base = f"{folder.name}-{_dt.datetime.now(_dt.UTC).strftime('%Y%m%dT%H%M%SZ')}"
+    dest, n = folder.parent / DAMAGED_DIR / base, 1
+    while dest.exists() or (dest.parent / f"{dest.name}.txt").exists():
+        n += 1
+        dest = dest.with_name(f"{base}-{n}")
+    try:
+        dest.parent.mkdir(exist_ok=True)
+        os.rename(folder, dest)
+        atomic_write(dest.parent / f"{dest.name}.txt", f"set aside {_dt.datetime.now(_dt.UTC).isoformat()} from "
+                                                         f"{folder}: {why}\n")
+    except OSError as exc:
+        raise ResultsError(f"cannot set aside {str(folder)!r}: {exc.strerror or exc}") from None
+    return dest
+
+
+def other_schema(folder: str | Path) -> int | None:
+    """The schema of a run folder's record when it is readable but not this initmem's (1: `initmem migrate`
+    upgrades it), else None. Such a run is not damaged: it is never set aside nor trained again."""
+    try:
+        schema = parse_record(Path(folder) / "run.json").get("schema")
+    except ResultsError:
+        return None
+    return schema if type(schema) is int and schema != SCHEMA else None
+
+
+class RunFolders:
+    """The run folders of one section of a results tree, `<results>/<section>/<run_id>/`. `results=None`: an owner
+    that keeps nothing (a run trained without `out_dir`: no checkpoints, no record)."""
+
+    def __init__(self, results: str | Path | None, section: str):
+        if not isinstance(section, str) or not section or section != Path(section).name or section.startswith("."):
+            raise ConfigError(f"section={section!r} is invalid: a plain folder name is accepted")
+        self.results, self.section = results, section
+        self.path = None if results is None else Path(results) / section  # <results>/<section>
+
+    def folder(self, c: TrainConfig | dict) -> Path:
+        """The folder of one run: `<results>/<section>/<run_id>`."""
+        return self.path / run_id(c)
+
+    def writable(self) -> Path:
+        """Create the section's folder if needed and prove we can write into it; ResultsError naming it otherwise.
+        Called before training so that a bad --out fails in a second, not after hours of training."""
+        try:
+            return ensure_writable(self.path)
+        except OSError as exc:
+            raise ResultsError(f"results folder {str(self.path)!r} is not writable: {exc.strerror or exc}") from None
+
+    def is_complete(self, c: TrainConfig | dict) -> bool:
+        """True when the run's folder holds a finished run that verifies (a damaged run is not complete)."""
+        try:
+            verify_run(self.folder(c))
+        except ResultsError:
+            return False
+        return True
+
+    def set_aside_damaged(self, configs: list[TrainConfig]) -> Iterator[tuple[TrainConfig, str]]:
+        """Set aside each damaged run folder of `configs` (it would pass for a run in progress), yielding (config, why
+        and where to); a record of an older schema is not damaged: its ResultsError names `initmem migrate`."""
+        for c in configs:
+            if ((folder := self.folder(c)) / "run.json").exists():
+                try:
+                    verify_run(folder)
+                except ResultsError as exc:
+                    if other_schema(folder) is not None:
+                        raise
+                    yield c, f"{exc}; moved aside to {set_aside(folder)}"
+
+    def older_records(self) -> list[Path]:
+        """The run.json files of the section (none when it does not exist) whose schema is not this initmem's."""
+        return [f / "run.json" for f in (find_runs(self.path) if self.path.is_dir() else [])
+                if other_schema(f) is not None]
+
+    def tidy_copies(self, dry_run: bool = False) -> list[str]:
+        """Run folders of the section not named by their record's run id: a renamed run whose own folder is missing is
+        moved back to it, a copy of a run that has its folder is set aside, so that the tree stays loadable and no
+        readable run is trained again. One line per folder (`dry_run`: what would be done, nothing moved)."""
+        lines = []
+        for folder in sorted(p.parent for p in self.path.glob("*/run.json") if not p.parent.name.startswith(".")):
+            try:
+                rid = parse_record(folder / "run.json").get("run_id")
+            except ResultsError:
+                continue  # damaged: the point that owns it sets it aside
+            if not isinstance(rid, str) or rid == folder.name or Path(rid).name != rid or rid.startswith("."):
+                continue
+            own = self.path / rid
+            if dry_run:
+                lines.append(f"run {rid}: {folder} would be " + (f"set aside (a copy of {own})" if own.exists() else
+                                                                 f"moved back to {own} (a renamed run folder)"))
+            elif own.exists():
+                lines.append(f"run {rid}: {folder} is a copy of {own}; set aside to {set_aside(folder)}")
+            else:
+                try:
+                    os.rename(folder, own)
+                except OSError as exc:
+                    raise ResultsError(f"cannot move {str(folder)!r} back to {str(own)!r}: {exc.strerror or exc}"
+                                       ) from None
+                lines.append(f"run {rid}: {folder} is a renamed run folder; moved back to {own}")
+        return lines
+
+    def lock(self, c: TrainConfig, *, wait: bool = False) -> RunLock | None:
+        return lock(self.folder(c), wait=wait)
+
+    def holder(self, c: TrainConfig) -> str:
+        return holder(self.folder(c))
+
+    @contextlib.contextmanager
+    def lock_all(self, configs: list[TrainConfig]) -> Iterator[None]:
+        """Every run's lock held for the block; ResultsError naming the holder when another process holds one."""
+        with contextlib.ExitStack() as held:
+            for c in configs:
+                if (held_one := self.lock(c)) is None:
+                    raise ResultsError(f"run folder {str(self.folder(c))!r} is locked by {self.holder(c)}: that "
+                                       "process is training this run; wait for it (or train the others without it)")
+                held.enter_context(held_one)
+            yield
+
+    def checkpoint_folder(self, configs: list[TrainConfig]) -> Path | None:
+        """Where a member set's checkpoints live: a single run's in `<run>/checkpoints/`, a population's beside the runs
+        in `<section>/populations/<population_id>/checkpoints/`; None when the owner keeps nothing."""
+        if self.results is None:
+            return None
+        return (self.folder(configs[0]) if len(configs) == 1 else
+                self.path / POPULATIONS / population_id(configs)) / CHECKPOINTS
+
+    def has_checkpoints(self, c: TrainConfig) -> bool:
+        """Whether the single run `c` was cut short with checkpoints of its own (its own resume is exact)."""
+        return bool(checkpoints(self.checkpoint_folder([c])))
+
+    def finish(self, configs: list[TrainConfig]) -> None:
+        """Every member's run.json is written, so the member set never resumes: its checkpoints are deleted, and a
+        population's folder with them (populations/ too, when no other population is unfinished)."""
+        if (folder := self.checkpoint_folder(configs)) is None:
+            return
+        clear_checkpoints(folder)
+        if len(configs) > 1:
+            with contextlib.suppress(OSError):
+                folder.parent.rmdir()
+                folder.parent.parent.rmdir()
+
+    def write(self, result: RunResult) -> Path | None:
+        """Write `result` to its run folder (None: the owner keeps nothing): history.csv, then run.json (recording the
+        history's sha256, rows and columns), each atomically; run.json only once history.csv reads back as a valid
+        history of `result`, and a result whose record would not verify is a ResultsError before anything is written."""
+        if self.results is None:
+            return None
+        folder = self.folder(result.config)
+        record = {"schema": SCHEMA, "run_id": result.run_id, "section": self.section, "status": result.status,
+                  "config": result.config.to_dict(), "summary": result.summary, "history": None,
+                  "provenance": portable(result.provenance) if isinstance(result.provenance, dict) else
+                  result.provenance, "started_at": result.started_at, "finished_at": result.finished_at}
+        try:
+            check_record(json.loads(dumps_record({**record, "history": {"sha256": "0" * 64, "rows": 0,
+                                                                         "columns": []}})), folder / "run.json")
+        except ResultsError as exc:
+            raise ResultsError(f"not written: {exc}") from None
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+            (folder / "run.json").unlink(missing_ok=True)  # a stale run.json must never vouch for a new history
+            atomic_write(folder / "history.csv", result.history.to_csv(index=False))
+            data, h = read_history(folder)
+            if problem := frame_problem(h) or (len(h) != len(result.history) and "lost rows on the way to disk"):
+                raise record_error(folder / "history.csv", "was written but is no run's history, so no run.json "
+                                                           f"was: it {problem}")
+            atomic_write(folder / "run.json", dumps_record({**record, "history": history_meta(data, h)}))
+        except OSError as exc:
+            raise ResultsError(f"cannot write run folder {str(folder)!r}: {exc.strerror or exc}") from None
+        return folder
+
+    def load(self, configs: list[TrainConfig]) -> pd.DataFrame:
+        """The `load_runs` rows of exactly these runs, in their order."""
+        return pd.concat([load_runs(self.folder(c)) for c in configs], ignore_index=True)
+
+    def failed(self, c: TrainConfig) -> dict | None:
+        """The marker of the run's failed last attempt (`failed.json`: error, attempts, host, traceback), or None."""
+        try:
+            record = json.loads((self.folder(c) / FAILED).read_text(encoding="utf-8"))
+            return record if isinstance(record, dict) and isinstance(record.get("attempts"), int) else None
+        except (OSError, ValueError):
+            return None
+
+    def mark_failed(self, c: TrainConfig, exc: BaseException, message: str, attempts: int) -> Path:
+        """Record that attempt `attempts` of the run raised `exc` (`message`: its line); returns the marker's path.
+        Best effort: a folder that cannot take the record must not hide the original error."""
+        file = self.folder(c) / FAILED
+        record = {"run_id": run_id(c), "section": self.section, "sigma_w": c.sigma_w, "seed": c.seed,
+                  "error": message, "attempts": attempts, "host": socket.gethostname(), "pid": os.getpid(),
+                  "failed_at": utcnow(), "traceback": traceback.format_exception(exc)}
+        with contextlib.suppress(OSError):
+            file.parent.mkdir(parents=True, exist_ok=True)
+            atomic_write(file, json.dumps(record, indent=2, default=str) + "\n")
+        return file
+
+    def clear_failed(self, c: TrainConfig) -> None:
+        (self.folder(c) / FAILED).unlink(missing_ok=True)
