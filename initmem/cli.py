@@ -1,7 +1,5 @@
-"""The `initmem` command. Thin: every subcommand parses flags that mirror a library function's keyword arguments
-one to one, calls it, and turns an `InitmemError` into one line on stderr and a non-zero exit.
-
-Each subcommand has its own `_add_<name>(subparsers)` and `_cmd_<name>(args) -> int` pair below.
+"""The `initmem` command. Thin: each subcommand (`_add_<name>`, `_cmd_<name>`) parses flags that mirror a library
+function's keyword arguments, calls it, and turns an `InitmemError` into one line on stderr and a non-zero exit.
 """
 
 from __future__ import annotations
@@ -13,15 +11,21 @@ from initmem.cli_args import BooleanOnce, Parser
 from initmem.errors import InitmemError
 
 
+def _parser(sub: argparse._SubParsersAction, name: str, cmd, **kw) -> argparse.ArgumentParser:
+    p = sub.add_parser(name, **kw)
+    p.set_defaults(func=cmd)
+    return p
+
+
 # --- train -------------------------------------------------------------------------------------------------
 def _add_train(sub: argparse._SubParsersAction) -> None:
     import dataclasses
 
     from initmem.config import TrainConfig, field_help
 
-    p = sub.add_parser("train", help="train one run and write its folder",
-                       description="Train one run and write <out>/<section>/<run_id>/{history.csv,run.json}. "
-                                   "Every TrainConfig field has a flag; unset flags keep the TrainConfig default.")
+    p = _parser(sub, "train", _cmd_train, help="train one run and write its folder",
+                description="Train one run and write <out>/<section>/<run_id>/{history.csv,run.json}. "
+                            "Every TrainConfig field has a flag; unset flags keep the TrainConfig default.")
     for f in dataclasses.fields(TrainConfig):
         flag, default = "--" + f.name.replace("_", "-"), f.default
         shown = "per optimizer" if f.name in ("lr", "momentum", "weight_decay") else (
@@ -36,7 +40,6 @@ def _add_train(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--out", default="results", help="results folder (default: results)")
     p.add_argument("--section", default="adhoc", help="section folder under --out (default: adhoc)")
     p.add_argument("--progress", action=BooleanOnce, default=True, help="per-epoch progress (default: on)")
-    p.set_defaults(func=_cmd_train)
 
 
 def _train_value(name: str, kind: str, raw):
@@ -68,12 +71,8 @@ def _cmd_train(args: argparse.Namespace) -> int:
 
     result = train(config, out_dir=args.out, section=args.section, progress=args.progress)
     s = result.summary
-
-    def fmt(v) -> str:
-        return f"{v:.4g}" if isinstance(v, float) else str(v)
-
     print(result.path)
-    print(f"{result.status}: " + " ".join(f"{k}={fmt(s[k])}" for k in (
+    print(f"{result.status}: " + " ".join(f"{k}={s[k]:.4g}" if isinstance(s[k], float) else f"{k}={s[k]}" for k in (
         "epochs_run", "best_epoch", "test_acc_at_best", "tau_interp", "final_train_acc", "init_weight_norm",
         "final_weight_norm", "T_SGD", "T_adapt")))
     return 0
@@ -81,9 +80,9 @@ def _cmd_train(args: argparse.Namespace) -> int:
 
 # --- run ---------------------------------------------------------------------------------------------------
 def _add_run(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("run", help="execute one notebook with papermill",
-                       description="Execute a jupytext notebook with papermill (kernel python3); parameters are "
-                                   "type-checked against its parameters cell first.")
+    p = _parser(sub, "run", _cmd_run, help="execute one notebook with papermill",
+                description="Execute a jupytext notebook with papermill (kernel python3); parameters are "
+                            "type-checked against its parameters cell first.")
     p.add_argument("notebook", help="a jupytext .py notebook, e.g. notebooks/01_optimizers.py")
     p.add_argument("-p", "--parameter", nargs=2, action="append", default=[], metavar=("NAME", "VALUE"),
                    help="set a parameter; VALUE is read as YAML (0.01, [0.1, 1.0], null, true), as papermill's -p")
@@ -91,7 +90,6 @@ def _add_run(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--output", help="executed notebook (default: <cwd>/results/notebooks/<name>.ipynb)")
     p.add_argument("--cwd", help="working folder of the kernel (default: the current folder)")
     p.add_argument("--quiet", action="store_true", help="do not stream the cells' output")
-    p.set_defaults(func=_cmd_run)
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
@@ -147,9 +145,9 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
 # --- sweep -------------------------------------------------------------------------------------------------
 def _add_sweep(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("sweep", help="run every point of a section's grid",
-                       description="Expand params files' grids and execute each incomplete point's notebook. Every "
-                                   "file is loaded and checked (every point's runs) before the first point runs.")
+    p = _parser(sub, "sweep", _cmd_sweep, help="run every point of a section's grid",
+                description="Expand params files' grids and execute each incomplete point's notebook. Every "
+                            "file is loaded and checked (every point's runs) before the first point runs.")
     p.add_argument("params", nargs="+", help="params files or glob patterns, e.g. params/01_optimizers.yaml or "
                    "'params/*.yaml' (no default; a pattern that matches no file is an error)")
     p.add_argument("--profile", required=True, help="profile of the params files: smoke, cpu, paper, ... "
@@ -171,7 +169,6 @@ def _add_sweep(sub: argparse._SubParsersAction) -> None:
     g.add_argument("--mem", type=float, dest="mem_gb", help="GB of memory per job (default: the cluster's default)")
     g.add_argument("--cpus-per-task", type=int, help="CPUs per job (default: the cluster's default)")
     g.add_argument("--array-parallelism", type=int, help="at most this many jobs at once (default: submitit's, 256)")
-    p.set_defaults(func=_cmd_sweep)
 
 
 def _cmd_sweep(args: argparse.Namespace) -> int:
@@ -204,8 +201,8 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
 
 # --- figures -----------------------------------------------------------------------------------------------
 def _add_figures(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("figures", help="regenerate every table and figure from a results folder (default: every "
-                       "committed one: results/cpu -> figures, results/cpu_steps -> figures/cpu_steps)")
+    p = _parser(sub, "figures", _cmd_figures, help="regenerate every table and figure from a results folder "
+                "(default: every committed one: results/cpu -> figures, results/cpu_steps -> figures/cpu_steps)")
     p.add_argument("--results", default=None, help="results tree to read, relative to the current folder (default: "
                    "results/cpu of this repository when --out or --notebooks is given, else every committed tree)")
     p.add_argument("--out", default=None, help="folder for the figures, tables/ and README.md, relative to the "
@@ -216,7 +213,6 @@ def _add_figures(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--overwrite", action="store_true", help="write into a committed figure set from another results "
                    "tree, or into a folder holding other files (default: refused)")
     p.add_argument("--no-progress", dest="progress", action="store_false", help="do not stream notebook output")
-    p.set_defaults(func=_cmd_figures)
 
 
 def _cmd_figures(args: argparse.Namespace) -> int:
@@ -235,11 +231,10 @@ def _cmd_figures(args: argparse.Namespace) -> int:
 
 # --- report ------------------------------------------------------------------------------------------------
 def _add_report(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("report", help="export the executed notebooks of a results tree to HTML")
+    p = _parser(sub, "report", _cmd_report, help="export the executed notebooks of a results tree to HTML")
     p.add_argument("--results", default="results/smoke", help="results tree to read (default: %(default)s, where "
                    "`make smoke` writes its executed notebooks)")
     p.add_argument("--out", default="reports", help="folder for the HTML pages and index.html (default: %(default)s)")
-    p.set_defaults(func=_cmd_report)
 
 
 def _cmd_report(args: argparse.Namespace) -> int:
@@ -252,11 +247,11 @@ def _cmd_report(args: argparse.Namespace) -> int:
 
 # --- plan --------------------------------------------------------------------------------------------------
 def _add_plan(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("plan", help="what a profile costs before anything trains: runs, steps, clocks, time",
-                       description="Per point and in total: runs, optimiser steps, the forgetting clocks at the end "
-                                   "of training, evaluation work and the expected wall time from a throughput table "
-                                   "(docs/planner.md). --calibrate times the configurations on this device and "
-                                   "stores the table.")
+    p = _parser(sub, "plan", _cmd_plan, help="what a profile costs before anything trains: runs, steps, clocks, time",
+                description="Per point and in total: runs, optimiser steps, the forgetting clocks at the end "
+                            "of training, evaluation work and the expected wall time from a throughput table "
+                            "(docs/planner.md). --calibrate times the configurations on this device and "
+                            "stores the table.")
     p.add_argument("params", nargs="*", help="params files (or glob patterns), e.g. params/*.yaml")
     p.add_argument("--profile", help="profile of the params files: smoke, cpu, paper, ...")
     p.add_argument("--device", default="auto", help="auto | cpu | cuda | cuda:N: the device whose table is read "
@@ -269,7 +264,6 @@ def _add_plan(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--steps", type=int, default=None, help="--calibrate: timed optimiser steps each (default: 5)")
     p.add_argument("--members", type=int, action="append", metavar="K", help="--calibrate: time populations of K "
                    "networks trained as one (a point's sigma_w x seed runs); repeat for several (default: 1)")
-    p.set_defaults(func=_cmd_plan)
 
 
 def _cmd_plan(args: argparse.Namespace) -> int:
@@ -315,13 +309,13 @@ def _cmd_plan(args: argparse.Namespace) -> int:
 
 # --- migrate -----------------------------------------------------------------------------------------------
 def _add_migrate(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("migrate", help="upgrade a results tree's run records to the current schema, then verify it",
-                       description="Upgrade every schema-1 run.json under PATH to schema 2 in place (amp -> "
-                                   "precision, the newer config fields at their defaults, the sha256, rows and "
-                                   "columns of history.csv), keeping every number; history.csv is not touched and a "
-                                   "second run changes nothing. Then verify every run under PATH.")
+    p = _parser(sub, "migrate", _cmd_migrate,
+                help="upgrade a results tree's run records to the current schema, then verify it",
+                description="Upgrade every schema-1 run.json under PATH to schema 2 in place (amp -> "
+                            "precision, the newer config fields at their defaults, the sha256, rows and "
+                            "columns of history.csv), keeping every number; history.csv is not touched and a "
+                            "second run changes nothing. Then verify every run under PATH.")
     p.add_argument("path", metavar="PATH", help="results tree, section or run folder, e.g. results/cpu")
-    p.set_defaults(func=_cmd_migrate)
 
 
 def _cmd_migrate(args: argparse.Namespace) -> int:

@@ -1,8 +1,6 @@
-"""Where the study's artefacts come from and may go: the committed figure sets (`COMMITTED_SETS`), the default
-folder for any other results tree (`<results>/figures`), and the checks `initmem.figures` runs before it writes
-anything: a results tree that holds runs (`check_folders`), and an output folder that is neither a committed set of
-another tree nor a folder holding other files (`check_out`). Paths in stamps are named relative to the repository
-root when inside it (`display_path`), so the committed artefacts hold no path of the machine that made them."""
+"""Where the study's artefacts come from and may go, checked before `initmem.figures` writes anything. Paths in
+stamps are relative to the repository root when inside it (`display_path`), so committed artefacts hold no path of
+the machine that made them."""
 
 from __future__ import annotations
 

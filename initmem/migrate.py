@@ -1,29 +1,15 @@
-"""Upgrading old run records: `migrate(path)` rewrites every schema-1 run.json under `path` as schema 2 (the record
-`initmem.results` verifies), and the provenance of every record as it is kept now (`provenance.portable`: the data
-by its relative path, not the machine's; `git_diff`, marked unknown for a modified tree whose diff was never
-recorded), keeping every number and never touching history.csv; `initmem migrate PATH` runs it.
-"""
+"""Upgrading old run records to the schema `initmem.results` verifies (`initmem migrate PATH`)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
+from initmem import record as rec
 from initmem.config import TrainConfig
 from initmem.errors import ConfigError, ResultsError
 from initmem.files import atomic_write
 from initmem.provenance import portable
-from initmem.record import (
-    CONFIG_FIELDS,
-    RECORD_TYPES,
-    SCHEMA,
-    V1_KEYS,
-    dumps_record,
-    history_meta,
-    parse_record,
-    read_history,
-    record_error,
-    verify_record,
-)
+from initmem.record import SCHEMA, V1_KEYS, record_error, verify_record
 from initmem.results import find_runs
 
 V1_NEW_FIELDS = frozenset({"eval_every", "deterministic", "precision"})  # config fields added after schema 1
@@ -42,7 +28,7 @@ def _upgrade(record: dict, file: Path) -> dict:
         if amp not in AMP or config.get("precision", AMP[amp]) != AMP[amp]:
             raise record_error(file, f"has config amp={amp!r}: 'off' or 'bf16' (and no other precision) is expected")
         config["precision"] = AMP[amp]
-    if lacking := sorted(set(CONFIG_FIELDS) - set(config) - V1_NEW_FIELDS):
+    if lacking := sorted(set(rec.CONFIG_FIELDS) - set(config) - V1_NEW_FIELDS):
         raise record_error(file, f"has a config without the fields {lacking}")
     try:
         new_config = TrainConfig.from_dict(config).to_dict()
@@ -50,25 +36,23 @@ def _upgrade(record: dict, file: Path) -> dict:
         raise record_error(file, f"has an invalid config: {exc}") from None
     if changed := [k for k, v in config.items() if new_config[k] != v]:
         raise record_error(file, f"has config values TrainConfig would change: {changed}")
-    data, h = read_history(file.parent)
-    new = {**record, "schema": SCHEMA, "config": new_config, "history": history_meta(data, h),
+    data, h = rec.read_history(file.parent)
+    new = {**record, "schema": SCHEMA, "config": new_config, "history": rec.history_meta(data, h),
            "provenance": portable(record["provenance"]) if isinstance(record["provenance"], dict) else record[
                "provenance"]}
-    new = {k: new[k] for k in RECORD_TYPES}  # the key order RunFolders.write writes
+    new = {k: new[k] for k in rec.RECORD_TYPES}  # the key order RunFolders.write writes
     verify_record(file.parent, new)
     return new
 
 
 def migrate(path: str | Path) -> list[Path]:
     """Upgrade every schema-1 run.json under `path` to schema 2 in place, atomically, and every record's provenance
-    to `provenance.portable`; return the paths rewritten. Every number is kept and history.csv is not touched; a
-    current record is left as it is, so a second call returns []. Every record is checked before any is written: one
-    that cannot be upgraded (unreadable, its config not its run id's, its history malformed) is a ResultsError naming
-    it, and nothing is written."""
+    to `provenance.portable`, keeping every number and history.csv; return the paths rewritten ([] the second time).
+    Every record is checked before any is written: one that cannot be upgraded is a ResultsError naming it."""
     plan = []
     for folder in find_runs(path):
         file = folder / "run.json"
-        record = parse_record(file)
+        record = rec.parse_record(file)
         if record.get("schema") == SCHEMA:
             if isinstance(record.get("provenance"), dict) and (prov := portable(record["provenance"])) != record[
                     "provenance"]:  # the provenance as it is kept now; every other byte as it was
@@ -81,7 +65,7 @@ def migrate(path: str | Path) -> list[Path]:
         plan.append((file, _upgrade(record, file)))
     for file, record in plan:
         try:
-            atomic_write(file, dumps_record(record))
+            atomic_write(file, rec.dumps_record(record))
         except OSError as exc:
             raise ResultsError(f"cannot write {str(file)!r}: {exc.strerror or exc}") from None
     return [file for file, _ in plan]

@@ -1,17 +1,8 @@
-"""Executing experiment notebooks: jupytext percent `.py` → papermill, with the kernel `python3`.
-
-The `.py` notebooks are the source of truth; papermill cannot read them, so they are converted in memory
-(`jupytext.read`) and handed to papermill as a NotebookNode. The cell tagged `parameters` holds literal defaults,
-optionally annotated (`marks: list[int] = [1]`); `notebook_parameters` reads it with `ast` (no kernel). A *section*
-notebook (one that declares `SECTION_REQUIRED`) also accepts every TrainConfig field but sigma_w and seed (swept as
-`sigma_ws`, `seeds`), typed by the dataclass; a field its cell does not set runs at `SMOKE` or TrainConfig's default.
-`check_parameters` type-checks values against that before anything runs, because papermill only *warns* on unknown
-names and happily injects a YAML `1e-3` string where a float was meant (`1e-3` and the like are accepted as the
-floats they look like). Inside the kernel, `checked_parameters(globals())` (the first code cell after the parameters
-cell) does the same checks on what papermill injected, so that plain `papermill -p optimiser adam` fails as
-`initmem run` does instead of training the defaults.
-
-Torch-, papermill- and jupytext-free at import: those are imported inside the functions that need them.
+"""Notebooks: jupytext percent `.py` files (the source of truth, read in memory with `jupytext.read`) executed by
+papermill with the kernel `python3`. The parameters cell (`name = literal` lines, optionally annotated) is read with
+`ast`, no kernel. Values are type-checked before anything runs (`check_parameters`) and again inside the kernel
+(`checked_parameters`), because papermill only *warns* on an unknown name and injects a YAML `1e-3` as a string.
+Torch-, papermill- and jupytext-free at import.
 """
 
 from __future__ import annotations
@@ -212,10 +203,8 @@ def check_parameters(params: dict[str, Any], declared: dict[str, Parameter], whe
 
 
 def parameters_digest(effective: dict[str, Any]) -> str:
-    """Six hex digits naming a point: the sha256 of its effective parameters (the notebook's defaults overridden by
-    what is injected), without where and how verbosely it runs (`NOT_IN_ID`) and without TrainConfig fields at
-    TrainConfig's default (so neither a new field nor a cell that lists one more renames a point). Sweep point ids
-    end with it."""
+    """Six hex digits naming a point (sweep point ids end with it): the sha256 of its effective parameters without
+    `NOT_IN_ID` and TrainConfig fields at their default (so neither a new field nor one more cell line renames it)."""
     defaults = {f.name: f.default for f in dataclasses.fields(TrainConfig)}
     key = {k: v for k, v in effective.items() if k not in NOT_IN_ID and not (k in defaults and v == defaults[k])}
     return hashlib.sha256(json.dumps(key, sort_keys=True, default=str).encode()).hexdigest()[:6]
@@ -230,20 +219,13 @@ def _one_line(shell, etype, value, tb, tb_offset=None):  # noqa: ARG001 - IPytho
 
 
 def checked_parameters(namespace: dict[str, Any]) -> dict[str, Any]:
-    """Check, in the kernel, the parameters papermill injected, and return `namespace`: `checked_parameters(globals())`
-    in the first code cell after the parameters cell (a section notebook: `run_point(checked_parameters(globals()))`).
+    """Check, in the kernel, what papermill injected; returns `namespace` (call: `checked_parameters(globals())`).
 
-    papermill injects its parameters as a cell of assignments (first line `# Parameters`) right after the cell
-    tagged `parameters`, and only warns on a name that cell does not declare, so `papermill -p optimiser adam`
-    would train the defaults. IPython keeps the executed cells' sources in `In` (this cell last): when the cell
-    before this one is papermill's, every name it assigns must be one the notebook accepts (`accepted_parameters`
-    of the cell before it; ConfigError naming the name and the closest accepted one), with the accepted type;
-    values are converted in `namespace` as `check_parameters` converts them (int → float, YAML's "1e-3" string →
-    0.001, list → tuple). In plain JupyterLab, a script, or a kernel without `In`, nothing was injected.
-
-    In a section notebook (`SECTION_REQUIRED` in `namespace`) a `SMOKE` field nothing set is set to its smoke value
-    (printed), and the point's runs (`config.point_configs`) are built once, so a bad value fails here. It also
-    makes the kernel show any later InitmemError as its one line, like the `initmem` command.
+    IPython keeps the executed cells' sources in `In`: when the cell before this one is papermill's (`INJECTED`),
+    every name it assigns must be one the cell before it accepts (`accepted_parameters`), converted as
+    `check_parameters` converts it; without `In` (a script, plain JupyterLab) nothing was injected. In a section
+    notebook, a `SMOKE` field nothing set gets its smoke value (printed) and the point's runs are built once, so a bad
+    value fails here. A later InitmemError shows as its one line, like the `initmem` command's.
     """
     shell = namespace.get("get_ipython")
     if callable(shell) and (ip := shell()) is not None and hasattr(ip, "set_custom_exc"):
@@ -282,10 +264,8 @@ def _environ(**values: str):
 
 
 class _KnownParameters(logging.Filter):
-    """papermill warns "Passed unknown parameter" for every name its parameters cell does not list (a TrainConfig
-    field a section notebook accepts, like `eval_every`) or lists in a form it cannot parse (`x: int | None = 1`);
-    `check_parameters` has already checked every name against what the notebook accepts, so in `initmem run` and
-    the sweep the warning would contradict an accepted parameter. Plain papermill still prints it."""
+    """Drops papermill's "Passed unknown parameter" warning (a TrainConfig field the cell does not list, or a form
+    papermill cannot parse): `check_parameters` has already accepted the name. Plain papermill still prints it."""
 
     def filter(self, record: logging.LogRecord) -> bool:
         return not record.getMessage().startswith("Passed unknown parameter")
@@ -308,15 +288,10 @@ def _is_retryable(exc: BaseException) -> bool:
 
 def execute_notebook(path: str | Path, output_path: str | Path, parameters: dict[str, Any] | None = None,
                      cwd: str | Path | None = None, log_output: bool = True, kernel_name: str = "python3",
-                     start_timeout: int = 60, retries: int = 2):
-    """Execute a jupytext notebook with papermill; return the executed `nbformat.NotebookNode`.
-
-    `parameters` are type-checked against the parameters cell first (ConfigError on an unknown name or a wrong
-    type). The executed notebook is written to `output_path` (its folder is created), also when a cell fails; a failing
-    cell raises NotebookError naming the notebook, the cell and the exception. Kernel start-up is retried
-    `retries` times on port clashes. `log_output` streams the cells' output to this process's stdout/stderr;
-    the kernel gets `INITMEM_PROGRESS=lines` so training prints one line per epoch instead of a progress bar.
-    """
+                     start_timeout: int = 60, retries: int = 2, env: dict[str, str] | None = None):
+    """Execute a jupytext notebook with papermill; return the executed `nbformat.NotebookNode`, also written to
+    `output_path` when a cell fails (NotebookError naming the cell). Kernel start-up is retried `retries` times on
+    port clashes; the kernel gets `env` and `INITMEM_PROGRESS=lines` (one line per epoch, not a progress bar)."""
     import papermill
     from papermill.exceptions import PapermillExecutionError
 
@@ -337,7 +312,7 @@ def execute_notebook(path: str | Path, output_path: str | Path, parameters: dict
     streams = {"stdout_file": sys.stdout, "stderr_file": sys.stderr} if log_output else {}
     for attempt in range(retries + 1):
         try:
-            with _environ(INITMEM_PROGRESS=os.environ.get("INITMEM_PROGRESS", "lines")):
+            with _environ(INITMEM_PROGRESS=os.environ.get("INITMEM_PROGRESS", "lines"), **(env or {})):
                 return papermill.execute_notebook(
                     _read(path), str(output_path), parameters=parameters, kernel_name=kernel_name,
                     language="python", cwd=str(cwd) if cwd is not None else None, progress_bar=False,

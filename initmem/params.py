@@ -1,14 +1,8 @@
 """Params files: `params/NN_section.yaml` → a type-checked `Section` → grid points; and the strict YAML they use.
 
 A params file is `{section, notebook, description, profiles: {name: {fixed, grid}}}`; a point's parameters are
-`fixed` ∪ one element of the cartesian product of `grid`, plus `results_dir` and `section`. Everything is checked
-when the file is loaded, so a typo fails in a second, not after hours: every value against what the notebook accepts
-(its parameters cell and every TrainConfig field, `notebook.notebook_parameters`), and every point's TrainConfigs
-(`config.point_configs`) of every profile.
-
-YAML is read with `load_yaml`: PyYAML's safe loader, except that a repeated key is an error naming it and its lines
-(PyYAML keeps the last one silently) and `1e-3` is the float it looks like (YAML 1.1 reads it as a string; 1.2 and
-Python read it as 0.001).
+`fixed` ∪ one element of the cartesian product of `grid`, plus `results_dir` and `section`. Everything, every
+point's TrainConfigs included, is checked when the file is loaded, so a typo fails in a second, not after hours.
 """
 
 from __future__ import annotations

@@ -1,10 +1,7 @@
 """The planner: what a params file's profile will cost before anything trains (`initmem plan`, docs/planner.md).
 
-Per point and in total: runs, optimiser steps (from the split sizes and the batch size, as `train` counts them), the
-forgetting clocks at the end of training (exact for the schedule: the per-step lrs summed with `math.fsum`),
-evaluation work and, from a throughput table, the expected wall time (which table: `plan_table`, which also
-measures one). Torch-free except naming a CUDA device, and `device_name("auto")` where torch is installed (where
-it is not, "auto" is this CPU).
+Steps are counted as `train` counts them; the clocks are exact for the schedule (per-step lrs summed with
+`math.fsum`). Torch-free except naming a CUDA device, and `device_name("auto")` where torch is installed.
 """
 
 from __future__ import annotations
@@ -25,7 +22,9 @@ import numpy as np
 
 from initmem.config import TrainConfig, point_configs
 from initmem.errors import ConfigError
+from initmem.files import atomic_write
 from initmem.metrics import lr_scale
+from initmem.provenance import cpu_model
 from initmem.throughput import check_table
 
 CIFAR_TRAIN, CIFAR_TEST = 50_000, 10_000
@@ -145,10 +144,7 @@ def save_throughput(table: Throughput, path: str | Path) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     doc = {"device": table.device, "kind": table.kind, "torch": table.torch, "created": table.created,
            "entries": [asdict(e) for e in table.entries]}
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(doc, indent=1) + "\n", encoding="utf-8")
-    os.replace(tmp, path)
-    return path
+    return atomic_write(path, json.dumps(doc, indent=1) + "\n")
 
 
 def _describe(e: Entry) -> str:
@@ -203,15 +199,7 @@ def device_name(device: str = "auto") -> tuple[str, str]:
                               "accepted")
         else:
             return torch.cuda.get_device_name(torch.device(device if device != "auto" else "cuda")), "cuda"
-    model = platform.processor() or platform.machine()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                model = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    return f"CPU {model}".strip(), "cpu"
+    return f"CPU {cpu_model() or platform.machine()}".strip(), "cpu"
 
 
 def default_table_path(name: str) -> Path:

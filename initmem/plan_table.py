@@ -1,8 +1,6 @@
-"""Which throughput table `initmem plan` times a profile with (docs/planner.md): one named with `--throughput`, else
-this machine's calibrated one (`plan.default_table_path`), else, on a CPU, the reference CPU's table shipped with
-the package (`REFERENCE_CPU`), so that a fresh clone answers "how long" before any calibration; else none: a GPU
-without a table of its own gets no time (none is guessed from another device). `calibrate` measures a table here
-(`initmem plan --calibrate`)."""
+"""Which throughput table `initmem plan` times a profile with (docs/planner.md), and measuring one (`calibrate`). The
+reference CPU's table ships with the package so that a fresh clone answers "how long" before any calibration; a GPU
+without a table of its own gets no time (none is guessed from another device)."""
 
 from __future__ import annotations
 

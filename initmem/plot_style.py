@@ -25,15 +25,21 @@ STYLE = {"font.size": 8, "axes.titlesize": 9, "axes.labelsize": 8, "legend.fonts
 SECTION_COLORS = {"01": "C0", "02": "C1", "03": "C2", "04": "C3", "05": "C4"}
 
 
-class StudyFigure(Figure):
-    """A Figure that an IPython kernel (JupyterLab, papermill) displays inline as image/png without pyplot or a
-    registered formatter: the PNG its artefact would hold (`figures.png_bytes` is the same picture)."""
+PNG_METADATA = {"Software": None}  # no software entry: the same figure gives the same bytes
 
-    def _repr_png_(self) -> bytes:
-        buf = io.BytesIO()
-        with matplotlib.rc_context(STYLE):
-            self.savefig(buf, format="png", dpi=DPI, metadata={"Software": None})
-        return buf.getvalue()
+
+def png_bytes(fig: Figure) -> bytes:
+    """`fig` as the PNG its artefact holds: what Jupyter shows inline (mime type image/png)."""
+    buf = io.BytesIO()
+    with matplotlib.rc_context(STYLE):
+        fig.savefig(buf, format="png", dpi=DPI, metadata=PNG_METADATA)
+    return buf.getvalue()
+
+
+class StudyFigure(Figure):
+    """A Figure that an IPython kernel displays inline as its artefact's PNG, without pyplot or a formatter."""
+
+    _repr_png_ = png_bytes
 
 
 def new_figure(ncols: int = 1, nrows: int = 1, width: float = 6.4, height: float = 3.2,

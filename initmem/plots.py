@@ -1,10 +1,6 @@
-"""The study's figures: pure functions from `results.load_runs` / `load_histories` frames to matplotlib Figures
-(F1–F9; a section notebook's `point_figure` is in `initmem.point_report`; F10–F11, of the forgetting instruments, are in
-`initmem.plots_forgetting`). Stamping and writing them (PNG, PDF, sidecar) is `initmem.figures`' job.
-
-Figures are `plot_style.StudyFigure`s, plain `matplotlib.figure.Figure`s (no pyplot: no global state, nothing to
-close) that Jupyter shows inline as PNG by themselves. Every builder raises `errors.NoResults` when it has nothing to
-draw. Build them inside `matplotlib.rc_context(plot_style.STYLE)` to get the study's look.
+"""The study's figures F1–F9: pure functions from `results.load_runs` / `load_histories` frames to
+`plot_style.StudyFigure`s (no pyplot: no global state, nothing to close). Every builder raises `errors.NoResults`
+when it has nothing to draw; build inside `matplotlib.rc_context(plot_style.STYLE)` for the study's look.
 """
 
 from __future__ import annotations

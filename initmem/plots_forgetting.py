@@ -1,12 +1,5 @@
-"""The figures of the forgetting instruments (`initmem.forgetting`), like `initmem.plots` (whose style and helpers
-they use): pure functions from `results.load_runs` / `load_histories` frames to matplotlib Figures (`StudyFigure`).
-Runs recorded before the instruments have no `angle` columns and None diagnostics: they are left out, and a figure
-with nothing left raises `NoResults`.
-
-- F10 `angle_curves`: the angle from initialisation over training, per configuration and σ_w.
-- F11 `spread_vs_measured_clock`: the spread against the measured forgetting, every configuration of every section.
-- F12 `unfolding_figure`: forgetting as it unfolds: the spread had training stopped at epoch e, against each clock
-  at e, under each selection rule.
+"""The forgetting instruments' figures F10–F12, built like `initmem.plots`. Runs recorded before the instruments (no
+`angle` columns, None diagnostics) are left out; a figure with nothing left raises `NoResults`.
 """
 
 from __future__ import annotations

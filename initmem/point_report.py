@@ -1,14 +1,6 @@
-"""One point as a researcher reads it: what the section notebooks show at their end and what the sweep prints per
-point. Built from the `point.run_point` (or `load_runs`) rows of one point, with the study's tables and figures
-(`initmem.tables`, `initmem.plots`) underneath.
-
-- `point_table`: per sigma_w (mean ± std over seeds) the test accuracy at the selected epoch, tau_interp, the norm
-  ratio, the angle from initialisation and Theta; `point_figure`: accuracy against sigma_w, weight norm and angle
-  over epochs; `run_table`, `interpolation_table`: one row per run, as a person reads it (`run_rows`,
-  `interpolation_rows`: the same rows as numbers); `sweep_row`: the sweep's end-of-run line.
-
-Every cell a person reads is shown by `initmem.table_text`'s display rule (accuracies in percent, norm ratios and
-angles to 4 significant digits), as in the written tables.
+"""One point as a researcher reads it: what the section notebooks show at their end (`show_point`) and what the sweep
+prints per point, from the `point.run_point` (or `load_runs`) rows of one point. Every cell is shown by
+`initmem.table_text`'s display rule, as in the written tables.
 """
 
 from __future__ import annotations
@@ -24,7 +16,7 @@ from initmem import metrics, plot_style, table_cells, table_text, tables
 from initmem.errors import ConfigError, NoResults
 
 __all__ = ["point_table", "point_figure", "run_table", "run_rows", "interpolation_table", "interpolation_rows",
-           "sweep_row", "check_runs"]
+           "sweep_row", "check_runs", "show_point"]
 
 
 # --- per-run tables ------------------------------------------------------------------------------------------
@@ -144,10 +136,7 @@ def point_figure(runs: pd.DataFrame, histories: pd.DataFrame | None = None) -> F
     if runs.empty:
         raise NoResults("no runs")
     if histories is None:
-        from initmem.results import load_histories
-
-        frames = [load_histories(p) for p in runs["path"].dropna().unique()] if "path" in runs.columns else []
-        histories = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=["run_id", "epoch"])
+        histories = tables.run_histories(runs) if "path" in runs.columns else pd.DataFrame(columns=["run_id", "epoch"])
     h = plot_style.with_sigma(histories[histories["run_id"].isin(runs["run_id"])], runs)
     sigmas = sorted(runs["sigma_w"].unique())
     colors = plot_style.sigma_colors(sigmas)
@@ -180,3 +169,22 @@ def point_figure(runs: pd.DataFrame, histories: pd.DataFrame | None = None) -> F
                 plot_style.log_axis(ax, "y")
         plot_style.legend(c if plot_style.has_values(h, "angle") else b, fontsize=6)
     return fig
+
+
+# --- the section notebooks' last cell ---------------------------------------------------------------------------
+def show_point(runs: pd.DataFrame) -> None:
+    """Display the point's views in a notebook, each group under the line that says what it shows."""
+    from IPython.display import Markdown, display
+
+    for text, views in (
+            ("The point as a researcher reads it: per `sigma_w` (mean ± std over seeds), the test accuracy at the "
+             "selected (best-validation) epoch, the interpolation epoch, the final/initial weight-norm ratio (radial "
+             "memory), how far the network turned from its initialisation (degrees) and the measured forgetting clock "
+             "Θ; then test accuracy against `sigma_w`, and the weight norm and the angle from initialisation over "
+             "training.", (point_table, point_figure)),
+            ("One row per run: test accuracy at the best-validation epoch, the interpolation epoch, the initial and "
+             "final weight norms (radial memory), the angle from initialisation and the forgetting clocks at the end "
+             "of training.", (run_table,)),
+            ("The point's numbers: the spread across `sigma_w` (pp), which `sigma_w` is best and worst, how many runs "
+             "interpolated or diverged.", (metrics.point_summary,))):
+        display(Markdown(text), *(view(runs) for view in views))

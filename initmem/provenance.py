@@ -1,10 +1,7 @@
-"""Where a run came from: code version, software versions, machine. Stored in every run.json.
+"""Where a run came from: code version, software versions, machine (stored in every run.json).
 
-`provenance()` never raises: a missing git, a source tree that is not a checkout, or an unknown CPU model just give
-`None` fields, because a run must not fail for want of bookkeeping. A run trained from a modified working tree
-records what the modification was (`git_diff`: the sha256 and files of `git diff HEAD`, and the diff of the
-training path `initmem/` itself). `portable` is what a run record stores: the data named by its path relative to the
-repository (or its file name; `data_hash` is its content), never a path of the machine that trained it.
+`provenance()` never raises: a missing git, a tree that is not a checkout or an unknown CPU model give `None`
+fields, because a run must not fail for want of bookkeeping.
 """
 
 from __future__ import annotations
@@ -58,10 +55,8 @@ def git_diff(where: Path | None = None) -> dict | None:
     if (where := where or checkout()) is None:
         return None
     try:
-        full = subprocess.run(["git", "diff", "HEAD", "--no-color", "--no-ext-diff"], cwd=where, capture_output=True,
-                              timeout=20)
-        training = subprocess.run(["git", "diff", "HEAD", "--no-color", "--no-ext-diff", "--", TRAINING_PATH],
-                                  cwd=where, capture_output=True, timeout=20)
+        full, training = (subprocess.run(["git", "diff", "HEAD", "--no-color", "--no-ext-diff", *only], cwd=where,
+                                         capture_output=True, timeout=20) for only in ([], ["--", TRAINING_PATH]))
     except (OSError, subprocess.SubprocessError):
         return None
     if full.returncode != 0 or not full.stdout:
@@ -110,7 +105,8 @@ def _version(name: str) -> str | None:
             return None
 
 
-def _cpu_model() -> str | None:
+def cpu_model() -> str | None:
+    """This CPU's model name (/proc/cpuinfo, else `platform.processor()`), or None."""
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
             if line.startswith("model name"):
@@ -128,7 +124,7 @@ def _device_name(device: str | None) -> str | None:
             return torch.cuda.get_device_name(torch.device(device))
     except Exception:
         return None
-    return _cpu_model()
+    return cpu_model()
 
 
 def provenance(device: str | None = None) -> dict:
@@ -143,12 +139,7 @@ def provenance(device: str | None = None) -> dict:
         info["cuda"], info["torch_threads"] = torch.version.cuda, torch.get_num_threads()
     except Exception:
         info["cuda"], info["torch_threads"] = None, None
-    info.update(
-        platform=platform.platform(),
-        hostname=socket.gethostname(),
-        device=device,
-        device_name=_device_name(device),
-        cpu_count=os.cpu_count(),
-        timestamp_utc=_dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
-    )
+    info.update(platform=platform.platform(), hostname=socket.gethostname(), device=device,
+                device_name=_device_name(device), cpu_count=os.cpu_count(),
+                timestamp_utc=_dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"))
     return info

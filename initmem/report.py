@@ -1,10 +1,8 @@
-"""`make report`: the executed notebooks of a results tree as static HTML, with an index.
+"""`initmem report`: the executed notebooks of a results tree as static HTML, readable without Jupyter or Python.
 
-Every sweep point leaves its executed notebook at `<results>/<section>/notebooks/<point_id>.ipynb` (outputs, plots,
-papermill's record of parameters, duration and failure). Exporting them to HTML lets anyone read what ran, and how
-it failed, in a browser without Jupyter or Python. Pages go to `<out>/<section>/<point_id>.html`, where <section>
-is the notebook's section folder relative to `results` (so a tree holding several profiles keeps them apart), and
-`<out>/index.html` links them with their status.
+Each sweep point's `<results>/<section>/notebooks/<point_id>.ipynb` becomes `<out>/<section>/<point_id>.html`, the
+section folder taken relative to `results` (so several profiles in one tree stay apart); `<out>/index.html` links
+them with their status.
 """
 
 from __future__ import annotations
@@ -63,12 +61,7 @@ def _status(nb) -> tuple[str, float | None, dict | None, str]:
          for o in c.get("outputs", []) if o.get("output_type") == "error"),
         "",
     )  # fmt: skip
-    if pm.get("exception") or error:
-        status = "failed"
-    elif pm and not pm.get("end_time"):
-        status = "incomplete"
-    else:
-        status = "ok"
+    status = "failed" if pm.get("exception") or error else "incomplete" if pm and not pm.get("end_time") else "ok"
     return status, pm.get("duration"), pm.get("parameters"), error
 
 

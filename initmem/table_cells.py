@@ -1,8 +1,5 @@
-"""The cells of the study's tables, one rule each: a σ_w's accuracy as the mean over seeds (± their std when a point
-has several seeds), a point's spread from `metrics.point_summary`, 'diverged' where a σ_w's runs all diverged (shown,
-never blank), the leading label cells, and the display kinds a frame carries for its own columns (`finish`;
-the display rule itself is `initmem.table_text`'s). `initmem.tables` and
-`initmem.tables_forgetting` build their rows from these."""
+"""The cells of the study's tables, one rule each; `initmem.tables` and `initmem.tables_forgetting` build their rows
+from these (the display rule itself is `initmem.table_text`'s)."""
 
 from __future__ import annotations
 

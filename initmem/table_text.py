@@ -1,12 +1,7 @@
-"""How every table a person reads shows its numbers, and a DataFrame as the text of a table.
-
-The display rule (one place): a number's *kind* decides its digits (`KINDS`), and `COLUMN_KINDS` which kind a
-column holds; a table adds or overrides patterns for its own columns (`table_cells.finish`). Accuracies are shown in
-percent and spreads in pp with one decimal; norm ratios and angles with 4 significant digits, enough to show a 0.4 %
-change (1.004, not 1); a 'mean ± std' cell gives the std at the mean's resolution. The section notebooks' tables
-(`initmem.point_report`) and the written md/tex tables (`display_rows`, `markdown_table`, `tex_table`) use it alike;
-`display_frame` is a written table as the DataFrame a notebook shows inline. Pure functions of their input;
-`initmem.figures` writes what they return.
+"""How every table a person reads shows its numbers (the display rule, in one place), and a DataFrame as a table's
+text. A number's *kind* decides its digits (`KINDS`), `COLUMN_KINDS` a column's kind, and a table may add patterns
+for its own columns (`table_cells.finish`). Norm ratios and angles get 4 significant digits, enough to show a 0.4 %
+change (1.004, not 1); a 'mean ± std' cell gives the std at the mean's resolution. Pure functions.
 """
 
 from __future__ import annotations

@@ -1,16 +1,9 @@
-"""The study's tables: pure functions from `results.load_runs` / `load_histories` frames to DataFrames (T1–T5,
-the views of one point are in `initmem.point_report`; T6 and the clock correlations of the forgetting
-instruments are in `initmem.tables_forgetting`). Writing them (md, tex, csv and a provenance sidecar) is
-`initmem.figures`' job.
+"""The study's tables T1–T5: pure functions from `results.load_runs` / `load_histories` frames to DataFrames.
 
-Vocabulary. A *configuration* is a set of runs sharing everything but σ_w and seed (and the fields that cannot
-change a result, `config.RUN_ID_EXCLUDE`): one sweep point. Its *spread* is `metrics.point_summary`'s, so the
-figures and the section notebooks agree: best minus worst across σ_w of the per-σ_w mean over seeds (pp), with
-the seed-to-seed standard deviation of the per-seed spreads in a `<column>_std` companion when there is more than
-one seed. A σ_w whose runs all diverged before any finite epoch has no accuracy and cannot enter the spread: it is
-never dropped silently (its cell says 'diverged', and `diverged` columns count 'k/n' runs). Accuracies in tables
-are percentages. How a cell is shown is `initmem.table_text`'s display rule (a frame's `attrs["formats"]` names the
-kinds of its own columns); every column `c` with a `c_std` companion is shown there as "c ± c_std".
+A *configuration* is a set of runs sharing everything but σ_w and seed (and `config.RUN_ID_EXCLUDE`): one sweep
+point. Its *spread* is `metrics.point_summary`'s: best minus worst across σ_w of the per-σ_w mean over seeds (pp),
+with the std of the per-seed spreads in a `<column>_std` companion (shown as "c ± c_std") when there are several
+seeds. Accuracies are percentages; how a cell is shown is `initmem.table_text`'s rule.
 """
 
 from __future__ import annotations
@@ -100,6 +93,19 @@ def fmt_value(v) -> str:
     if isinstance(v, float):
         return f"{v:g}"
     return str(v)
+
+
+def run_histories(runs: pd.DataFrame, histories: pd.DataFrame | None = None, who: str = "") -> pd.DataFrame:
+    """`histories`, else the runs' own (`results.load_histories` of each run's `path`)."""
+    if histories is not None:
+        return histories
+    if "path" not in runs.columns:
+        raise ConfigError(f"{who}got runs without a `path` column and no histories: the rows of load_runs are "
+                          "accepted")
+    from initmem.results import load_histories
+
+    frames = [load_histories(p) for p in runs["path"].dropna().unique()]
+    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=["run_id", "epoch"])
 
 
 def configurations(runs: pd.DataFrame) -> pd.DataFrame:
@@ -202,14 +208,7 @@ def long_training_table(runs: pd.DataFrame, histories: pd.DataFrame | None = Non
     `default_marks` of the longest history; given marks must be epochs >= 1 that some run reached (ConfigError
     otherwise), and a configuration gets the marks up to its own last epoch."""
     confs = configurations(runs)
-    if histories is None:
-        if "path" not in confs.columns:
-            raise ConfigError("long_training_table got runs without a `path` column and no histories: the rows of "
-                              "load_runs (or run_sigma_sweep) are accepted")
-        from initmem.results import load_histories
-
-        frames = [load_histories(p) for p in confs["path"].dropna().unique()]
-        histories = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=["run_id", "epoch"])
+    histories = run_histories(confs, histories, "long_training_table ")
     h = histories[histories["run_id"].isin(confs["run_id"]) & (histories["epoch"] >= 1)]
     if h.empty:
         raise NoResults("no training history")

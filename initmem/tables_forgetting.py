@@ -1,16 +1,6 @@
-"""The study's tables of the forgetting instruments (`initmem.forgetting`): pure functions from `results.load_runs`
-/ `load_histories` frames to DataFrames, like `initmem.tables` (whose vocabulary and helpers they use). Runs
-recorded before the instruments have no `angle`/`step_angle` columns and None diagnostics: they are skipped, and a
-table with nothing left raises `NoResults`.
-
-- T6 `equilibrium_table`: the per-step angular update that the theory of scale-invariant networks predicts at
-  equilibrium (`equilibrium_angle`) against the one measured, per σ_w.
-- `clock_correlations`: does the spread follow the *measured* forgetting (the σ_w-range of the angle from
-  initialisation, Theta) across configurations, where the STUDY.md clocks do not? Spearman rank correlations, which
-  F11's caption quotes (`correlation_sentence`).
-- F12's numbers, forgetting as it unfolds: `unfolding_table` (per configuration, measured epoch and selection rule
-  of `metrics.SELECTION_RULES`, the spread had training stopped there and the clocks there) and T8
-  `collapse_table` (how far the configurations disagree at equal clock; `collapse_sentence` for F12's caption).
+"""The forgetting instruments' tables (T6–T8, F12's numbers), built like `initmem.tables`. Runs recorded before the
+instruments (no `angle`/`step_angle` columns, None diagnostics) are skipped; a table with nothing left raises
+`NoResults`. `correlation_sentence` and `collapse_sentence` are the F11 and F12 captions' numbers.
 """
 
 from __future__ import annotations
@@ -85,17 +75,6 @@ def step_angle_at_end(history: pd.DataFrame, tail: float = 0.1) -> float:
     return float(per_epoch.iloc[-k:].mean())
 
 
-def _histories(confs: pd.DataFrame, histories: pd.DataFrame | None) -> pd.DataFrame:
-    if histories is not None:
-        return histories
-    if "path" not in confs.columns:
-        raise ConfigError("got runs without a `path` column and no histories: the rows of load_runs are accepted")
-    from initmem.results import load_histories
-
-    frames = [load_histories(p) for p in confs["path"].dropna().unique()]
-    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=["run_id", "epoch"])
-
-
 def equilibrium_table(runs: pd.DataFrame, histories: pd.DataFrame | None = None, tail: float = 0.1,
                       tolerance: float = 0.1) -> pd.DataFrame:
     """T6: for every weight-decay configuration (weight_decay > 0) whose runs have the instruments, the predicted
@@ -108,7 +87,7 @@ def equilibrium_table(runs: pd.DataFrame, histories: pd.DataFrame | None = None,
     `histories` default to the runs' own (`results.load_histories` of each run's `path`). NoResults when no
     weight-decay configuration has `step_angle` columns."""
     confs = tables.configurations(runs)
-    h = _histories(confs, histories)
+    h = tables.run_histories(confs, histories)
     h = h[h["run_id"].isin(confs["run_id"])]
     measured = {rid: step_angle_at_end(hh, tail) for rid, hh in h.groupby("run_id")} if len(h) else {}
     confs = confs.assign(step_angle_end=confs["run_id"].map(measured).astype(float))
@@ -214,7 +193,7 @@ def unfolding_table(runs: pd.DataFrame, histories: pd.DataFrame | None = None,
     `histories` default to the runs' own. NoResults without any training history."""
     rules = [metrics.check_rule(r) for r in rules]
     confs = tables.configurations(runs)
-    h = _histories(confs, histories)
+    h = tables.run_histories(confs, histories)
     h = h[h["run_id"].isin(confs["run_id"]) & (h["epoch"] >= 1)]
     if h.empty:
         raise NoResults("no training history")

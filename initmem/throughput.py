@@ -1,7 +1,5 @@
-"""The checks of a throughput table (docs/planner.md) that `plan.load_throughput` reads and `initmem plan
---calibrate` writes: `check_table` refuses, in one line, a table the planner could not trust (a time that is not a
-finite positive number, an unknown arch or precision, no entries, a device of another kind); `check_table_path`
-checks where a table will be written before calibrating spends minutes on it. Torch-free."""
+"""The checks of a throughput table (docs/planner.md): what `plan.load_throughput` reads and `initmem plan
+--calibrate` writes. Torch-free."""
 
 from __future__ import annotations
 

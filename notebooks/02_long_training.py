@@ -47,37 +47,14 @@ optimizer = "sgd"
 lr = None  # None: the optimiser's STUDY.md default (sgd: 0.01)
 
 # %%
-from initmem import metrics, point_report, table_text, tables
+from initmem import point_report, table_text, tables
 from initmem.notebook import checked_parameters
 from initmem.point import run_point
 
 runs = run_point(checked_parameters(globals()))  # a misspelt or mistyped -p is refused here, before training
 
-# %% [markdown]
-# The point as a researcher reads it: per `sigma_w` (mean ± std over seeds), the test accuracy at the selected
-# (best-validation) epoch, the interpolation epoch, the final/initial weight-norm ratio (radial memory), how far the
-# network turned from its initialisation (degrees) and the measured forgetting clock Θ; then test accuracy against
-# `sigma_w`, and the weight norm and the angle from initialisation over training.
-
 # %%
-point_report.point_table(runs)
-
-# %%
-point_report.point_figure(runs)
-
-# %% [markdown]
-# One row per run: test accuracy at the best-validation epoch, the interpolation epoch, the initial and final
-# weight norms (radial memory), the angle from initialisation and the forgetting clocks at the end of training.
-
-# %%
-point_report.run_table(runs)
-
-# %% [markdown]
-# The point's numbers: the spread across `sigma_w` (pp), which `sigma_w` is best and worst, how many runs
-# interpolated or diverged.
-
-# %%
-metrics.point_summary(runs)
+point_report.show_point(runs)  # per sigma_w, the point's figure, per run, and its numbers
 
 # %% [markdown]
 # The spread at each epoch mark: finding 3 predicts it stays flat as training goes on, while `T_SGD` grows.

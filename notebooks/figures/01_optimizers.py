@@ -23,10 +23,8 @@
 # **F10** (the angle from initialisation over training per optimiser and σ_w, where the runs have the instrument). All computation lives in `initmem.tables` and `initmem.plots`, the writing in
 # `initmem.figures`; run every figure notebook with `initmem figures --results results/cpu --out figures`.
 #
-# Relative `results_dir` and `out_dir` are relative to the repository root, however the notebook runs (JupyterLab,
-# whose working folder is `notebooks/figures/`; papermill; `initmem figures`): `results/cpu` is the committed
-# results, `figures` the committed figures, which this notebook overwrites. A `results_dir` that does not exist is
-# an error; a section without runs gives 'no results' placeholders.
+# Relative paths are relative to the repository root wherever this runs (`FigureBook`); `figures` is the committed
+# set, which this notebook overwrites. A missing `results_dir` is an error, a section without runs a placeholder.
 
 # %% tags=["parameters"]
 results_dir = "results/cpu"

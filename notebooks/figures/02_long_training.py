@@ -20,10 +20,8 @@
 # accuracy is read at its best-validation-loss epoch among epochs 1..m (`metrics.test_at_best(history, upto=m)`). The marks are the
 # section's `epoch_marks` in the params profile the results came from (a 1-2-5 series when unknown).
 #
-# Relative `results_dir` and `out_dir` are relative to the repository root, however the notebook runs (JupyterLab,
-# whose working folder is `notebooks/figures/`; papermill; `initmem figures`): `results/cpu` is the committed
-# results, `figures` the committed figures, which this notebook overwrites. A `results_dir` that does not exist is
-# an error; a section without runs gives 'no results' placeholders.
+# Relative paths are relative to the repository root wherever this runs (`FigureBook`); `figures` is the committed
+# set, which this notebook overwrites. A missing `results_dir` is an error, a section without runs a placeholder.
 
 # %% tags=["parameters"]
 results_dir = "results/cpu"

@@ -18,10 +18,8 @@
 # SGD over a learning-rate × weight-decay grid (`params/03_lr_l2.yaml`): **T3** the spread across σ_w per cell,
 # **F5** the same as a heatmap.
 #
-# Relative `results_dir` and `out_dir` are relative to the repository root, however the notebook runs (JupyterLab,
-# whose working folder is `notebooks/figures/`; papermill; `initmem figures`): `results/cpu` is the committed
-# results, `figures` the committed figures, which this notebook overwrites. A `results_dir` that does not exist is
-# an error; a section without runs gives 'no results' placeholders.
+# Relative paths are relative to the repository root wherever this runs (`FigureBook`); `figures` is the committed
+# set, which this notebook overwrites. A missing `results_dir` is an error, a section without runs a placeholder.
 
 # %% tags=["parameters"]
 results_dir = "results/cpu"
