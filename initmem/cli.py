@@ -202,7 +202,8 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
 # --- figures -----------------------------------------------------------------------------------------------
 def _add_figures(sub: argparse._SubParsersAction) -> None:
     p = _parser(sub, "figures", _cmd_figures, help="regenerate every table and figure from a results folder "
-                "(default: every committed one: results/cpu -> figures, results/cpu_steps -> figures/cpu_steps)")
+                "(default: every committed one: results/cpu -> figures, results/<profile> -> figures/<profile> "
+                "for cpu_steps and cpu_w025)")
     p.add_argument("--results", default=None, help="results tree to read, relative to the current folder (default: "
                    "results/cpu of this repository when --out or --notebooks is given, else every committed tree)")
     p.add_argument("--out", default=None, help="folder for the figures, tables/ and README.md, relative to the "

@@ -45,12 +45,14 @@ def check_folders(results: Path, out: Path) -> tuple[Path, Path]:
     return results, out
 
 
-# The committed artefacts: (results tree, figures folder, figure notebooks or None for all). results/cpu_steps is
-# section 01 only (params/01_optimizers.yaml, profile cpu_steps), so only the notebooks that read section 01 or
-# every section run over it. `initmem figures` without --results/--out (`make figures`) regenerates them all.
+# The committed artefacts: (results tree, figures folder, figure notebooks or None for all). results/cpu_steps and
+# results/cpu_w025 are section 01 only (params/01_optimizers.yaml, profiles of those names), so only the notebooks
+# that read section 01 or every section run over them. `initmem figures` without --results/--out (`make figures`)
+# regenerates them all.
 COMMITTED_SETS: tuple[tuple[str, str, tuple[str, ...] | None], ...] = (
     ("results/cpu", "figures", None),
     ("results/cpu_steps", "figures/cpu_steps", ("01_optimizers", "06_forgetting_clocks")),
+    ("results/cpu_w025", "figures/cpu_w025", ("01_optimizers", "06_forgetting_clocks")),
 )
 OWN_FOLDER = "figures"  # a results tree that is no committed one gets its figures in <results>/figures
 OVERWRITE_ENV = "INITMEM_FIGURES_OVERWRITE"  # "1" while `make_figures(overwrite=True)` runs its figure notebooks

@@ -41,7 +41,7 @@ def test_a_results_tree_without_runs_is_named_with_what_it_holds_and_nothing_is_
     assert not out.exists() and not (tmp_path / "empty" / "figures").exists()
 
 
-@pytest.mark.parametrize("target", ["figures", "figures/cpu_steps", "figures/tables"])
+@pytest.mark.parametrize("target", ["figures", "figures/cpu_steps", "figures/cpu_w025", "figures/tables"])
 def test_a_committed_set_is_written_only_from_its_own_tree(tmp_path, capsys, target):
     tree = write_fake_results(tmp_path / "smoke", sections=("03_lr_l2",))
     before = _snapshot(ROOT / "figures")

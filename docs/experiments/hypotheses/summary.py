@@ -2,7 +2,7 @@
 selected (lowest validation loss) epoch at each sigma_w, the spread, the selected epoch, tau_interp, and at
 sigma_w 2.5 the angle from initialisation and Theta at the selected epoch; the last-epoch spread beside it.
 
-    python docs/experiments/hypotheses/summary.py            # reads results/hypotheses
+    python docs/experiments/hypotheses/summary.py            # reads results/hypotheses and results/cpu_w025
 """
 
 from __future__ import annotations
@@ -15,8 +15,10 @@ import pandas as pd
 from initmem.results import load_histories, load_runs
 
 
-def summary(tree: str = "results/hypotheses") -> pd.DataFrame:
-    runs, hist = load_runs(tree), load_histories(tree)
+def summary(*trees: str) -> pd.DataFrame:
+    trees = trees or ("results/hypotheses", "results/cpu_w025")
+    runs = pd.concat([load_runs(t) for t in trees], ignore_index=True)
+    hist = pd.concat([load_histories(t) for t in trees], ignore_index=True)
     runs["candidate"] = runs.path.map(lambda p: p.split("/")[-3])
     runs = runs[runs.status == "complete"]
     rows = []
