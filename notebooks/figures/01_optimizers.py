@@ -20,8 +20,9 @@
 # interpolation epoch and norm ratio, and the paper's spread beside ours), **F1** (accuracy against σ_w, the
 # paper's spreads drawn beside ours), **F2** (weight norm over training, SGD beside Adam), **F3** (final against
 # initial norm, with the radial-memory slope), **F9** (training and validation curves of an SGD/Adam pair) and
-# **F10** (the angle from initialisation over training per optimiser and σ_w, where the runs have the instrument). All computation lives in `initmem.tables` and `initmem.plots`, the writing in
-# `initmem.figures`; run every figure notebook with `initmem figures --results results/cpu --out figures`.
+# **F10** (the angle from initialisation over training per optimiser and σ_w, where the runs have the instrument).
+# All computation lives in `initmem.tables` and `initmem.plots`, the writing in `initmem.figures`; run every figure
+# notebook with `initmem figures --results results/cpu --out figures`.
 #
 # Relative paths are relative to the repository root wherever this runs (`FigureBook`); `figures` is the committed
 # set, which this notebook overwrites. A missing `results_dir` is an error, a section without runs a placeholder.

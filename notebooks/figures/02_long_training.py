@@ -17,8 +17,8 @@
 #
 # Low-lr SGD (and, in the cpu profile, Adam beside it) trained for a long time (`params/02_long_training.yaml`).
 # **T2** gives the test-accuracy spread across σ_w as if training had stopped at each epoch mark m: every run's
-# accuracy is read at its best-validation-loss epoch among epochs 1..m (`metrics.test_at_best(history, upto=m)`). The marks are the
-# section's `epoch_marks` in the params profile the results came from (a 1-2-5 series when unknown).
+# accuracy is read at its best-validation-loss epoch among epochs 1..m (`metrics.test_at_best(history, upto=m)`).
+# The marks are the section's `epoch_marks` in the params profile the results came from (a 1-2-5 series when unknown).
 #
 # Relative paths are relative to the repository root wherever this runs (`FigureBook`); `figures` is the committed
 # set, which this notebook overwrites. A missing `results_dir` is an error, a section without runs a placeholder.
