@@ -76,7 +76,7 @@ def stratified_indices(labels: torch.Tensor, n: int, generator: torch.Generator 
     perm = torch.randperm(len(labels), generator=generator)
     lab, order = torch.sort(labels[perm], stable=True)  # grouped by class, random order within a class
     starts = torch.cumsum(counts, 0) - counts
-    rank = torch.arange(len(labels)) - starts[lab]
+    rank = torch.arange(len(labels), device=labels.device) - starts[lab]
     return perm[order][rank < k[lab]].sort().values
 
 
@@ -115,13 +115,13 @@ def make_splits(data: Cifar10, n_val: int = 5000, n_train: int | None = None, n_
     c, n_all, n_test_all = data.num_classes, len(data.train_y), len(data.test_y)
     check_int("n_val", n_val, c, n_all - c, f" ({n_all} training images, {c} classes, >= {c} left to train)")
     val_idx = stratified_indices(data.train_y, n_val, _generator(split_seed, 0))
-    keep = torch.ones(n_all, dtype=torch.bool)
+    keep = torch.ones(n_all, dtype=torch.bool, device=data.train_y.device)
     keep[val_idx] = False
     train_idx = keep.nonzero().squeeze(1)
     if n_train is not None:
         check_int("n_train", n_train, c, len(train_idx), f" (n_val + n_train <= {n_all} training images)")
         train_idx = train_idx[stratified_indices(data.train_y[train_idx], n_train, _generator(split_seed, 1))]
-    test_idx = torch.arange(n_test_all)
+    test_idx = torch.arange(n_test_all, device=data.test_y.device)
     if n_test is not None:
         check_int("n_test", n_test, c, n_test_all, f" ({n_test_all} test images)")
         test_idx = stratified_indices(data.test_y, n_test, _generator(split_seed, 2))
@@ -150,7 +150,7 @@ def channel_stats(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     Exact: from a 256-bin histogram per channel summed in float64 (faster than a float std_mean here, and the
     same numbers on every device)."""
     hist = torch.stack([torch.bincount(x[:, c].reshape(-1), minlength=256) for c in range(x.shape[1])]).cpu().double()
-    v = torch.arange(256, dtype=torch.float64) / 255
+    v = torch.arange(256, dtype=torch.float64, device=hist.device) / 255
     n = hist.sum(1)
     mean = (hist * v).sum(1) / n
     var = ((hist * (v - mean[:, None]) ** 2).sum(1) / n).clamp_min(0)

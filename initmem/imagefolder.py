@@ -79,7 +79,7 @@ def _assemble(entries: list[tuple[str, str, str, bytes]], origin: str, progress:
             if bar is not None and i % 1000 == 999:
                 bar.update(1000)
         out[f"{split}_x"] = torch.from_numpy(x).permute(0, 3, 1, 2).contiguous()
-        out[f"{split}_y"] = torch.tensor([label[c] for c, _, _ in items], dtype=torch.int64)
+        out[f"{split}_y"] = torch.tensor([label[c] for c, _, _ in items], dtype=torch.int64)  # cpu: a dataset
     if bar is not None:
         bar.close()
     return out
