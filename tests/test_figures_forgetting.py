@@ -414,3 +414,23 @@ def test_point_figure_reads_the_run_folders_and_shows_inline(diverged_tree):
     assert not fig.axes[2].lines and "no angle from initialisation recorded" in fig.axes[2].texts[0].get_text()
     with pytest.raises(NoResults):
         point_report.point_figure(old.iloc[:0], h)
+
+
+def test_show_point_shows_each_view_under_the_line_that_says_what_it_is(diverged_tree, monkeypatch):
+    import IPython.display
+    from matplotlib.figure import Figure
+
+    from initmem.results import load_runs
+
+    shown = []
+    monkeypatch.setattr(IPython.display, "display", lambda *objs: shown.append(objs))
+    point = load_runs(diverged_tree)
+    point = point[point["weight_decay"] > 0]
+    point_report.show_point(point)
+    assert len(shown) == 3  # one display call per group: its text first, then its views
+    texts = [objs[0].data for objs in shown]
+    assert texts[0].startswith("The point as a researcher reads it") and texts[1].startswith("One row per run")
+    assert texts[2].startswith("The point's numbers")
+    (table, fig), (runs_table,), (summary,) = (objs[1:] for objs in shown)
+    assert table.equals(point_report.point_table(point)) and isinstance(fig, Figure)
+    assert len(runs_table) == len(point) and summary == metrics.point_summary(point)
