@@ -24,11 +24,9 @@
 # Muon; the final weight norm should stay coupled to the initial one under SGD (`norm_ratio` varies with `sigma_w`)
 # and converge to a common scale under the adaptive methods.
 #
-# The parameters cell below holds what this section varies, with seconds-long smoke defaults. Any other TrainConfig
-# field (docs/fields.md: `eval_every`, `data`, `n_train`, `precision`, ...) may be added to it or given with
-# `initmem run -p`; a field set nowhere takes its smoke value from `initmem.notebook.SMOKE` (synthetic data, a
-# 1/16-width network, 2 epochs), else TrainConfig's default. `params/01_optimizers.yaml` holds the `smoke`, `cpu`
-# and `paper` profiles that `initmem sweep` injects here.
+# The parameters cell holds what this section varies, with seconds-long smoke defaults; any other TrainConfig
+# field can be added to it or given with `-p` (README, *Change a parameter and re-run*). `params/01_optimizers.yaml`
+# holds the `smoke`, `cpu` and `paper` profiles.
 
 # %% tags=["parameters"]
 # where and what to sweep (notebook-level)

@@ -25,11 +25,9 @@
 # many steps: the contrast of an adaptive method given the same time. Runs this long want checkpoints
 # (`checkpoint_every`): a killed run resumes from the newest.
 #
-# The parameters cell below holds what this section varies, with seconds-long smoke defaults. Any other TrainConfig
-# field (docs/fields.md: `eval_every`, `data`, `n_train`, `precision`, ...) may be added to it or given with
-# `initmem run -p`; a field set nowhere takes its smoke value from `initmem.notebook.SMOKE` (synthetic data, a
-# 1/16-width network, 2 epochs), else TrainConfig's default. `params/02_long_training.yaml` holds the `smoke`, `cpu`
-# and `paper` profiles.
+# The parameters cell holds what this section varies, with seconds-long smoke defaults; any other TrainConfig
+# field can be added to it or given with `-p` (README, *Change a parameter and re-run*). `params/02_long_training.yaml`
+# holds the `smoke`, `cpu` and `paper` profiles.
 
 # %% tags=["parameters"]
 # where and what to sweep (notebook-level)

@@ -22,11 +22,9 @@
 # shrinks `||W||` towards a common scale; the paper finds that L2 at 1e-2 brings the spread across `sigma_w` to
 # nearly zero, and that a larger learning rate also erases the memory.
 #
-# The parameters cell below holds what this section varies, with seconds-long smoke defaults. Any other TrainConfig
-# field (docs/fields.md: `eval_every`, `data`, `n_train`, `precision`, ...) may be added to it or given with
-# `initmem run -p`; a field set nowhere takes its smoke value from `initmem.notebook.SMOKE` (synthetic data, a
-# 1/16-width network, 2 epochs), else TrainConfig's default. `params/03_lr_l2.yaml` holds the `smoke`, `cpu` and
-# `paper` profiles.
+# The parameters cell holds what this section varies, with seconds-long smoke defaults; any other TrainConfig
+# field can be added to it or given with `-p` (README, *Change a parameter and re-run*). `params/03_lr_l2.yaml`
+# holds the `smoke`, `cpu` and `paper` profiles.
 
 # %% tags=["parameters"]
 # where and what to sweep (notebook-level)

@@ -22,11 +22,9 @@
 # `T_SGD = (1/b) sum eta_k^2` (it falls as 1/b^2 per epoch), so SGD should forget less and its spread across
 # `sigma_w` grow with b; Adam runs on `T_adapt = sum eta_k` and should stay near a small spread.
 #
-# The parameters cell below holds what this section varies, with seconds-long smoke defaults. Any other TrainConfig
-# field (docs/fields.md: `eval_every`, `data`, `n_train`, `precision`, ...) may be added to it or given with
-# `initmem run -p`; a field set nowhere takes its smoke value from `initmem.notebook.SMOKE` (synthetic data, a
-# 1/16-width network, 2 epochs), else TrainConfig's default. `params/04_batch_size.yaml` holds the `smoke`, `cpu`
-# and `paper` profiles.
+# The parameters cell holds what this section varies, with seconds-long smoke defaults; any other TrainConfig
+# field can be added to it or given with `-p` (README, *Change a parameter and re-run*). `params/04_batch_size.yaml`
+# holds the `smoke`, `cpu` and `paper` profiles.
 
 # %% tags=["parameters"]
 # where and what to sweep (notebook-level)

@@ -22,12 +22,10 @@
 # accuracy) rather than interpolating to a worse solution. Besides the spread, the notebook records which runs fail
 # to interpolate.
 #
-# The parameters cell below holds what this section varies, with seconds-long smoke defaults. Any other TrainConfig
-# field (docs/fields.md: `eval_every`, `data`, `n_train`, `precision`, ...) may be added to it or given with
-# `initmem run -p`; a field set nowhere takes its smoke value from `initmem.notebook.SMOKE` (synthetic data, a
-# 1/16-width network, 2 epochs), else TrainConfig's default. In the smoke defaults ResNet-20 at `width` 0.25, the
-# shallowest of the family, stands in for the deep ones; `params/05_depth.yaml` holds the `smoke`, `cpu` and `paper`
-# profiles.
+# The parameters cell holds what this section varies, with seconds-long smoke defaults; any other TrainConfig
+# field can be added to it or given with `-p` (README, *Change a parameter and re-run*). `params/05_depth.yaml`
+# holds the `smoke`, `cpu` and `paper` profiles.
+# In the smoke defaults ResNet-20 at `width` 0.25, the shallowest of the family, stands in for the deep ones.
 
 # %% tags=["parameters"]
 # where and what to sweep (notebook-level)
