@@ -36,8 +36,7 @@ def _upgrade(record: dict, file: Path) -> dict:
         raise record_error(file, f"has an invalid config: {exc}") from None
     if changed := [k for k, v in config.items() if new_config[k] != v]:
         raise record_error(file, f"has config values TrainConfig would change: {changed}")
-    data, h = rec.read_history(file.parent)
-    new = {**record, "schema": SCHEMA, "config": new_config, "history": rec.history_meta(data, h),
+    new = {**record, "schema": SCHEMA, "config": new_config, "history": rec.history_meta(file.parent),
            "provenance": portable(record["provenance"]) if isinstance(record["provenance"], dict) else record[
                "provenance"]}
     new = {k: new[k] for k in rec.RECORD_TYPES}  # the key order RunFolders.write writes

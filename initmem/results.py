@@ -1,10 +1,6 @@
-"""Reading a results tree: one folder per run, `<results>/<section>/<run_id>/{history.csv, run.json}` (written by
-`initmem.run_folders`). A run is trusted only when it verifies as a whole (`verify_run`): the record's keys and
-types, its folder is `<section>/<run_id(config)>`, the history matches the record's sha256, row count and columns
-and the summary has every key. A run that fails is *damaged*: the loaders raise a ResultsError naming its file (or,
-with `damaged="skip"`, warn, skip it and list it in `df.attrs["damaged"]`). What a valid record is:
-`initmem.record`. Schema-1 records (no checksum) are upgraded by `migrate`.
-Torch-free: reading results imports neither torch nor the training stack.
+"""Reading a results tree, `<results>/<section>/<run_id>/{history.csv, run.json}`: a run is trusted only when it
+verifies as a whole (`verify_run`, by `initmem.record`); one that fails is *damaged*, a ResultsError naming its file
+(`damaged="skip"`: a warning, and listed in `df.attrs["damaged"]`). Torch-free.
 """
 
 from __future__ import annotations
@@ -13,7 +9,6 @@ import warnings
 from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import pandas as pd
 
@@ -31,9 +26,8 @@ HISTORY_CONFIG_COLUMNS = ("arch", "width", "sigma_w", "optimizer", "lr", "weight
 
 @dataclass
 class RunResult:
-    """What training returns per run (and `RunFolders.write` writes): the config, its run id, `status` ("complete" |
-    "diverged"), the history (one row per measured epoch), the summary (metrics.summarize_history), the run folder
-    (None when nothing was written), provenance and UTC times."""
+    """One run as training returns it and `RunFolders.write` writes it: `status` "complete" | "diverged", one history
+    row per measured epoch, the summary of `metrics.summarize_history`, `path` None when nothing was written."""
 
     config: TrainConfig
     run_id: str
@@ -52,8 +46,8 @@ def _record_file(path: str | Path) -> Path:
 
 
 def read_run(path: str | Path) -> dict:
-    """The run.json of a run folder (or that file's path), its keys, types, config/run id and summary checked;
-    ResultsError naming the file otherwise. `verify_run` also checks the folder and the history."""
+    """The run.json of a run folder (or that file's path), the record itself checked (`record.check_record`);
+    `verify_run` also checks the folder and the history."""
     file = _record_file(path)
     record = parse_record(file)
     check_record(record, file)
@@ -61,9 +55,8 @@ def read_run(path: str | Path) -> dict:
 
 
 def verify_run(folder: str | Path) -> dict:
-    """The record of a run folder (or of its run.json path) once the whole run verifies: the record's keys and
-    types, `<section>/<run_id(config)>` as its folder, the history against its sha256, rows and columns (numbers,
-    an epoch and a step on every row), every summary key. ResultsError naming the file and what is wrong."""
+    """The record of a run folder (or of its run.json path) once the whole run verifies (`record.verify_record`):
+    the record, its folder `<section>/<run_id>` and its history; else a ResultsError naming the file."""
     file = _record_file(folder)
     record = parse_record(file)
     verify_record(file.parent, record)
@@ -113,24 +106,18 @@ def _scan(path: str | Path, damaged: str) -> tuple[list[tuple[Path, dict, pd.Dat
     return good, bad
 
 
-def _cell(v: Any) -> Any:
-    return tuple(v) if isinstance(v, list) else v  # tuples stay hashable for groupby
-
-
 def load_runs(path: str | Path, *, damaged: str = "raise") -> pd.DataFrame:
-    """One row per run under `path` (any depth: a tree, a section, one run folder): run_id, section, status, path,
-    every config field, every summary key, git_commit, git_dirty, data_source, data_hash and git_diff_known (False
-    for a run from a modified tree whose modification was not recorded). Every run is verified (`verify_run`); a damaged
-    one is a ResultsError naming its file, or with damaged="skip" a warning, and it is listed in
-    `df.attrs["damaged"]` ({folder: why}). A path that does not exist is a ResultsError."""
+    """One row per verified run under `path` (a tree, a section, a run folder): run_id, section, status, path, every
+    config field and summary key, `PROVENANCE_COLUMNS` and git_diff_known (False for a run from a modified tree whose
+    modification was not recorded); damaged runs as the module says, listed in `df.attrs["damaged"]` ({folder: why})."""
     good, bad = _scan(path, damaged)
     rows = []
     for folder, rec, _ in good:
-        row = {"run_id": rec["run_id"], "section": rec["section"], "status": rec["status"], "path": str(folder)}
-        row.update({k: _cell(full_config(rec["config"]).get(k)) for k in CONFIG_FIELDS})
-        row.update({k: rec["summary"].get(k) for k in SUMMARY_KEYS})
+        config, prov = full_config(rec["config"]), rec["provenance"]
+        row = {"run_id": rec["run_id"], "section": rec["section"], "status": rec["status"], "path": str(folder),
+               **{k: tuple(v) if isinstance(v := config.get(k), list) else v for k in CONFIG_FIELDS},  # groupby-able
+               **{k: rec["summary"].get(k) for k in SUMMARY_KEYS}}
         row.update({k: v for k, v in rec["summary"].items() if k not in row})  # keys added to metrics later
-        prov = rec["provenance"]
         row.update({k: prov.get(k) for k in PROVENANCE_COLUMNS})
         row["git_diff_known"] = isinstance(prov.get("git_diff"), dict) or row["git_dirty"] is False
         if prov.get("population_fallback"):  # trained one by one because its population failed (point.py)
@@ -144,11 +131,8 @@ def load_runs(path: str | Path, *, damaged: str = "raise") -> pd.DataFrame:
 
 
 def load_histories(path: str | Path, *, damaged: str = "raise") -> pd.DataFrame:
-    """Every history row under `path` plus run_id, section and the config columns `HISTORY_CONFIG_COLUMNS`;
-    runs verified and `damaged` handled as in `load_runs`.
-
-    The history's own per-epoch `lr` column (the scheduled lr of the epoch's last step) is renamed `lr_epoch`,
-    so that `lr` means the configured learning rate here as in `load_runs` and can be grouped on."""
+    """Every history row under `path` with run_id, section and `HISTORY_CONFIG_COLUMNS`, as `load_runs` reads them.
+    The history's own `lr` (the epoch's last step's) is `lr_epoch`, so `lr` is the configured one, as in `load_runs`."""
     good, bad = _scan(path, damaged)
     frames = []
     for _, rec, h in good:
