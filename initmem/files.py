@@ -1,13 +1,10 @@
-"""Writing a file so that a reader never sees half of it: the one atomic write of the package (run records,
-checkpoints, figures and tables all go through it).
-
-The bytes go to a temp file beside the target (same filesystem), are fsynced, and the temp file is renamed over the
-target; then the folder is fsynced so that the rename itself survives a power cut. A writer killed at any point
-leaves the old file (or none) and at most a `.<name>.*.tmp` beside it, which the next writer may delete.
-"""
+"""The package's one atomic write, so that a reader never sees half a file: a temp file beside the target, fsynced,
+renamed over it, then the folder fsynced so that the rename survives a power cut. A writer killed at any point leaves
+the old file (or none) and at most a `.<name>.*.tmp` beside it, which the next writer may delete."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import tempfile
 from collections.abc import Callable
@@ -17,14 +14,12 @@ from typing import IO
 
 def fsync_dir(folder: str | Path) -> None:
     """Make a rename in `folder` durable (a no-op where the filesystem refuses fsync on a folder)."""
-    try:
+    with contextlib.suppress(OSError):
         fd = os.open(folder, os.O_RDONLY)
         try:
             os.fsync(fd)
         finally:
             os.close(fd)
-    except OSError:
-        pass
 
 
 def atomic_write(path: str | Path, data: bytes | str | Callable[[IO[bytes]], object]) -> Path:
@@ -50,10 +45,8 @@ def atomic_write(path: str | Path, data: bytes | str | Callable[[IO[bytes]], obj
 
 
 def ensure_writable(folder: str | Path) -> Path:
-    """Create `folder` if needed and prove a file can be written into it (OSError otherwise): called before work
-    whose result would go there, so a bad folder fails in a second, not after hours."""
-    folder = Path(folder)
-    folder.mkdir(parents=True, exist_ok=True)
-    with tempfile.NamedTemporaryFile(dir=folder, prefix=".write-test-"):
-        pass
+    """`folder`, created and proved writable (OSError otherwise), before work whose result goes there: a bad folder
+    fails in a second, not after hours."""
+    (folder := Path(folder)).mkdir(parents=True, exist_ok=True)
+    tempfile.NamedTemporaryFile(dir=folder, prefix=".write-test-").close()  # deleted on close
     return folder

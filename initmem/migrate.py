@@ -37,8 +37,7 @@ def _upgrade(record: dict, file: Path) -> dict:
     if changed := [k for k, v in config.items() if new_config[k] != v]:
         raise record_error(file, f"has config values TrainConfig would change: {changed}")
     new = {**record, "schema": SCHEMA, "config": new_config, "history": rec.history_meta(file.parent),
-           "provenance": portable(record["provenance"]) if isinstance(record["provenance"], dict) else record[
-               "provenance"]}
+           "provenance": portable(record["provenance"])}
     new = {k: new[k] for k in rec.RECORD_TYPES}  # the key order RunFolders.write writes
     verify_record(file.parent, new)
     return new
@@ -53,8 +52,7 @@ def migrate(path: str | Path) -> list[Path]:
         file = folder / "run.json"
         record = rec.parse_record(file)
         if record.get("schema") == SCHEMA:
-            if isinstance(record.get("provenance"), dict) and (prov := portable(record["provenance"])) != record[
-                    "provenance"]:  # the provenance as it is kept now; every other byte as it was
+            if (prov := portable(record.get("provenance"))) != record.get("provenance"):  # as kept now; the rest as was
                 new = {**record, "provenance": prov}
                 verify_record(folder, new)
                 plan.append((file, new))

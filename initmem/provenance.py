@@ -1,11 +1,9 @@
-"""Where a run came from: code version, software versions, machine (stored in every run.json).
-
-`provenance()` never raises: a missing git, a tree that is not a checkout or an unknown CPU model give `None`
-fields, because a run must not fail for want of bookkeeping.
-"""
+"""Where a run came from: code version, software versions, machine (in every run.json). Nothing here raises: a
+missing git, a tree that is not a checkout or an unknown CPU give `None`, since no run may fail for bookkeeping."""
 
 from __future__ import annotations
 
+import contextlib
 import datetime as _dt
 import hashlib
 import importlib.metadata
@@ -14,6 +12,7 @@ import platform
 import socket
 import subprocess
 from pathlib import Path
+from typing import Any
 
 _PACKAGES = ("torch", "torchvision", "numpy", "pandas", "initmem")
 ROOT = Path(__file__).resolve().parent.parent  # the checkout holding the package
@@ -21,6 +20,11 @@ TRAINING_PATH = "initmem"  # what trains a run: its diff is kept whole in the re
 MAX_DIFF = 200_000
 UNKNOWN_DIFF = ("unknown: trained from a modified working tree of git_commit before initmem recorded the "
                 "modification; only the commit and that the tree was modified are known")
+
+
+def utcnow() -> str:
+    """Now in UTC to the second, as run records, lock files, failure markers and provenance stamp it."""
+    return _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds")
 
 
 def _git(args: list[str], cwd: Path) -> str | None:
@@ -34,18 +38,9 @@ def _git(args: list[str], cwd: Path) -> str | None:
 def checkout() -> Path | None:
     """The git checkout holding the initmem package, else the one holding the working directory; None."""
     for where in (Path(__file__).resolve().parent, Path.cwd()):
-        top = _git(["rev-parse", "--show-toplevel"], where)
-        if top:
+        if top := _git(["rev-parse", "--show-toplevel"], where):
             return Path(top)
     return None
-
-
-def git_state() -> tuple[str | None, bool | None]:
-    """(commit, dirty) of `checkout()`; (None, None) without one."""
-    if (where := checkout()) is None or not (commit := _git(["rev-parse", "HEAD"], where)):
-        return None, None
-    status = _git(["status", "--porcelain", "--untracked-files=no"], where)
-    return commit, (None if status is None else bool(status))
 
 
 def git_diff(where: Path | None = None) -> dict | None:
@@ -84,9 +79,11 @@ def portable_source(source: str | None) -> str | None:
     return f"{kind}:{name}"
 
 
-def portable(prov: dict) -> dict:
-    """`prov` as a run record stores it: `data_source` by `portable_source`, and `git_diff` after `git_dirty` (for a
-    record made before the diff was kept: None for a clean tree, `UNKNOWN_DIFF` for a modified one)."""
+def portable(prov: Any) -> Any:
+    """`prov` as a run record stores it (anything but a dict as it is): `data_source` by `portable_source`, and
+    `git_diff` after `git_dirty` (for a record made before the diff was kept: None if clean, else `UNKNOWN_DIFF`)."""
+    if not isinstance(prov, dict):
+        return prov
     out = {}
     for k, v in prov.items():
         out[k] = portable_source(v) if k == "data_source" else v
@@ -107,12 +104,10 @@ def _version(name: str) -> str | None:
 
 def cpu_model() -> str | None:
     """This CPU's model name (/proc/cpuinfo, else `platform.processor()`), or None."""
-    try:
+    with contextlib.suppress(OSError):
         for line in Path("/proc/cpuinfo").read_text().splitlines():
             if line.startswith("model name"):
                 return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
     return platform.processor() or None
 
 
@@ -129,9 +124,10 @@ def _device_name(device: str | None) -> str | None:
 
 def provenance(device: str | None = None) -> dict:
     """Code version, software versions, machine and UTC time, as a JSON-ready dict. Never raises."""
-    commit, dirty = git_state()
-    info: dict = {"git_commit": commit, "git_dirty": dirty, "git_diff": git_diff() if dirty else None,
-                  "python": platform.python_version()}
+    commit = (_git(["rev-parse", "HEAD"], where) if (where := checkout()) else None) or None
+    status = _git(["status", "--porcelain", "--untracked-files=no"], where) if commit else None  # None: unknown
+    info: dict = {"git_commit": commit, "git_dirty": None if status is None else bool(status),
+                  "git_diff": git_diff(where) if status else None, "python": platform.python_version()}
     info.update({name: _version(name) for name in _PACKAGES})
     try:
         import torch
@@ -140,6 +136,5 @@ def provenance(device: str | None = None) -> dict:
     except Exception:
         info["cuda"], info["torch_threads"] = None, None
     info.update(platform=platform.platform(), hostname=socket.gethostname(), device=device,
-                device_name=_device_name(device), cpu_count=os.cpu_count(),
-                timestamp_utc=_dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"))
+                device_name=_device_name(device), cpu_count=os.cpu_count(), timestamp_utc=utcnow())
     return info

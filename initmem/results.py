@@ -1,7 +1,6 @@
 """Reading a results tree, `<results>/<section>/<run_id>/{history.csv, run.json}`: a run is trusted only when it
 verifies as a whole (`verify_run`, by `initmem.record`); one that fails is *damaged*, a ResultsError naming its file
-(`damaged="skip"`: a warning, and listed in `df.attrs["damaged"]`). Torch-free.
-"""
+(`damaged="skip"`: a warning, and listed in `df.attrs["damaged"]`). Torch-free."""
 
 from __future__ import annotations
 
@@ -49,8 +48,7 @@ def read_run(path: str | Path) -> dict:
     """The run.json of a run folder (or that file's path), the record itself checked (`record.check_record`);
     `verify_run` also checks the folder and the history."""
     file = _record_file(path)
-    record = parse_record(file)
-    check_record(record, file)
+    check_record(record := parse_record(file), file)
     return record
 
 
@@ -58,12 +56,10 @@ def verify_run(folder: str | Path) -> dict:
     """The record of a run folder (or of its run.json path) once the whole run verifies (`record.verify_record`):
     the record, its folder `<section>/<run_id>` and its history; else a ResultsError naming the file."""
     file = _record_file(folder)
-    record = parse_record(file)
-    verify_record(file.parent, record)
+    verify_record(file.parent, record := parse_record(file))
     return record
 
 
-# ------------------------------------------------------------------------------------------------ loaders
 def find_runs(path: str | Path) -> list[Path]:
     """Every folder under `path` (any depth, `path` included) holding a run.json, hidden folders (.damaged, ...)
     left out; ResultsError when `path` is not an existing folder."""
@@ -140,10 +136,7 @@ def load_histories(path: str | Path, *, damaged: str = "raise") -> pd.DataFrame:
         meta = {"run_id": rec["run_id"], "section": rec["section"]}
         meta.update({k: rec["config"].get(k) for k in HISTORY_CONFIG_COLUMNS})
         frames.append(h.assign(**meta)[[*meta, *h.columns]])
-    if frames:
-        df = pd.concat(frames, ignore_index=True)
-    else:
-        own = ["lr_epoch" if c == "lr" else c for c in HISTORY_COLUMNS]
-        df = pd.DataFrame(columns=["run_id", "section", *HISTORY_CONFIG_COLUMNS, *own])
+    df = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=[
+        "run_id", "section", *HISTORY_CONFIG_COLUMNS, *("lr_epoch" if c == "lr" else c for c in HISTORY_COLUMNS)])
     df.attrs["damaged"] = bad
     return df

@@ -1,13 +1,9 @@
-"""The run folders of a results tree, owned here and nowhere else (`RunFolders`): where a run lives
-(`<results>/<section>/<run_id>/`), its lock, whether it is complete, setting a damaged one aside, its checkpoints'
-place, its record and its failure marker. Torch-free: the sweep and `initmem plan` use it without torch.
+"""The run folders of a results tree, owned here and nowhere else (`RunFolders`). Torch-free.
 
-Locks: `fcntl.flock` on `<run folder>.lock` (beside the folder: a run that fails early leaves no half-made folder),
-held on an open descriptor, so the kernel releases it however the holder dies (SIGKILL, OOM, reboot): no stale-lock
-cleanup, no timeout. The file holds the holder's host and pid, for messages only, and is never deleted (unlinking a
-flock file lets two processes lock two inodes under one name). Re-entrant within a process (`point` locks a run, then
-`train` locks it again): only the outermost release unlocks. A filesystem that refuses flock raises.
-"""
+Locks: `fcntl.flock` on `<run folder>.lock` (beside the folder: a run that fails early leaves no half-made folder) on
+an open descriptor, so the kernel releases it however the holder dies: no stale-lock cleanup, no timeout. The file
+(the holder's host and pid, for messages) is never deleted: unlinking a flock file lets two processes lock two inodes
+under one name. Re-entrant within a process (`point` locks a run, `train` locks it again)."""
 
 from __future__ import annotations
 
@@ -28,7 +24,7 @@ import pandas as pd
 from initmem.config import TrainConfig, run_id
 from initmem.errors import ConfigError, ResultsError
 from initmem.files import atomic_write, ensure_writable
-from initmem.provenance import portable
+from initmem.provenance import portable, utcnow
 from initmem.record import SCHEMA, check_record, dumps_record, history_meta, parse_record
 from initmem.results import RunResult, find_runs, load_runs, verify_run
 
@@ -40,19 +36,14 @@ _CHECKPOINT = re.compile(r"epoch-(\d{6,})\.ckpt")  # a checkpoint file's name (`
 _HELD: dict[str, list] = {}  # resolved lock path -> [fd, depth, pid]: this process's locks
 
 
-def utcnow() -> str:
-    """Now in UTC to the second, as run records, lock files and failure markers stamp it."""
-    return _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds")
-
-
-# ------------------------------------------------------------------------------------------------------ locks
 def lock_path(run_folder: str | Path) -> Path:
     """`<run folder>.lock`, beside the run folder."""
     return (folder := Path(run_folder)).with_name(folder.name + ".lock")
 
 
 class RunLock(contextlib.AbstractContextManager):
-    """A held lock on one run folder; `release()` (or leaving a `with` block) gives it back, once."""
+    """A held lock on one run folder; `release()` (or leaving a `with` block) gives it back, once (the outermost of a
+    re-entrant lock unlocks)."""
 
     def __init__(self, key: str):
         self._key, self._released = key, False
@@ -80,8 +71,8 @@ def holder(run_folder: str | Path) -> str:
 
 
 def lock(run_folder: str | Path, *, wait: bool = False) -> RunLock | None:
-    """Lock `run_folder` (its parent is created if needed); None when another process holds it (`wait`: as long as it
-    does, it is training that run). ResultsError when the lock file cannot be created or locked for another reason."""
+    """Lock `run_folder` (its parent created if needed); None while another process holds it (`wait`: wait for it),
+    a ResultsError when the lock file cannot be created or locked (a filesystem without flock)."""
     path = lock_path(run_folder)
     key = str(path.resolve())
     if (entry := _HELD.get(key)) is not None and entry[2] == os.getpid():  # re-entrant in this process
@@ -106,7 +97,6 @@ def lock(run_folder: str | Path, *, wait: bool = False) -> RunLock | None:
     return RunLock(key)
 
 
-# ------------------------------------------------------------------------------------------------ checkpoints
 def checkpoint_file(folder: str | Path, epoch: int) -> Path:
     """`<folder>/epoch-NNNNNN.ckpt`: the checkpoint of `epoch` (its format: `initmem.checkpoint`)."""
     return Path(folder) / f"epoch-{epoch:06d}.ckpt"
@@ -122,13 +112,10 @@ def checkpoints(folder: str | Path) -> list[Path]:
 
 def clear_checkpoints(folder: str | Path) -> None:
     """Delete a checkpoints folder (its runs' run.json files are written: nothing will resume from it)."""
-    folder = Path(folder)
-    if folder.is_dir():
-        for p in folder.iterdir():
-            if p.is_file() and (_CHECKPOINT.fullmatch(p.name) or p.name.endswith(".tmp")):
-                p.unlink(missing_ok=True)
-        with contextlib.suppress(OSError):  # something else lives there: leave it
-            folder.rmdir()
+    for p in [*checkpoints(folder), *(t for t in Path(folder).glob("*.tmp") if t.is_file())]:
+        p.unlink(missing_ok=True)
+    with contextlib.suppress(OSError):  # something else lives there (or nothing does): leave it
+        Path(folder).rmdir()
 
 
 def population_id(configs: list[TrainConfig]) -> str:
@@ -137,7 +124,6 @@ def population_id(configs: list[TrainConfig]) -> str:
     return ids[0] if len(ids) == 1 else hashlib.sha256(" ".join(ids).encode()).hexdigest()[:12]
 
 
-# ---------------------------------------------------------------------------------------- damaged and copies
 def set_aside(folder: str | Path) -> Path:
     """Move a damaged run folder, unchanged, to `<section>/.damaged/<run_id>-<UTC stamp>/` (why: the `.txt` beside
     it) and return its new path; nothing is deleted. A run that verifies is a ResultsError."""
@@ -176,8 +162,7 @@ def other_schema(folder: str | Path) -> int | None:
 
 
 class RunFolders:
-    """The run folders of one section, `<results>/<section>/<run_id>/`; `results=None`: an owner that keeps nothing
-    (a run trained without `out_dir`)."""
+    """The run folders of one section, `<results>/<section>/<run_id>/`; `results=None` keeps nothing."""
 
     def __init__(self, results: str | Path | None, section: str):
         if not isinstance(section, str) or not section or section != Path(section).name or section.startswith("."):
@@ -199,14 +184,13 @@ class RunFolders:
     def is_complete(self, c: TrainConfig | dict) -> bool:
         """Whether the run's folder holds a finished run that verifies (a damaged run is not complete)."""
         try:
-            verify_run(self.folder(c))
+            return bool(verify_run(self.folder(c)))  # its record: never empty
         except ResultsError:
             return False
-        return True
 
     def set_aside_damaged(self, configs: list[TrainConfig]) -> Iterator[tuple[TrainConfig, str]]:
-        """Set aside each damaged run folder of `configs` (it would pass for a run in progress), yielding (config, why
-        and where to); an older schema's record is not damaged: its ResultsError names `initmem migrate`."""
+        """Set aside each damaged run folder of `configs` (it would pass for one in progress), yielding (config, why
+        and where to); an older schema is no damage: its ResultsError names `initmem migrate`."""
         for c in configs:
             if ((folder := self.folder(c)) / "run.json").exists():
                 try:
@@ -276,8 +260,8 @@ class RunFolders:
         return bool(checkpoints(self.checkpoint_folder([c])))
 
     def finish(self, configs: list[TrainConfig]) -> None:
-        """Every member's run.json is written, so the set never resumes: its checkpoints go, and a population's folder
-        with them (populations/ too, when no other population is unfinished)."""
+        """Every member's run.json is written: the set's checkpoints go, a population's folder (and an empty
+        populations/) with them."""
         if (folder := self.checkpoint_folder(configs)) is None:
             return
         clear_checkpoints(folder)
@@ -295,8 +279,8 @@ class RunFolders:
         folder = self.folder(result.config)
         record = {"schema": SCHEMA, "run_id": result.run_id, "section": self.section, "status": result.status,
                   "config": result.config.to_dict(), "summary": result.summary, "history": None,
-                  "provenance": portable(result.provenance) if isinstance(result.provenance, dict) else
-                  result.provenance, "started_at": result.started_at, "finished_at": result.finished_at}
+                  "provenance": portable(result.provenance), "started_at": result.started_at,
+                  "finished_at": result.finished_at}
         try:
             check_record(json.loads(dumps_record({**record, "history": {"sha256": "0" * 64, "rows": 0,
                                                                          "columns": []}})), folder / "run.json")
@@ -325,8 +309,8 @@ class RunFolders:
             return None
 
     def mark_failed(self, c: TrainConfig, exc: BaseException, message: str, attempts: int) -> Path:
-        """Record that attempt `attempts` raised `exc` (`message`: its line); the marker's path. Best effort: a
-        folder that cannot take it must not hide the original error."""
+        """Record that attempt `attempts` raised `exc` (`message`: its line); the marker's path. Best effort: it
+        must not hide the original error."""
         file = self.folder(c) / FAILED
         record = {"run_id": run_id(c), "section": self.section, "sigma_w": c.sigma_w, "seed": c.seed,
                   "error": message, "attempts": attempts, "host": socket.gethostname(), "pid": os.getpid(),
