@@ -114,7 +114,6 @@ def cpu_model() -> str | None:
 def _device_name(device: str | None) -> str | None:
     try:
         import torch
-
         if device and device.startswith("cuda") and torch.cuda.is_available():
             return torch.cuda.get_device_name(torch.device(device))
     except Exception:
@@ -131,7 +130,6 @@ def provenance(device: str | None = None) -> dict:
     info.update({name: _version(name) for name in _PACKAGES})
     try:
         import torch
-
         info["cuda"], info["torch_threads"] = torch.version.cuda, torch.get_num_threads()
     except Exception:
         info["cuda"], info["torch_threads"] = None, None

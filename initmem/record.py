@@ -1,6 +1,5 @@
-"""A run record on disk, schema 2: what a valid `run.json` holds (keys and JSON types, a config that hashes to its run
-id, every summary key, the history's sha256, rows and columns) and what a valid `history.csv` is. Each check names the
-file and what is wrong, on one line. Torch-free."""
+"""A run record on disk, schema 2: what a valid `run.json` and `history.csv` hold; each check names the file and what
+is wrong, on one line. Torch-free."""
 
 from __future__ import annotations
 
@@ -27,7 +26,6 @@ HISTORY_COLUMNS = ("epoch", "step", "lr", "train_loss", "train_acc_running", "tr
 RECORD_TYPES: dict[str, type] = {"schema": int, "run_id": str, "section": str, "status": str, "config": dict,
                                  "summary": dict, "history": dict, "provenance": dict, "started_at": str,
                                  "finished_at": str}  # run.json's keys, in order, with their JSON types
-HISTORY_KEYS = ("sha256", "rows", "columns")
 V1_KEYS = tuple(k for k in RECORD_TYPES if k != "history")
 CONFIG_FIELDS = tuple(f.name for f in dataclasses.fields(TrainConfig))
 
@@ -94,14 +92,12 @@ def parse_record(file: Path) -> dict:
 
 
 def full_config(config: dict) -> dict:
-    """A record's config with the fields added after it was written (`LATER_FIELDS`) at the values that reproduce
-    how it was trained; the file is never rewritten."""
+    """A record's config with each field added since it was written at the value it trained with (`LATER_FIELDS`)."""
     return {**{k: v for k, v in LATER_FIELDS.items() if k not in config}, **config}
 
 
 def check_record(record: dict, file: Path) -> None:
-    """The record's own consistency: keys and types, schema, status, the config (read by `full_config`) and the run
-    id it hashes to, the summary's keys and the history entry."""
+    """The record's own consistency: keys, types, schema, status, config (`full_config`), run id, summary, history."""
     schema = record.get("schema")
     if type(schema) is int and schema == 1 and all(k in record for k in V1_KEYS):
         raise record_error(file, f"is a schema-1 run record (no history checksum): run `initmem migrate "
@@ -134,7 +130,7 @@ def check_record(record: dict, file: Path) -> None:
         if v is not None and not isinstance(v, (int, float)):
             raise record_error(file, f"has summary {k}={_short(v)}: a number, true/false or null is expected")
     h = record["history"]
-    if (sorted(h) != sorted(HISTORY_KEYS) or not isinstance(h["sha256"], str)
+    if (sorted(h) != ["columns", "rows", "sha256"] or not isinstance(h["sha256"], str)
             or not re.fullmatch(r"[0-9a-f]{64}", h["sha256"]) or type(h["rows"]) is not int
             or not isinstance(h["columns"], list) or not all(isinstance(c, str) for c in h["columns"])):
         raise record_error(file, f"has history={_short(h)}: {{sha256: 64 hex digits, rows: int, columns: [str]}} "
@@ -159,8 +155,8 @@ def read_history(folder: Path) -> tuple[bytes, pd.DataFrame]:
 
 
 def history_meta(folder: Path, *, written: int | None = None) -> dict:
-    """run.json's `history` entry for `folder`'s history.csv: its sha256, rows and columns. `written`: the rows just
-    written, and a file that does not read back as a valid history of as many rows is a ResultsError."""
+    """run.json's `history` entry (sha256, rows, columns) of `folder`'s history.csv; with `written` (the rows just
+    written) a ResultsError unless it reads back as a valid history of as many rows."""
     data, h = read_history(folder)
     if written is not None and (problem := frame_problem(h) or (len(h) != written and "lost rows on the way to disk")):
         raise record_error(folder / "history.csv", f"was written but is no run's history, so no run.json was: it "
@@ -190,17 +186,12 @@ def verify_record(folder: Path, record: dict) -> pd.DataFrame:
         raise record_error(hfile, f"has {len(h)} rows; run.json records {meta['rows']} (truncated or appended to?)")
     if problem := frame_problem(h):
         raise record_error(hfile, problem)
-    if hashlib.sha256(data).hexdigest() != meta["sha256"]:
-        raise record_error(hfile, f"does not match the sha256 run.json records: {checksum_difference(data, meta)}")
+    if hashlib.sha256(data).hexdigest() != meta["sha256"]:  # the same rows and columns: line endings, or a value?
+        raise record_error(hfile, "does not match the sha256 run.json records: " + (
+            "only its line endings differ (CRLF where it was written with LF: a checkout converted them, e.g. git "
+            "with core.autocrlf=true; the repository's .gitattributes keeps results/ byte-exact): restore LF line "
+            "endings, e.g. clone again with `git -c core.autocrlf=false clone`"
+            if hashlib.sha256(data.replace(b"\r\n", b"\n")).hexdigest() == meta["sha256"] else
+            "a value differs from what was written (the same rows and columns; the run was changed after it was "
+            "written, or the file was damaged)"))
     return h
-
-
-def checksum_difference(data: bytes, meta: dict) -> str:
-    """What differs in a history whose rows and columns are the recorded ones but whose sha256 is not: line
-    endings only (a checkout that converted them, e.g. git's core.autocrlf), or a value."""
-    if hashlib.sha256(data.replace(b"\r\n", b"\n")).hexdigest() == meta["sha256"]:
-        return ("only its line endings differ (CRLF where it was written with LF: a checkout converted them, e.g. git "
-                "with core.autocrlf=true; the repository's .gitattributes keeps results/ byte-exact): restore LF line "
-                "endings, e.g. clone again with `git -c core.autocrlf=false clone`")
-    return ("a value differs from what was written (the same rows and columns; the run was changed after it was "
-            "written, or the file was damaged)")

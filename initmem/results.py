@@ -45,24 +45,21 @@ def _record_file(path: str | Path) -> Path:
 
 
 def read_run(path: str | Path) -> dict:
-    """The run.json of a run folder (or that file's path), the record itself checked (`record.check_record`);
-    `verify_run` also checks the folder and the history."""
+    """The run.json of a run folder (or that file's path), the record itself checked (`verify_run`: the whole run)."""
     file = _record_file(path)
     check_record(record := parse_record(file), file)
     return record
 
 
 def verify_run(folder: str | Path) -> dict:
-    """The record of a run folder (or of its run.json path) once the whole run verifies (`record.verify_record`):
-    the record, its folder `<section>/<run_id>` and its history; else a ResultsError naming the file."""
+    """The record of a run folder (or its run.json) once the record, its folder and its history verify."""
     file = _record_file(folder)
     verify_record(file.parent, record := parse_record(file))
     return record
 
 
 def find_runs(path: str | Path) -> list[Path]:
-    """Every folder under `path` (any depth, `path` included) holding a run.json, hidden folders (.damaged, ...)
-    left out; ResultsError when `path` is not an existing folder."""
+    """The folders at or under the folder `path` (else a ResultsError) holding a run.json, hidden ones left out."""
     if not (root := Path(path)).is_dir():
         raise ResultsError(f"results path {str(root)!r} " + ("is not a folder" if root.exists() else "does not exist"))
     return [f.parent for f in sorted(root.rglob("run.json"))
@@ -70,8 +67,8 @@ def find_runs(path: str | Path) -> list[Path]:
 
 
 def _scan(path: str | Path, damaged: str) -> tuple[list[tuple[Path, dict, pd.DataFrame]], dict[str, str]]:
-    """(folder, record, history) of every run under `path` that verifies, and {folder: why} of the damaged ones;
-    with damaged="raise" the first damaged run (or a section's run held by two folders) is a ResultsError."""
+    """(folder, record, history) of each run under `path` that verifies, {folder: why} of the damaged ones (two
+    folders holding one section's run included)."""
     if damaged not in ("raise", "skip"):
         raise ConfigError(f"damaged={damaged!r} is invalid: 'raise' or 'skip' is accepted")
     good, bad, holders = [], {}, defaultdict(list)
@@ -84,9 +81,7 @@ def _scan(path: str | Path, damaged: str) -> tuple[list[tuple[Path, dict, pd.Dat
             bad[str(folder)] = str(exc)
         if record is not None:  # a run's address is <section>/<run_id>: one section may not hold it twice
             holders[(str(record.get("section")), str(record.get("run_id")))].append(folder)
-    for (section, rid), folders in holders.items():
-        if len(folders) < 2:
-            continue
+    for (section, rid), folders in ((k, f) for k, f in holders.items() if len(f) > 1):
         why = (f"run {rid} of section {section} is in {len(folders)} folders: " + ", ".join(repr(str(f)) for f in
                folders) + " (one run, one folder: set aside or remove the copies)")
         if damaged == "raise":

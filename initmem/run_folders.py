@@ -42,8 +42,7 @@ def lock_path(run_folder: str | Path) -> Path:
 
 
 class RunLock(contextlib.AbstractContextManager):
-    """A held lock on one run folder; `release()` (or leaving a `with` block) gives it back, once (the outermost of a
-    re-entrant lock unlocks)."""
+    """One hold of a run folder's lock: `release()` or leaving a `with` block gives it back once (outermost unlocks)."""
 
     def __init__(self, key: str):
         self._key, self._released = key, False
@@ -206,9 +205,8 @@ class RunFolders:
                 if other_schema(f) is not None]
 
     def tidy_copies(self, dry_run: bool = False) -> list[str]:
-        """Run folders not named by their record's run id: a renamed one is moved back to its missing own folder, a
-        copy of a run that has its folder is set aside, so the tree stays loadable and no readable run is trained
-        again. One line per folder (`dry_run`: what would be done, nothing moved)."""
+        """Folders not named by their record's run id, one line each: a renamed one moved back, a copy set aside, so the
+        tree loads and no readable run trains again (`dry_run`: what would be done)."""
         lines = []
         for folder in sorted(p.parent for p in self.path.glob("*/run.json") if not p.parent.name.startswith(".")):
             try:
@@ -260,8 +258,7 @@ class RunFolders:
         return bool(checkpoints(self.checkpoint_folder([c])))
 
     def finish(self, configs: list[TrainConfig]) -> None:
-        """Every member's run.json is written: the set's checkpoints go, a population's folder (and an empty
-        populations/) with them."""
+        """Every member's run.json is written: the set's checkpoints go, with a population's emptied folders."""
         if (folder := self.checkpoint_folder(configs)) is None:
             return
         clear_checkpoints(folder)
@@ -271,9 +268,8 @@ class RunFolders:
                 folder.parent.parent.rmdir()
 
     def write(self, result: RunResult) -> Path | None:
-        """Write `result` to its run folder (None: the owner keeps nothing): history.csv, then run.json with its
-        sha256, rows and columns, each atomically; run.json only once history.csv reads back as `result`'s valid
-        history. A record that would not verify is a ResultsError before anything is written."""
+        """Write `result`'s history.csv, then (once it reads back whole) its run.json, atomically; its folder (None:
+        the owner keeps nothing). A record that would not verify is a ResultsError before anything is written."""
         if self.results is None:
             return None
         folder = self.folder(result.config)
@@ -309,8 +305,7 @@ class RunFolders:
             return None
 
     def mark_failed(self, c: TrainConfig, exc: BaseException, message: str, attempts: int) -> Path:
-        """Record that attempt `attempts` raised `exc` (`message`: its line); the marker's path. Best effort: it
-        must not hide the original error."""
+        """Record, best effort, that attempt `attempts` raised `exc` (`message`: its line); the marker's path."""
         file = self.folder(c) / FAILED
         record = {"run_id": run_id(c), "section": self.section, "sigma_w": c.sigma_w, "seed": c.seed,
                   "error": message, "attempts": attempts, "host": socket.gethostname(), "pid": os.getpid(),
