@@ -1,5 +1,4 @@
-"""initmem's exceptions, one per room of the house: a user error is an `InitmemError`, which the CLI prints as one
-line; anything else is a bug and keeps its traceback."""
+"""initmem's exceptions: a user error is an `InitmemError` (the CLI prints one line); any other is a bug."""
 
 from __future__ import annotations
 

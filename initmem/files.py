@@ -1,6 +1,5 @@
-"""The package's one atomic write, so that a reader never sees half a file: a temp file beside the target, fsynced,
-renamed over it, then the folder fsynced so that the rename survives a power cut. A writer killed at any point leaves
-the old file (or none) and at most a `.<name>.*.tmp` beside it, which the next writer may delete."""
+"""The package's one atomic write: a temp file beside the target, fsynced, renamed over it, the folder fsynced (the
+rename survives a power cut). A killed writer leaves the old file (or none) and at most a `.<name>.*.tmp` beside it."""
 
 from __future__ import annotations
 
@@ -23,8 +22,7 @@ def fsync_dir(folder: str | Path) -> None:
 
 
 def atomic_write(path: str | Path, data: bytes | str | Callable[[IO[bytes]], object]) -> Path:
-    """Write `data` (bytes, text as UTF-8 with the given line ends, or a callable that writes to a binary file) to
-    `path` atomically and durably; return `path`. OSError propagates, with the temp file removed."""
+    """Write `data` (bytes, UTF-8 text, a callable writing a binary file) to `path` atomically, or OSError: `path`."""
     path = Path(path)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
@@ -45,8 +43,7 @@ def atomic_write(path: str | Path, data: bytes | str | Callable[[IO[bytes]], obj
 
 
 def ensure_writable(folder: str | Path) -> Path:
-    """`folder`, created and proved writable (OSError otherwise), before work whose result goes there: a bad folder
-    fails in a second, not after hours."""
+    """`folder`, created and proved writable (else OSError) before work whose result goes there: fails in a second."""
     (folder := Path(folder)).mkdir(parents=True, exist_ok=True)
     tempfile.NamedTemporaryFile(dir=folder, prefix=".write-test-").close()  # deleted on close
     return folder

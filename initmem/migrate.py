@@ -17,8 +17,7 @@ AMP = {"off": "fp32", "bf16": "bf16"}  # schema 1's config field `amp` → `prec
 
 
 def _upgrade(record: dict, file: Path) -> dict:
-    """The schema-2 record of a schema-1 one: `amp` → `precision`, the config fields added since at their
-    defaults, the history's sha256/rows/columns; every value it had kept. It verifies, or ResultsError."""
+    """The schema-2 record of a schema-1 one (`amp` → `precision`, new fields at their defaults), verified."""
     if sorted(record) != sorted(V1_KEYS) or not isinstance(record["config"], dict):
         raise record_error(file, f"is not a schema-1 run record: keys {sorted(record)}, a config dict and {V1_KEYS} "
                           "are expected")
@@ -44,9 +43,8 @@ def _upgrade(record: dict, file: Path) -> dict:
 
 
 def migrate(path: str | Path) -> list[Path]:
-    """Upgrade every schema-1 run.json under `path` to schema 2 in place, atomically, and every record's provenance
-    to `provenance.portable`, keeping every number and history.csv; return the paths rewritten ([] the second time).
-    Every record is checked before any is written: one that cannot be upgraded is a ResultsError naming it."""
+    """Upgrade every schema-1 run.json under `path` to schema 2 and every provenance to `portable`, in place, every
+    number kept; the paths rewritten ([] the second time). All are checked before any is written (else ResultsError)."""
     plan = []
     for folder in find_runs(path):
         file = folder / "run.json"

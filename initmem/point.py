@@ -1,7 +1,6 @@
-"""Training a point, what a section notebook calls (`run_point`): idempotent, it trains the runs the section's
-`RunFolders` lacks, as one population or one by one under their locks. A run that raises is recorded (`failed.json`)
-and the point goes on, raising a SweepError at the end; a user error (InitmemError) would repeat for every run and
-stops at once; a population that raises falls back to one by one (`population_fallback` in each run's provenance)."""
+"""Training a point (`run_point`, a section notebook's call): the runs its `RunFolders` lacks, as one population or one
+by one under their locks. A run that raises is recorded (`failed.json`) and the point goes on to a SweepError at the
+end; a user error (InitmemError) stops at once; a failed population falls back to one by one (`population_fallback`)."""
 
 from __future__ import annotations
 
@@ -19,9 +18,8 @@ from initmem.train import train
 
 def run_point(params: dict[str, Any], *, results: str | Path | None = None, section: str | None = None,
               population: bool | None = None, progress: bool | None = None) -> pd.DataFrame:
-    """Train the sigma_w x seed runs not yet complete of the point `params` describes (a notebook's `globals()`:
-    `sigma_ws`, `seeds`, TrainConfig fields, optionally `results_dir`, `section`, `population`, `progress`, which the
-    keywords override); the `load_runs` rows of all its runs, in (sigma_w, seed) order (a diverged run's says so)."""
+    """Train the missing sigma_w x seed runs of the point `params` describes (a notebook's `globals()`; the keywords
+    override its `results_dir`, `section`, `population`, `progress`); all its runs' `load_runs` rows, in order."""
     if not isinstance(params, dict):
         raise ConfigError(f"params={type(params).__name__} is invalid: a mapping of parameters is accepted")
     return train_point(point_configs(params),
@@ -67,8 +65,8 @@ def train_point(configs: list[TrainConfig], *, results: str | Path, section: str
 
 def _train_population(todo: list[TrainConfig], owner: RunFolders, progress: bool,
                       fallback: dict[str, str]) -> list[TrainConfig]:
-    """Train what of `todo` one population can take; the runs left for the one-by-one path (all when no population
-    of two is possible, or when it raised: then `fallback` maps each member's run id to the error)."""
+    """Train what of `todo` one population can take; the runs left for one by one (all, if it raised: `fallback`
+    maps each member's run id to the error)."""
     rest, members = [], []
     with contextlib.ExitStack() as held:
         for c in todo:
@@ -106,8 +104,7 @@ def _line(exc: BaseException) -> str:
 
 def _train_locked(c: TrainConfig, owner: RunFolders, progress: bool, tag: str, failed: list,
                   fallback: str | None = None) -> None:
-    """Train one run whose lock this process holds, unless another process completed it meanwhile; `fallback`: why
-    its population failed, for its provenance."""
+    """Train one run whose lock this process holds, unless done meanwhile (`fallback`: why its population failed)."""
     if owner.is_complete(c):
         print(f"{tag} {_name(c)}: completed by another process meanwhile", flush=True)
         return

@@ -44,9 +44,8 @@ def checkout() -> Path | None:
 
 
 def git_diff(where: Path | None = None) -> dict | None:
-    """What a modified working tree changed against HEAD: the sha256 and the files of `git diff HEAD` (tracked
-    files), and the diff of the training path `initmem/` as text (None beyond MAX_DIFF characters; its sha256 is
-    always kept). None for a clean tree or no checkout; never raises."""
+    """A modified tree's change against HEAD: the sha256 and files of `git diff HEAD`, and the diff of `initmem/` as
+    text (None beyond MAX_DIFF characters) with its sha256. None for a clean tree or no checkout."""
     if (where := where or checkout()) is None:
         return None
     try:
@@ -65,18 +64,13 @@ def git_diff(where: Path | None = None) -> dict | None:
 
 
 def portable_source(source: str | None) -> str | None:
-    """A data source (`<kind>:<path>`) as a run record names it: the path relative to the repository root when it
-    lies in the repository or beside it (`../shared/data/x.tar.gz`), else its file name alone (the record's
-    `data_hash` identifies the content). Sources without a path (`synthetic:...`) are kept."""
-    if not isinstance(source, str) or ":" not in source:
-        return source
-    kind, path = source.split(":", 1)
-    if not os.path.isabs(path):
+    """A data source `<kind>:<path>` as a record names it: the path relative to the repository if in or beside it
+    (`../shared/data/x.tar.gz`), else the file name (`data_hash` names the content); one without a path is kept."""
+    if not isinstance(source, str) or ":" not in source or not os.path.isabs(path := source.split(":", 1)[1]):
         return source
     rel = os.path.relpath(path, ROOT) if os.path.splitdrive(path)[0] == os.path.splitdrive(str(ROOT))[0] else path
-    ups = Path(rel).parts[:2].count("..")
-    name = Path(rel).as_posix() if not os.path.isabs(rel) and ups <= 1 else Path(path).name
-    return f"{kind}:{name}"
+    name = Path(rel).as_posix() if not os.path.isabs(rel) and Path(rel).parts[:2].count("..") <= 1 else Path(path).name
+    return f"{source.split(':', 1)[0]}:{name}"
 
 
 def portable(prov: Any) -> Any:

@@ -1,5 +1,4 @@
-"""A run record on disk, schema 2: what a valid `run.json` and `history.csv` hold; each check names the file and what
-is wrong, on one line. Torch-free."""
+"""A run record on disk, schema 2: what valid `run.json` and `history.csv` hold, each check one line. Torch-free."""
 
 from __future__ import annotations
 

@@ -1,6 +1,5 @@
-"""Reading a results tree, `<results>/<section>/<run_id>/{history.csv, run.json}`: a run is trusted only when it
-verifies as a whole (`verify_run`, by `initmem.record`); one that fails is *damaged*, a ResultsError naming its file
-(`damaged="skip"`: a warning, and listed in `df.attrs["damaged"]`). Torch-free."""
+"""Reading a results tree: a run is trusted only when it verifies as a whole (`verify_run`); one that fails is
+*damaged*, a ResultsError naming its file (`damaged="skip"`: a warning, listed in `df.attrs["damaged"]`). Torch-free."""
 
 from __future__ import annotations
 
@@ -67,8 +66,7 @@ def find_runs(path: str | Path) -> list[Path]:
 
 
 def _scan(path: str | Path, damaged: str) -> tuple[list[tuple[Path, dict, pd.DataFrame]], dict[str, str]]:
-    """(folder, record, history) of each run under `path` that verifies, {folder: why} of the damaged ones (two
-    folders holding one section's run included)."""
+    """(folder, record, history) of each run under `path` that verifies, {folder: why} of the others (or copies)."""
     if damaged not in ("raise", "skip"):
         raise ConfigError(f"damaged={damaged!r} is invalid: 'raise' or 'skip' is accepted")
     good, bad, holders = [], {}, defaultdict(list)
@@ -98,9 +96,8 @@ def _scan(path: str | Path, damaged: str) -> tuple[list[tuple[Path, dict, pd.Dat
 
 
 def load_runs(path: str | Path, *, damaged: str = "raise") -> pd.DataFrame:
-    """One row per verified run under `path` (a tree, a section, a run folder): run_id, section, status, path, every
-    config field and summary key, `PROVENANCE_COLUMNS` and git_diff_known (False for a run from a modified tree whose
-    modification was not recorded); damaged runs as the module says, listed in `df.attrs["damaged"]` ({folder: why})."""
+    """One row per run under `path`: run_id, section, status, path, every config field and summary key, provenance
+    columns and git_diff_known (False: a modified tree, its change unrecorded); `df.attrs["damaged"]`: {folder: why}."""
     good, bad = _scan(path, damaged)
     rows = []
     for folder, rec, _ in good:

@@ -1,9 +1,7 @@
-"""The run folders of a results tree, owned here and nowhere else (`RunFolders`). Torch-free.
-
-Locks: `fcntl.flock` on `<run folder>.lock` (beside the folder: a run that fails early leaves no half-made folder) on
-an open descriptor, so the kernel releases it however the holder dies: no stale-lock cleanup, no timeout. The file
-(the holder's host and pid, for messages) is never deleted: unlinking a flock file lets two processes lock two inodes
-under one name. Re-entrant within a process (`point` locks a run, `train` locks it again)."""
+"""The run folders of a results tree, owned here and nowhere else (`RunFolders`). Torch-free. A run's lock is `flock`
+on `<run folder>.lock` (beside it: a run that fails early leaves no half-made folder) on an open descriptor, so the
+kernel releases it however its holder dies: no stale-lock cleanup, no timeout. The file (the holder, for messages) is
+never deleted: unlinking a flock file lets two processes lock two inodes under one name."""
 
 from __future__ import annotations
 
@@ -50,12 +48,10 @@ class RunLock(contextlib.AbstractContextManager):
     def release(self) -> None:
         entry = None if self._released else _HELD.get(self._key)
         self._released = True
-        if entry is None or entry[2] != os.getpid():  # released already, or inherited across a fork
-            return
-        entry[1] -= 1
-        if entry[1] == 0:
-            del _HELD[self._key]
-            os.close(entry[0])  # closing the descriptor drops the flock
+        if entry is not None and entry[2] == os.getpid():  # not released already, nor inherited across a fork
+            entry[1] -= 1
+            if entry[1] == 0:
+                os.close(_HELD.pop(self._key)[0])  # closing the descriptor drops the flock
 
     def __exit__(self, *exc) -> None:
         self.release()
@@ -70,10 +66,9 @@ def holder(run_folder: str | Path) -> str:
 
 
 def lock(run_folder: str | Path, *, wait: bool = False) -> RunLock | None:
-    """Lock `run_folder` (its parent created if needed); None while another process holds it (`wait`: wait for it),
-    a ResultsError when the lock file cannot be created or locked (a filesystem without flock)."""
-    path = lock_path(run_folder)
-    key = str(path.resolve())
+    """Lock `run_folder`, re-entrant in a process (`point` locks a run, `train` again); None while another process
+    holds it (`wait`: wait for it); a ResultsError when the lock file cannot be made or locked (no flock there)."""
+    key = str((path := lock_path(run_folder)).resolve())
     if (entry := _HELD.get(key)) is not None and entry[2] == os.getpid():  # re-entrant in this process
         entry[1] += 1
         return RunLock(key)
@@ -103,8 +98,7 @@ def checkpoint_file(folder: str | Path, epoch: int) -> Path:
 
 def checkpoints(folder: str | Path) -> list[Path]:
     """The checkpoint files in `folder`, newest (highest epoch) first; temp files and strangers are ignored."""
-    folder = Path(folder)
-    found = [(int(m.group(1)), p) for p in (folder.iterdir() if folder.is_dir() else [])
+    found = [(int(m.group(1)), p) for p in Path(folder).glob("epoch-*.ckpt")
              if (m := _CHECKPOINT.fullmatch(p.name)) and p.is_file()]
     return [p for _, p in sorted(found, reverse=True)]
 
@@ -124,8 +118,8 @@ def population_id(configs: list[TrainConfig]) -> str:
 
 
 def set_aside(folder: str | Path) -> Path:
-    """Move a damaged run folder, unchanged, to `<section>/.damaged/<run_id>-<UTC stamp>/` (why: the `.txt` beside
-    it) and return its new path; nothing is deleted. A run that verifies is a ResultsError."""
+    """Move a damaged run folder, unchanged, to `<section>/.damaged/<run_id>-<UTC stamp>/`, why in the `.txt` beside;
+    its new path. A run that verifies is a ResultsError."""
     folder = Path(folder)
     if not folder.is_dir():
         raise ResultsError(f"{str(folder)!r} is not a run folder: only an existing run folder is set aside")
@@ -151,8 +145,7 @@ def set_aside(folder: str | Path) -> Path:
 
 
 def other_schema(folder: str | Path) -> int | None:
-    """The schema of a readable record that is not this initmem's (1: `initmem migrate` upgrades it), else None.
-    Such a run is not damaged: it is never set aside nor trained again."""
+    """A readable record's schema when not this initmem's (no damage: never set aside nor trained again), else None."""
     try:
         schema = parse_record(Path(folder) / "run.json").get("schema")
     except ResultsError:
@@ -205,7 +198,7 @@ class RunFolders:
                 if other_schema(f) is not None]
 
     def tidy_copies(self, dry_run: bool = False) -> list[str]:
-        """Folders not named by their record's run id, one line each: a renamed one moved back, a copy set aside, so the
+        """Folders not named by their record's run id, a line each: a renamed one moved back, a copy set aside, so the
         tree loads and no readable run trains again (`dry_run`: what would be done)."""
         lines = []
         for folder in sorted(p.parent for p in self.path.glob("*/run.json") if not p.parent.name.startswith(".")):
@@ -274,12 +267,12 @@ class RunFolders:
             return None
         folder = self.folder(result.config)
         record = {"schema": SCHEMA, "run_id": result.run_id, "section": self.section, "status": result.status,
-                  "config": result.config.to_dict(), "summary": result.summary, "history": None,
+                  "config": result.config.to_dict(), "summary": result.summary,
+                  "history": {"sha256": "0" * 64, "rows": 0, "columns": []},  # until history.csv is written
                   "provenance": portable(result.provenance), "started_at": result.started_at,
                   "finished_at": result.finished_at}
         try:
-            check_record(json.loads(dumps_record({**record, "history": {"sha256": "0" * 64, "rows": 0,
-                                                                         "columns": []}})), folder / "run.json")
+            check_record(json.loads(dumps_record(record)), folder / "run.json")
         except ResultsError as exc:
             raise ResultsError(f"not written: {exc}") from None
         try:
