@@ -65,8 +65,7 @@ def train_point(configs: list[TrainConfig], *, results: str | Path, section: str
 
 def _train_population(todo: list[TrainConfig], owner: RunFolders, progress: bool,
                       fallback: dict[str, str]) -> list[TrainConfig]:
-    """Train what of `todo` one population can take; the runs left for one by one (all, if it raised: `fallback`
-    maps each member's run id to the error)."""
+    """Train what of `todo` one population can take; the runs left for one by one (`fallback`: run id -> its error)."""
     rest, members = [], []
     with contextlib.ExitStack() as held:
         for c in todo:

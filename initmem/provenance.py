@@ -1,5 +1,4 @@
-"""Where a run came from: code version, software versions, machine (in every run.json). Nothing here raises: a
-missing git, a tree that is not a checkout or an unknown CPU give `None`, since no run may fail for bookkeeping."""
+"""Where a run came from (in every run.json). Nothing raises: no git, no checkout, an unknown CPU give `None`."""
 
 from __future__ import annotations
 
@@ -37,10 +36,8 @@ def _git(args: list[str], cwd: Path) -> str | None:
 
 def checkout() -> Path | None:
     """The git checkout holding the initmem package, else the one holding the working directory; None."""
-    for where in (Path(__file__).resolve().parent, Path.cwd()):
-        if top := _git(["rev-parse", "--show-toplevel"], where):
-            return Path(top)
-    return None
+    return next((Path(top) for where in (Path(__file__).resolve().parent, Path.cwd())
+                 if (top := _git(["rev-parse", "--show-toplevel"], where))), None)
 
 
 def git_diff(where: Path | None = None) -> dict | None:
@@ -74,8 +71,7 @@ def portable_source(source: str | None) -> str | None:
 
 
 def portable(prov: Any) -> Any:
-    """`prov` as a run record stores it (anything but a dict as it is): `data_source` by `portable_source`, and
-    `git_diff` after `git_dirty` (for a record made before the diff was kept: None if clean, else `UNKNOWN_DIFF`)."""
+    """A provenance dict as a record stores it: `portable_source`, and an older record's `git_diff` (`UNKNOWN_DIFF`)."""
     if not isinstance(prov, dict):
         return prov
     out = {}

@@ -122,10 +122,9 @@ def check_record(record: dict, file: Path) -> None:
     if rid != record["run_id"]:
         raise record_error(file, f"has a config that is not its run's: it hashes to run id {rid}, the record says "
                           f"{record['run_id']} (edited after the run was written?)")
-    summary = record["summary"]
-    if missing := [k for k in SUMMARY_KEYS if k not in summary]:
+    if missing := [k for k in SUMMARY_KEYS if k not in record["summary"]]:
         raise record_error(file, f"has a summary without the keys {missing}")
-    for k, v in summary.items():
+    for k, v in record["summary"].items():
         if v is not None and not isinstance(v, (int, float)):
             raise record_error(file, f"has summary {k}={_short(v)}: a number, true/false or null is expected")
     h = record["history"]
@@ -154,8 +153,7 @@ def read_history(folder: Path) -> tuple[bytes, pd.DataFrame]:
 
 
 def history_meta(folder: Path, *, written: int | None = None) -> dict:
-    """run.json's `history` entry (sha256, rows, columns) of `folder`'s history.csv; with `written` (the rows just
-    written) a ResultsError unless it reads back as a valid history of as many rows."""
+    """run.json's `history` entry of `folder`'s history.csv, which must read back as `written` valid rows if given."""
     data, h = read_history(folder)
     if written is not None and (problem := frame_problem(h) or (len(h) != written and "lost rows on the way to disk")):
         raise record_error(folder / "history.csv", f"was written but is no run's history, so no run.json was: it "

@@ -24,8 +24,7 @@ HISTORY_CONFIG_COLUMNS = ("arch", "width", "sigma_w", "optimizer", "lr", "weight
 
 @dataclass
 class RunResult:
-    """One run as training returns it and `RunFolders.write` writes it: `status` "complete" | "diverged", one history
-    row per measured epoch, the summary of `metrics.summarize_history`, `path` None when nothing was written."""
+    """One run as training returns it and `RunFolders.write` writes it (`path`: None when nothing was written)."""
 
     config: TrainConfig
     run_id: str
@@ -39,8 +38,7 @@ class RunResult:
 
 
 def _record_file(path: str | Path) -> Path:
-    path = Path(path)
-    return path if path.name == "run.json" and not path.is_dir() else path / "run.json"
+    return p if (p := Path(path)).name == "run.json" and not p.is_dir() else p / "run.json"
 
 
 def read_run(path: str | Path) -> dict:
@@ -119,8 +117,7 @@ def load_runs(path: str | Path, *, damaged: str = "raise") -> pd.DataFrame:
 
 
 def load_histories(path: str | Path, *, damaged: str = "raise") -> pd.DataFrame:
-    """Every history row under `path` with run_id, section and `HISTORY_CONFIG_COLUMNS`, as `load_runs` reads them.
-    The history's own `lr` (the epoch's last step's) is `lr_epoch`, so `lr` is the configured one, as in `load_runs`."""
+    """Every history row under `path` with run_id, section and `HISTORY_CONFIG_COLUMNS` (its own `lr`: `lr_epoch`)."""
     good, bad = _scan(path, damaged)
     frames = []
     for _, rec, h in good:

@@ -129,8 +129,7 @@ def set_aside(folder: str | Path) -> Path:
         why = str(exc)
     else:
         raise ResultsError(f"{str(folder)!r} holds a run that verifies: only a damaged run is set aside")
-    now = _dt.datetime.now(_dt.UTC)
-    base = f"{folder.name}-{now.strftime('%Y%m%dT%H%M%SZ')}"
+    base = f"{folder.name}-{(now := _dt.datetime.now(_dt.UTC)):%Y%m%dT%H%M%SZ}"
     dest, n = folder.parent / DAMAGED_DIR / base, 1
     while dest.exists() or (dest.parent / f"{dest.name}.txt").exists():
         n += 1
@@ -181,8 +180,7 @@ class RunFolders:
             return False
 
     def set_aside_damaged(self, configs: list[TrainConfig]) -> Iterator[tuple[TrainConfig, str]]:
-        """Set aside each damaged run folder of `configs` (it would pass for one in progress), yielding (config, why
-        and where to); an older schema is no damage: its ResultsError names `initmem migrate`."""
+        """Set aside (yielding config, why) each damaged run folder of `configs`; an older schema is a ResultsError."""
         for c in configs:
             if ((folder := self.folder(c)) / "run.json").exists():
                 try:
@@ -261,8 +259,8 @@ class RunFolders:
                 folder.parent.parent.rmdir()
 
     def write(self, result: RunResult) -> Path | None:
-        """Write `result`'s history.csv, then (once it reads back whole) its run.json, atomically; its folder (None:
-        the owner keeps nothing). A record that would not verify is a ResultsError before anything is written."""
+        """Write history.csv, then (once it reads back whole) run.json, atomically; the folder (None: nothing kept). A
+        record that would not verify is a ResultsError before anything is written."""
         if self.results is None:
             return None
         folder = self.folder(result.config)
