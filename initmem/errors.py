@@ -1,7 +1,5 @@
 """initmem's exceptions: a user error is an `InitmemError` (the CLI prints one line); any other is a bug."""
 
-from __future__ import annotations
-
 
 class InitmemError(Exception):
     """Base class of every error initmem raises on purpose."""

@@ -1,7 +1,4 @@
-"""The package's one atomic write: a temp file beside the target, fsynced, renamed over it, the folder fsynced (the
-rename survives a power cut). A killed writer leaves the old file (or none) and at most a `.<name>.*.tmp` beside it."""
-
-from __future__ import annotations
+"""The package's one atomic write: a killed writer leaves the old file (or none) and at most a `.<name>.*.tmp`."""
 
 import contextlib
 import os

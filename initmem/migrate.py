@@ -1,7 +1,5 @@
 """Upgrading old run records to the schema `initmem.results` verifies (`initmem migrate PATH`)."""
 
-from __future__ import annotations
-
 from pathlib import Path
 
 from initmem import record as rec
@@ -43,8 +41,8 @@ def _upgrade(record: dict, file: Path) -> dict:
 
 
 def migrate(path: str | Path) -> list[Path]:
-    """Upgrade every schema-1 run.json under `path` to schema 2 and every provenance to `portable`, in place, every
-    number kept; the paths rewritten ([] the second time). All are checked before any is written (else ResultsError)."""
+    """Upgrade schema-1 run.json files under `path` and provenance to `portable`, in place, all checked first; the
+    paths rewritten ([] the second time)."""
     plan = []
     for folder in find_runs(path):
         file = folder / "run.json"

@@ -1,8 +1,5 @@
-"""Training a point (`run_point`, a section notebook's call): the runs its `RunFolders` lacks, as one population or one
-by one under their locks. A run that raises is recorded (`failed.json`) and the point goes on to a SweepError at the
-end; a user error (InitmemError) stops at once; a failed population falls back to one by one (`population_fallback`)."""
-
-from __future__ import annotations
+"""Training a point (`run_point`): its missing runs as one population or one by one under their locks; a run that
+raises is recorded and retried later, a user error stops at once, a failed population falls back to one by one."""
 
 import contextlib
 from pathlib import Path

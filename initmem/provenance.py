@@ -1,7 +1,5 @@
 """Where a run came from (in every run.json). Nothing raises: no git, no checkout, an unknown CPU give `None`."""
 
-from __future__ import annotations
-
 import contextlib
 import datetime as _dt
 import hashlib
@@ -15,8 +13,7 @@ from typing import Any
 
 _PACKAGES = ("torch", "torchvision", "numpy", "pandas", "initmem")
 ROOT = Path(__file__).resolve().parent.parent  # the checkout holding the package
-TRAINING_PATH = "initmem"  # what trains a run: its diff is kept whole in the record (up to MAX_DIFF characters)
-MAX_DIFF = 200_000
+TRAINING_PATH, MAX_DIFF = "initmem", 200_000  # what trains a run: its diff is kept whole up to MAX_DIFF characters
 UNKNOWN_DIFF = ("unknown: trained from a modified working tree of git_commit before initmem recorded the "
                 "modification; only the commit and that the tree was modified are known")
 
@@ -27,11 +24,10 @@ def utcnow() -> str:
 
 
 def _git(args: list[str], cwd: Path) -> str | None:
-    try:
+    with contextlib.suppress(OSError, subprocess.SubprocessError):
         out = subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True, timeout=10)
-    except (OSError, subprocess.SubprocessError):
-        return None
-    return out.stdout.strip() if out.returncode == 0 else None
+        return out.stdout.strip() if out.returncode == 0 else None
+    return None
 
 
 def checkout() -> Path | None:
@@ -41,8 +37,7 @@ def checkout() -> Path | None:
 
 
 def git_diff(where: Path | None = None) -> dict | None:
-    """A modified tree's change against HEAD: the sha256 and files of `git diff HEAD`, and the diff of `initmem/` as
-    text (None beyond MAX_DIFF characters) with its sha256. None for a clean tree or no checkout."""
+    """A modified tree's `git diff HEAD` (sha256, files) and its `initmem/` part (text, sha256); None if clean."""
     if (where := where or checkout()) is None:
         return None
     try:
@@ -86,10 +81,9 @@ def _version(name: str) -> str | None:
     try:
         return importlib.metadata.version(name)
     except importlib.metadata.PackageNotFoundError:
-        try:  # an uninstalled source tree (PYTHONPATH) still has __version__
+        with contextlib.suppress(Exception):  # an uninstalled source tree (PYTHONPATH) still has __version__
             return getattr(__import__(name), "__version__", None)
-        except Exception:
-            return None
+        return None
 
 
 def cpu_model() -> str | None:
@@ -118,11 +112,10 @@ def provenance(device: str | None = None) -> dict:
     info: dict = {"git_commit": commit, "git_dirty": None if status is None else bool(status),
                   "git_diff": git_diff(where) if status else None, "python": platform.python_version()}
     info.update({name: _version(name) for name in _PACKAGES})
-    try:
+    info["cuda"], info["torch_threads"] = None, None
+    with contextlib.suppress(Exception):
         import torch
         info["cuda"], info["torch_threads"] = torch.version.cuda, torch.get_num_threads()
-    except Exception:
-        info["cuda"], info["torch_threads"] = None, None
     info.update(platform=platform.platform(), hostname=socket.gethostname(), device=device,
                 device_name=_device_name(device), cpu_count=os.cpu_count(), timestamp_utc=utcnow())
     return info

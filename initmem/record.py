@@ -1,7 +1,5 @@
 """A run record on disk, schema 2: what valid `run.json` and `history.csv` hold, each check one line. Torch-free."""
 
-from __future__ import annotations
-
 import dataclasses
 import hashlib
 import io

@@ -1,8 +1,6 @@
 """Reading a results tree: a run is trusted only when it verifies as a whole (`verify_run`); one that fails is
 *damaged*, a ResultsError naming its file (`damaged="skip"`: a warning, listed in `df.attrs["damaged"]`). Torch-free."""
 
-from __future__ import annotations
-
 import warnings
 from collections import defaultdict
 from dataclasses import dataclass, field
@@ -71,8 +69,7 @@ def _scan(path: str | Path, damaged: str) -> tuple[list[tuple[Path, dict, pd.Dat
     for folder in find_runs(path):
         record = None
         try:
-            record = parse_record(folder / "run.json")
-            good.append((folder, record, verify_record(folder, record)))
+            good.append((folder, record := parse_record(folder / "run.json"), verify_record(folder, record)))
         except ResultsError as exc:
             bad[str(folder)] = str(exc)
         if record is not None:  # a run's address is <section>/<run_id>: one section may not hold it twice
@@ -94,8 +91,8 @@ def _scan(path: str | Path, damaged: str) -> tuple[list[tuple[Path, dict, pd.Dat
 
 
 def load_runs(path: str | Path, *, damaged: str = "raise") -> pd.DataFrame:
-    """One row per run under `path`: run_id, section, status, path, every config field and summary key, provenance
-    columns and git_diff_known (False: a modified tree, its change unrecorded); `df.attrs["damaged"]`: {folder: why}."""
+    """One row per run under `path`: its folder, config, summary, provenance columns and git_diff_known (False: a
+    modified tree, its change unrecorded); `df.attrs["damaged"]`: {folder: why}."""
     good, bad = _scan(path, damaged)
     rows = []
     for folder, rec, _ in good:
@@ -106,8 +103,7 @@ def load_runs(path: str | Path, *, damaged: str = "raise") -> pd.DataFrame:
         row.update({k: v for k, v in rec["summary"].items() if k not in row})  # keys added to metrics later
         row.update({k: prov.get(k) for k in PROVENANCE_COLUMNS})
         row["git_diff_known"] = isinstance(prov.get("git_diff"), dict) or row["git_dirty"] is False
-        if prov.get("population_fallback"):  # trained one by one because its population failed (point.py)
-            row["population_fallback"] = prov["population_fallback"]
+        row.update({k: prov[k] for k in ("population_fallback",) if prov.get(k)})  # its population failed (point)
         rows.append(row)
     columns = [*RUN_COLUMNS, *CONFIG_FIELDS, *SUMMARY_KEYS, *PROVENANCE_COLUMNS, "git_diff_known"]
     extra = sorted({k for r in rows for k in r} - set(columns))

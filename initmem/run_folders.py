@@ -1,9 +1,6 @@
-"""The run folders of a results tree, owned here and nowhere else (`RunFolders`). Torch-free. A run's lock is `flock`
-on `<run folder>.lock` (beside it: a run that fails early leaves no half-made folder) on an open descriptor, so the
-kernel releases it however its holder dies: no stale-lock cleanup, no timeout. The file (the holder, for messages) is
-never deleted: unlinking a flock file lets two processes lock two inodes under one name."""
-
-from __future__ import annotations
+"""The run folders of a results tree, owned here and nowhere else (`RunFolders`). Torch-free. A lock is `flock` on
+`<run folder>.lock` (beside it: a run that fails early leaves no half-made folder), which the kernel drops however its
+holder dies; the file is never deleted (two processes would lock two inodes under one name)."""
 
 import contextlib
 import datetime as _dt
@@ -29,7 +26,6 @@ from initmem.results import RunResult, find_runs, load_runs, verify_run
 DAMAGED_DIR = ".damaged"  # <section>/.damaged/<run_id>-<UTC stamp>/: where set_aside moves a damaged run
 FAILED = "failed.json"  # in a run folder: the last attempt raised; removed when the run completes
 POPULATIONS = "populations"  # <section>/populations/<population_id>/checkpoints/: an unfinished population (K > 1)
-CHECKPOINTS = "checkpoints"  # <run folder>/checkpoints/: an unfinished single run's
 _CHECKPOINT = re.compile(r"epoch-(\d{6,})\.ckpt")  # a checkpoint file's name (`checkpoint_file`)
 _HELD: dict[str, list] = {}  # resolved lock path -> [fd, depth, pid]: this process's locks
 
@@ -43,31 +39,28 @@ class RunLock(contextlib.AbstractContextManager):
     """One hold of a run folder's lock: `release()` or leaving a `with` block gives it back once (outermost unlocks)."""
 
     def __init__(self, key: str):
-        self._key, self._released = key, False
+        self._key: str | None = key  # None once released
 
     def release(self) -> None:
-        entry = None if self._released else _HELD.get(self._key)
-        self._released = True
-        if entry is not None and entry[2] == os.getpid():  # not released already, nor inherited across a fork
+        key, self._key = self._key, None
+        if (entry := _HELD.get(key)) is not None and entry[2] == os.getpid():  # not released, nor inherited by a fork
             entry[1] -= 1
             if entry[1] == 0:
-                os.close(_HELD.pop(self._key)[0])  # closing the descriptor drops the flock
+                os.close(_HELD.pop(key)[0])  # closing the descriptor drops the flock
 
-    def __exit__(self, *exc) -> None:
-        self.release()
+    __exit__ = lambda self, *exc: self.release()  # leaving a `with` block releases
 
 
 def holder(run_folder: str | Path) -> str:
     """Who holds (or last held) the lock, as written in the lock file: "host pid <pid> since <time>", or "unknown"."""
-    try:
+    with contextlib.suppress(OSError):
         return lock_path(run_folder).read_text(encoding="utf-8").strip() or "unknown"
-    except OSError:
-        return "unknown"
+    return "unknown"
 
 
 def lock(run_folder: str | Path, *, wait: bool = False) -> RunLock | None:
-    """Lock `run_folder`, re-entrant in a process (`point` locks a run, `train` again); None while another process
-    holds it (`wait`: wait for it); a ResultsError when the lock file cannot be made or locked (no flock there)."""
+    """Lock `run_folder`, re-entrant in a process; None while another process holds it (`wait`: wait), else a
+    ResultsError when the lock file cannot be made or locked (a filesystem without flock)."""
     key = str((path := lock_path(run_folder)).resolve())
     if (entry := _HELD.get(key)) is not None and entry[2] == os.getpid():  # re-entrant in this process
         entry[1] += 1
@@ -145,11 +138,10 @@ def set_aside(folder: str | Path) -> Path:
 
 def other_schema(folder: str | Path) -> int | None:
     """A readable record's schema when not this initmem's (no damage: never set aside nor trained again), else None."""
-    try:
-        schema = parse_record(Path(folder) / "run.json").get("schema")
-    except ResultsError:
-        return None
-    return schema if type(schema) is int and schema != SCHEMA else None
+    with contextlib.suppress(ResultsError):
+        if type(schema := parse_record(Path(folder) / "run.json").get("schema")) is int and schema != SCHEMA:
+            return schema
+    return None
 
 
 class RunFolders:
@@ -174,10 +166,9 @@ class RunFolders:
 
     def is_complete(self, c: TrainConfig | dict) -> bool:
         """Whether the run's folder holds a finished run that verifies (a damaged run is not complete)."""
-        try:
+        with contextlib.suppress(ResultsError):
             return bool(verify_run(self.folder(c)))  # its record: never empty
-        except ResultsError:
-            return False
+        return False
 
     def set_aside_damaged(self, configs: list[TrainConfig]) -> Iterator[tuple[TrainConfig, str]]:
         """Set aside (yielding config, why) each damaged run folder of `configs`; an older schema is a ResultsError."""
@@ -196,8 +187,7 @@ class RunFolders:
                 if other_schema(f) is not None]
 
     def tidy_copies(self, dry_run: bool = False) -> list[str]:
-        """Folders not named by their record's run id, a line each: a renamed one moved back, a copy set aside, so the
-        tree loads and no readable run trains again (`dry_run`: what would be done)."""
+        """A line per folder not named by its record's run id: renamed ones moved back, copies set aside (`dry_run`)."""
         lines = []
         for folder in sorted(p.parent for p in self.path.glob("*/run.json") if not p.parent.name.startswith(".")):
             try:
@@ -239,10 +229,9 @@ class RunFolders:
             yield
 
     def checkpoint_folder(self, configs: list[TrainConfig]) -> Path | None:
-        """Where a member set checkpoints: a single run in `<run>/checkpoints/`, a population in
-        `<section>/populations/<population_id>/checkpoints/`; None when the owner keeps nothing."""
+        """Where a member set checkpoints (None: nowhere): `<run>/` or `<section>/populations/<id>/`, `checkpoints/`."""
         return None if self.results is None else (self.folder(configs[0]) if len(configs) == 1 else
-                                                  self.path / POPULATIONS / population_id(configs)) / CHECKPOINTS
+                                                  self.path / POPULATIONS / population_id(configs)) / "checkpoints"
 
     def has_checkpoints(self, c: TrainConfig) -> bool:
         """Whether the single run `c` was cut short with checkpoints of its own (its own resume is exact)."""
@@ -289,11 +278,10 @@ class RunFolders:
 
     def failed(self, c: TrainConfig) -> dict | None:
         """The marker of the run's failed last attempt (`failed.json`: error, attempts, host, traceback), or None."""
-        try:
-            record = json.loads((self.folder(c) / FAILED).read_text(encoding="utf-8"))
-            return record if isinstance(record, dict) and isinstance(record.get("attempts"), int) else None
-        except (OSError, ValueError):
-            return None
+        with contextlib.suppress(OSError, ValueError):
+            if isinstance(record := json.loads((self.folder(c) / FAILED).read_text(encoding="utf-8")), dict):
+                return record if isinstance(record.get("attempts"), int) else None
+        return None
 
     def mark_failed(self, c: TrainConfig, exc: BaseException, message: str, attempts: int) -> Path:
         """Record, best effort, that attempt `attempts` raised `exc` (`message`: its line); the marker's path."""
