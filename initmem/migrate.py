@@ -41,8 +41,8 @@ def _upgrade(record: dict, file: Path) -> dict:
 
 
 def migrate(path: str | Path) -> list[Path]:
-    """Upgrade schema-1 run.json files under `path` and provenance to `portable`, in place, all checked first; the
-    paths rewritten ([] the second time)."""
+    """Upgrade schema-1 run.json files under `path` and provenance to `portable`, in place (every number and
+    history.csv kept), all checked before any is written; the paths rewritten ([] the second time)."""
     plan = []
     for folder in find_runs(path):
         file = folder / "run.json"

@@ -1,5 +1,6 @@
 """Training a point (`run_point`): its missing runs as one population or one by one under their locks; a run that
-raises is recorded and retried later, a user error stops at once, a failed population falls back to one by one."""
+raises is recorded and retried later, a user error stops at once, a failed population falls back to one by one
+(`population_fallback` in each run's provenance)."""
 
 import contextlib
 from pathlib import Path
@@ -16,7 +17,7 @@ from initmem.train import train
 def run_point(params: dict[str, Any], *, results: str | Path | None = None, section: str | None = None,
               population: bool | None = None, progress: bool | None = None) -> pd.DataFrame:
     """Train the missing sigma_w x seed runs of the point `params` describes (a notebook's `globals()`; the keywords
-    override its `results_dir`, `section`, `population`, `progress`); all its runs' `load_runs` rows, in order."""
+    override its `results_dir`, `section`, `population`, `progress`); its runs' `load_runs` rows, diverged ones too."""
     if not isinstance(params, dict):
         raise ConfigError(f"params={type(params).__name__} is invalid: a mapping of parameters is accepted")
     return train_point(point_configs(params),

@@ -113,7 +113,8 @@ def load_runs(path: str | Path, *, damaged: str = "raise") -> pd.DataFrame:
 
 
 def load_histories(path: str | Path, *, damaged: str = "raise") -> pd.DataFrame:
-    """Every history row under `path` with run_id, section and `HISTORY_CONFIG_COLUMNS` (its own `lr`: `lr_epoch`)."""
+    """Every history row under `path` with run_id, section and `HISTORY_CONFIG_COLUMNS`; the history's own `lr` is
+    `lr_epoch`, so that `lr` is the configured rate here as in `load_runs` and can be grouped on."""
     good, bad = _scan(path, damaged)
     frames = []
     for _, rec, h in good:

@@ -48,7 +48,8 @@ class RunLock(contextlib.AbstractContextManager):
             if entry[1] == 0:
                 os.close(_HELD.pop(key)[0])  # closing the descriptor drops the flock
 
-    __exit__ = lambda self, *exc: self.release()  # leaving a `with` block releases
+    def __exit__(self, *exc) -> None:
+        self.release()
 
 
 def holder(run_folder: str | Path) -> str:
@@ -171,7 +172,8 @@ class RunFolders:
         return False
 
     def set_aside_damaged(self, configs: list[TrainConfig]) -> Iterator[tuple[TrainConfig, str]]:
-        """Set aside (yielding config, why) each damaged run folder of `configs`; an older schema is a ResultsError."""
+        """Set aside each damaged run folder of `configs` (it would pass for one in progress), yielding (config, why
+        and where to); an older schema is no damage but a ResultsError naming `initmem migrate`."""
         for c in configs:
             if ((folder := self.folder(c)) / "run.json").exists():
                 try:
@@ -187,7 +189,8 @@ class RunFolders:
                 if other_schema(f) is not None]
 
     def tidy_copies(self, dry_run: bool = False) -> list[str]:
-        """A line per folder not named by its record's run id: renamed ones moved back, copies set aside (`dry_run`)."""
+        """A line per folder not named by its record's run id: renamed ones moved back, copies set aside (`dry_run`:
+        said, not done), so that the tree loads and no readable run is trained again."""
         lines = []
         for folder in sorted(p.parent for p in self.path.glob("*/run.json") if not p.parent.name.startswith(".")):
             try:
