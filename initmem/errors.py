@@ -1,10 +1,4 @@
-"""The exception hierarchy of initmem: one base class, one subclass per room of the house.
-
-User errors (bad parameters, missing data, a corrupt file) are `InitmemError`s; the CLI prints them as one line
-and exits non-zero. Anything else is a bug and keeps its traceback.
-"""
-
-from __future__ import annotations
+"""initmem's exceptions: a user error is an `InitmemError` (the CLI prints one line); any other is a bug."""
 
 
 class InitmemError(Exception):
@@ -36,8 +30,7 @@ class SweepError(InitmemError):
 
 
 class NoResults(ResultsError):
-    """A table or figure has nothing to show (no runs, no history, not the optimiser it needs); a figure notebook
-    turns it into a 'no results' placeholder artefact saying why."""
+    """A table or figure has nothing to show; a figure notebook makes it a 'no results' placeholder saying why."""
 
 
 def invalid(name: str, value: object, accepted: str) -> ConfigError:

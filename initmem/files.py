@@ -1,13 +1,6 @@
-"""Writing a file so that a reader never sees half of it: the one atomic write of the package (run records,
-checkpoints, figures and tables all go through it).
+"""The package's one atomic write: a killed writer leaves the old file (or none) and at most a `.<name>.*.tmp`."""
 
-The bytes go to a temp file beside the target (same filesystem), are fsynced, and the temp file is renamed over the
-target; then the folder is fsynced so that the rename itself survives a power cut. A writer killed at any point
-leaves the old file (or none) and at most a `.<name>.*.tmp` beside it, which the next writer may delete.
-"""
-
-from __future__ import annotations
-
+import contextlib
 import os
 import tempfile
 from collections.abc import Callable
@@ -17,19 +10,16 @@ from typing import IO
 
 def fsync_dir(folder: str | Path) -> None:
     """Make a rename in `folder` durable (a no-op where the filesystem refuses fsync on a folder)."""
-    try:
+    with contextlib.suppress(OSError):
         fd = os.open(folder, os.O_RDONLY)
         try:
             os.fsync(fd)
         finally:
             os.close(fd)
-    except OSError:
-        pass
 
 
 def atomic_write(path: str | Path, data: bytes | str | Callable[[IO[bytes]], object]) -> Path:
-    """Write `data` (bytes, text as UTF-8 with the given line ends, or a callable that writes to a binary file) to
-    `path` atomically and durably; return `path`. OSError propagates, with the temp file removed."""
+    """Write `data` (bytes, UTF-8 text, a callable writing a binary file) to `path` atomically, or OSError: `path`."""
     path = Path(path)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
@@ -50,10 +40,7 @@ def atomic_write(path: str | Path, data: bytes | str | Callable[[IO[bytes]], obj
 
 
 def ensure_writable(folder: str | Path) -> Path:
-    """Create `folder` if needed and prove a file can be written into it (OSError otherwise): called before work
-    whose result would go there, so a bad folder fails in a second, not after hours."""
-    folder = Path(folder)
-    folder.mkdir(parents=True, exist_ok=True)
-    with tempfile.NamedTemporaryFile(dir=folder, prefix=".write-test-"):
-        pass
+    """`folder`, created and proved writable (else OSError) before work whose result goes there: fails in a second."""
+    (folder := Path(folder)).mkdir(parents=True, exist_ok=True)
+    tempfile.NamedTemporaryFile(dir=folder, prefix=".write-test-").close()  # deleted on close
     return folder

@@ -1,7 +1,5 @@
 """Upgrading old run records to the schema `initmem.results` verifies (`initmem migrate PATH`)."""
 
-from __future__ import annotations
-
 from pathlib import Path
 
 from initmem import record as rec
@@ -17,8 +15,7 @@ AMP = {"off": "fp32", "bf16": "bf16"}  # schema 1's config field `amp` → `prec
 
 
 def _upgrade(record: dict, file: Path) -> dict:
-    """The schema-2 record of a schema-1 one: `amp` → `precision`, the config fields added since at their
-    defaults, the history's sha256/rows/columns; every value it had kept. It verifies, or ResultsError."""
+    """The schema-2 record of a schema-1 one (`amp` → `precision`, new fields at their defaults), verified."""
     if sorted(record) != sorted(V1_KEYS) or not isinstance(record["config"], dict):
         raise record_error(file, f"is not a schema-1 run record: keys {sorted(record)}, a config dict and {V1_KEYS} "
                           "are expected")
@@ -36,26 +33,22 @@ def _upgrade(record: dict, file: Path) -> dict:
         raise record_error(file, f"has an invalid config: {exc}") from None
     if changed := [k for k, v in config.items() if new_config[k] != v]:
         raise record_error(file, f"has config values TrainConfig would change: {changed}")
-    data, h = rec.read_history(file.parent)
-    new = {**record, "schema": SCHEMA, "config": new_config, "history": rec.history_meta(data, h),
-           "provenance": portable(record["provenance"]) if isinstance(record["provenance"], dict) else record[
-               "provenance"]}
+    new = {**record, "schema": SCHEMA, "config": new_config, "history": rec.history_meta(file.parent),
+           "provenance": portable(record["provenance"])}
     new = {k: new[k] for k in rec.RECORD_TYPES}  # the key order RunFolders.write writes
     verify_record(file.parent, new)
     return new
 
 
 def migrate(path: str | Path) -> list[Path]:
-    """Upgrade every schema-1 run.json under `path` to schema 2 in place, atomically, and every record's provenance
-    to `provenance.portable`, keeping every number and history.csv; return the paths rewritten ([] the second time).
-    Every record is checked before any is written: one that cannot be upgraded is a ResultsError naming it."""
+    """Upgrade schema-1 run.json files under `path` and provenance to `portable`, in place (every number and
+    history.csv kept), all checked before any is written; the paths rewritten ([] the second time)."""
     plan = []
     for folder in find_runs(path):
         file = folder / "run.json"
         record = rec.parse_record(file)
         if record.get("schema") == SCHEMA:
-            if isinstance(record.get("provenance"), dict) and (prov := portable(record["provenance"])) != record[
-                    "provenance"]:  # the provenance as it is kept now; every other byte as it was
+            if (prov := portable(record.get("provenance"))) != record.get("provenance"):  # as kept now; the rest as was
                 new = {**record, "provenance": prov}
                 verify_record(folder, new)
                 plan.append((file, new))

@@ -1,14 +1,6 @@
-"""Training a point: one configuration trained across sigma_w x seeds, what a section notebook calls (`run_point`).
-
-A *point* is what a spread is computed over; its runs come from `config.point_configs`, as in the sweep, so run ids
-agree. The call is idempotent: it asks the section's `RunFolders` which runs are missing and trains them, as one
-population or one by one under their locks (docs/architecture.md, "Results tree" and "Notebooks and params"). A run
-that raises is recorded in its `failed.json` and the point goes on, raising a SweepError at the end (the next call
-retries it); a user error (InitmemError) is the same for every run and stops at once; a population that raises
-falls back to the one-by-one path (`population_fallback` in each run's provenance), so it never loses a run.
-"""
-
-from __future__ import annotations
+"""Training a point (`run_point`): its missing runs as one population or one by one under their locks; a run that
+raises is recorded and retried later, a user error stops at once, a failed population falls back to one by one
+(`population_fallback` in each run's provenance)."""
 
 import contextlib
 from pathlib import Path
@@ -24,18 +16,15 @@ from initmem.train import train
 
 def run_point(params: dict[str, Any], *, results: str | Path | None = None, section: str | None = None,
               population: bool | None = None, progress: bool | None = None) -> pd.DataFrame:
-    """Train every sigma_w x seed run of the point `params` describes (a notebook's `globals()`, or any mapping with
-    `sigma_ws`, `seeds`, TrainConfig fields and optionally `results_dir`, `section`, `population`, `progress`; the
-    keyword arguments win) that is not already complete under `results/section`; return the `load_runs` rows of
-    exactly these runs, in (sigma_w, seed) order. A diverged run is a result (its row says so)."""
+    """Train the missing sigma_w x seed runs of the point `params` describes (a notebook's `globals()`; the keywords
+    override its `results_dir`, `section`, `population`, `progress`); its runs' `load_runs` rows, diverged ones too."""
     if not isinstance(params, dict):
         raise ConfigError(f"params={type(params).__name__} is invalid: a mapping of parameters is accepted")
-    configs = point_configs(params)
-    results = params.get("results_dir", "results/adhoc") if results is None else results
-    section = params.get("section", "adhoc") if section is None else section
-    population = bool(params.get("population", True)) if population is None else population
-    progress = bool(params.get("progress", True)) if progress is None else progress
-    return train_point(configs, results=results, section=section, population=population, progress=progress)
+    return train_point(point_configs(params),
+                       results=params.get("results_dir", "results/adhoc") if results is None else results,
+                       section=params.get("section", "adhoc") if section is None else section,
+                       population=bool(params.get("population", True)) if population is None else population,
+                       progress=bool(params.get("progress", True)) if progress is None else progress)
 
 
 def train_point(configs: list[TrainConfig], *, results: str | Path, section: str, population: bool = True,
@@ -54,8 +43,7 @@ def train_point(configs: list[TrainConfig], *, results: str | Path, section: str
     waiting, failed = [], []
     for i, c in enumerate(todo, 1):
         tag = f"[{i}/{len(todo)}]"
-        lock = owner.lock(c)
-        if lock is None:  # another process is training it: do the others first, then wait for it
+        if (lock := owner.lock(c)) is None:  # another process is training it: do the others first, then wait for it
             print(f"{tag} {_name(c)}: locked by {owner.holder(c)} (training it); will wait for it after the other runs",
                   flush=True)
             waiting.append((tag, c))
@@ -75,9 +63,7 @@ def train_point(configs: list[TrainConfig], *, results: str | Path, section: str
 
 def _train_population(todo: list[TrainConfig], owner: RunFolders, progress: bool,
                       fallback: dict[str, str]) -> list[TrainConfig]:
-    """Train what of `todo` one population can take; return the runs left for the one-by-one path (all of `todo`
-    when no population of two or more members is possible, or when it raised: then `fallback` maps each member's
-    run id to the error, which the one-by-one path records in the run's provenance)."""
+    """Train what of `todo` one population can take; the runs left for one by one (`fallback`: run id -> its error)."""
     rest, members = [], []
     with contextlib.ExitStack() as held:
         for c in todo:
@@ -115,8 +101,7 @@ def _line(exc: BaseException) -> str:
 
 def _train_locked(c: TrainConfig, owner: RunFolders, progress: bool, tag: str, failed: list,
                   fallback: str | None = None) -> None:
-    """Train one run whose lock this process holds, unless another process completed it meanwhile; `fallback`: why
-    its population failed (recorded in its provenance as `population_fallback`)."""
+    """Train one run whose lock this process holds, unless done meanwhile (`fallback`: why its population failed)."""
     if owner.is_complete(c):
         print(f"{tag} {_name(c)}: completed by another process meanwhile", flush=True)
         return

@@ -1,11 +1,6 @@
-"""Where a run came from: code version, software versions, machine (stored in every run.json).
+"""Where a run came from (in every run.json). Nothing raises: no git, no checkout, an unknown CPU give `None`."""
 
-`provenance()` never raises: a missing git, a tree that is not a checkout or an unknown CPU model give `None`
-fields, because a run must not fail for want of bookkeeping.
-"""
-
-from __future__ import annotations
-
+import contextlib
 import datetime as _dt
 import hashlib
 import importlib.metadata
@@ -14,44 +9,35 @@ import platform
 import socket
 import subprocess
 from pathlib import Path
+from typing import Any
 
 _PACKAGES = ("torch", "torchvision", "numpy", "pandas", "initmem")
 ROOT = Path(__file__).resolve().parent.parent  # the checkout holding the package
-TRAINING_PATH = "initmem"  # what trains a run: its diff is kept whole in the record (up to MAX_DIFF characters)
-MAX_DIFF = 200_000
+TRAINING_PATH, MAX_DIFF = "initmem", 200_000  # what trains a run: its diff is kept whole up to MAX_DIFF characters
 UNKNOWN_DIFF = ("unknown: trained from a modified working tree of git_commit before initmem recorded the "
                 "modification; only the commit and that the tree was modified are known")
 
 
+def utcnow() -> str:
+    """Now in UTC to the second, as run records, lock files, failure markers and provenance stamp it."""
+    return _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds")
+
+
 def _git(args: list[str], cwd: Path) -> str | None:
-    try:
+    with contextlib.suppress(OSError, subprocess.SubprocessError):
         out = subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True, timeout=10)
-    except (OSError, subprocess.SubprocessError):
-        return None
-    return out.stdout.strip() if out.returncode == 0 else None
+        return out.stdout.strip() if out.returncode == 0 else None
+    return None
 
 
 def checkout() -> Path | None:
     """The git checkout holding the initmem package, else the one holding the working directory; None."""
-    for where in (Path(__file__).resolve().parent, Path.cwd()):
-        top = _git(["rev-parse", "--show-toplevel"], where)
-        if top:
-            return Path(top)
-    return None
-
-
-def git_state() -> tuple[str | None, bool | None]:
-    """(commit, dirty) of `checkout()`; (None, None) without one."""
-    if (where := checkout()) is None or not (commit := _git(["rev-parse", "HEAD"], where)):
-        return None, None
-    status = _git(["status", "--porcelain", "--untracked-files=no"], where)
-    return commit, (None if status is None else bool(status))
+    return next((Path(top) for where in (Path(__file__).resolve().parent, Path.cwd())
+                 if (top := _git(["rev-parse", "--show-toplevel"], where))), None)
 
 
 def git_diff(where: Path | None = None) -> dict | None:
-    """What a modified working tree changed against HEAD: the sha256 and the files of `git diff HEAD` (tracked
-    files), and the diff of the training path `initmem/` as text (None beyond MAX_DIFF characters; its sha256 is
-    always kept). None for a clean tree or no checkout; never raises."""
+    """A modified tree's `git diff HEAD` (sha256, files) and its `initmem/` part (text, sha256); None if clean."""
     if (where := where or checkout()) is None:
         return None
     try:
@@ -70,23 +56,19 @@ def git_diff(where: Path | None = None) -> dict | None:
 
 
 def portable_source(source: str | None) -> str | None:
-    """A data source (`<kind>:<path>`) as a run record names it: the path relative to the repository root when it
-    lies in the repository or beside it (`../shared/data/x.tar.gz`), else its file name alone (the record's
-    `data_hash` identifies the content). Sources without a path (`synthetic:...`) are kept."""
-    if not isinstance(source, str) or ":" not in source:
-        return source
-    kind, path = source.split(":", 1)
-    if not os.path.isabs(path):
+    """A data source `<kind>:<path>` as a record names it: the path relative to the repository if in or beside it
+    (`../shared/data/x.tar.gz`), else the file name (`data_hash` names the content); one without a path is kept."""
+    if not isinstance(source, str) or ":" not in source or not os.path.isabs(path := source.split(":", 1)[1]):
         return source
     rel = os.path.relpath(path, ROOT) if os.path.splitdrive(path)[0] == os.path.splitdrive(str(ROOT))[0] else path
-    ups = Path(rel).parts[:2].count("..")
-    name = Path(rel).as_posix() if not os.path.isabs(rel) and ups <= 1 else Path(path).name
-    return f"{kind}:{name}"
+    name = Path(rel).as_posix() if not os.path.isabs(rel) and Path(rel).parts[:2].count("..") <= 1 else Path(path).name
+    return f"{source.split(':', 1)[0]}:{name}"
 
 
-def portable(prov: dict) -> dict:
-    """`prov` as a run record stores it: `data_source` by `portable_source`, and `git_diff` after `git_dirty` (for a
-    record made before the diff was kept: None for a clean tree, `UNKNOWN_DIFF` for a modified one)."""
+def portable(prov: Any) -> Any:
+    """A provenance dict as a record stores it: `portable_source`, and an older record's `git_diff` (`UNKNOWN_DIFF`)."""
+    if not isinstance(prov, dict):
+        return prov
     out = {}
     for k, v in prov.items():
         out[k] = portable_source(v) if k == "data_source" else v
@@ -99,27 +81,23 @@ def _version(name: str) -> str | None:
     try:
         return importlib.metadata.version(name)
     except importlib.metadata.PackageNotFoundError:
-        try:  # an uninstalled source tree (PYTHONPATH) still has __version__
+        with contextlib.suppress(Exception):  # an uninstalled source tree (PYTHONPATH) still has __version__
             return getattr(__import__(name), "__version__", None)
-        except Exception:
-            return None
+        return None
 
 
 def cpu_model() -> str | None:
     """This CPU's model name (/proc/cpuinfo, else `platform.processor()`), or None."""
-    try:
+    with contextlib.suppress(OSError):
         for line in Path("/proc/cpuinfo").read_text().splitlines():
             if line.startswith("model name"):
                 return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
     return platform.processor() or None
 
 
 def _device_name(device: str | None) -> str | None:
     try:
         import torch
-
         if device and device.startswith("cuda") and torch.cuda.is_available():
             return torch.cuda.get_device_name(torch.device(device))
     except Exception:
@@ -129,17 +107,15 @@ def _device_name(device: str | None) -> str | None:
 
 def provenance(device: str | None = None) -> dict:
     """Code version, software versions, machine and UTC time, as a JSON-ready dict. Never raises."""
-    commit, dirty = git_state()
-    info: dict = {"git_commit": commit, "git_dirty": dirty, "git_diff": git_diff() if dirty else None,
-                  "python": platform.python_version()}
+    commit = (_git(["rev-parse", "HEAD"], where) if (where := checkout()) else None) or None
+    status = _git(["status", "--porcelain", "--untracked-files=no"], where) if commit else None  # None: unknown
+    info: dict = {"git_commit": commit, "git_dirty": None if status is None else bool(status),
+                  "git_diff": git_diff(where) if status else None, "python": platform.python_version()}
     info.update({name: _version(name) for name in _PACKAGES})
-    try:
+    info["cuda"], info["torch_threads"] = None, None
+    with contextlib.suppress(Exception):
         import torch
-
         info["cuda"], info["torch_threads"] = torch.version.cuda, torch.get_num_threads()
-    except Exception:
-        info["cuda"], info["torch_threads"] = None, None
     info.update(platform=platform.platform(), hostname=socket.gethostname(), device=device,
-                device_name=_device_name(device), cpu_count=os.cpu_count(),
-                timestamp_utc=_dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"))
+                device_name=_device_name(device), cpu_count=os.cpu_count(), timestamp_utc=utcnow())
     return info

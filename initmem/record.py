@@ -1,10 +1,4 @@
-"""A run record on disk, schema 2: what a valid `run.json` holds (its keys and JSON types, a config that hashes to its
-run id, every summary key, the history's sha256, rows and columns) and what a valid `history.csv` is (the contract's
-columns, numbers only, epochs 0, 1, ... increasing, a step on every row). The checks name the file and what is wrong,
-on one line. `initmem.results` writes and loads runs with them; `initmem.migrate` upgrades schema-1 records to this.
-Torch-free."""
-
-from __future__ import annotations
+"""A run record on disk, schema 2: what valid `run.json` and `history.csv` hold, each check one line. Torch-free."""
 
 import dataclasses
 import hashlib
@@ -24,15 +18,11 @@ from initmem.metrics import SUMMARY_KEYS
 
 SCHEMA = 2
 FINISHED = ("complete", "diverged")
-# the contract's history columns, before the per-layer `norm:<layer>` ones
-HISTORY_COLUMNS = (
-    "epoch", "step", "lr", "train_loss", "train_acc_running", "train_acc", "val_loss", "val_acc", "test_loss",
-    "test_acc", "weight_norm", "T_SGD", "T_L2", "T_adapt", "wall_time",
-)  # fmt: skip
+HISTORY_COLUMNS = ("epoch", "step", "lr", "train_loss", "train_acc_running", "train_acc", "val_loss", "val_acc",
+                   "test_loss", "test_acc", "weight_norm", "T_SGD", "T_L2", "T_adapt", "wall_time")  # the contract's
 RECORD_TYPES: dict[str, type] = {"schema": int, "run_id": str, "section": str, "status": str, "config": dict,
                                  "summary": dict, "history": dict, "provenance": dict, "started_at": str,
                                  "finished_at": str}  # run.json's keys, in order, with their JSON types
-HISTORY_KEYS = ("sha256", "rows", "columns")
 V1_KEYS = tuple(k for k in RECORD_TYPES if k != "history")
 CONFIG_FIELDS = tuple(f.name for f in dataclasses.fields(TrainConfig))
 
@@ -43,11 +33,8 @@ def _jsonable(x: Any) -> Any:
         return {str(k): _jsonable(v) for k, v in x.items()}
     if isinstance(x, (list, tuple)):
         return [_jsonable(v) for v in x]
-    if hasattr(x, "item") and not isinstance(x, (str, bytes)):  # numpy / torch scalar
-        x = x.item()
-    if isinstance(x, float) and not math.isfinite(x):
-        return None
-    return x
+    x = x.item() if hasattr(x, "item") and not isinstance(x, (str, bytes)) else x  # numpy / torch scalar
+    return None if isinstance(x, float) and not math.isfinite(x) else x
 
 
 def dumps_record(record: dict) -> str:
@@ -61,13 +48,12 @@ def record_error(file: Path, what: str) -> ResultsError:
 
 
 def _short(v: Any) -> str:
-    s = repr(v)
-    return s if len(s) <= 40 else s[:37] + "..."
+    return s if len(s := repr(v)) <= 40 else s[:37] + "..."
 
 
 def frame_problem(h: pd.DataFrame) -> str | None:
-    """What makes a history frame unfit to be a run's history (None when it is fit): contract columns, numbers
-    only, no empty row, epochs 0, ... increasing, a step on every row. Line numbers are the CSV file's."""
+    """Why a history frame is no run's history, or None: it needs the contract's columns, numbers only, no empty row,
+    whole epochs increasing from 0, an epoch and a step on every row. Line numbers are the CSV file's."""
     if len(h) == 0:
         return "has no rows"
     if missing := [c for c in HISTORY_COLUMNS if c not in h.columns]:
@@ -89,12 +75,6 @@ def frame_problem(h: pd.DataFrame) -> str | None:
     return None
 
 
-def history_meta(data: bytes, h: pd.DataFrame) -> dict:
-    """run.json's `history` entry: the sha256 of history.csv's bytes, its rows and its columns."""
-    return {"sha256": hashlib.sha256(data).hexdigest(), "rows": len(h),
-            "columns": [str(c) for c in h.columns]}
-
-
 def parse_record(file: Path) -> dict:
     """run.json's JSON object; ResultsError naming the file when it is missing, unreadable or not an object."""
     try:
@@ -109,15 +89,12 @@ def parse_record(file: Path) -> dict:
 
 
 def full_config(config: dict) -> dict:
-    """A record's config with every field added after it was written (`LATER_FIELDS`) at the value that reproduces
-    how it was trained; the record on disk is left as it was written."""
+    """A record's config with each field added since it was written at the value it trained with (`LATER_FIELDS`)."""
     return {**{k: v for k, v in LATER_FIELDS.items() if k not in config}, **config}
 
 
 def check_record(record: dict, file: Path) -> None:
-    """The record's own consistency: its keys and their types, its schema, its config and the run id it hashes to,
-    its summary's keys and its history entry. A config field added after the record was written (`LATER_FIELDS`)
-    counts as the value that reproduces how it was trained (`full_config`)."""
+    """The record's own consistency: keys, types, schema, status, config (`full_config`), run id, summary, history."""
     schema = record.get("schema")
     if type(schema) is int and schema == 1 and all(k in record for k in V1_KEYS):
         raise record_error(file, f"is a schema-1 run record (no history checksum): run `initmem migrate "
@@ -143,14 +120,13 @@ def check_record(record: dict, file: Path) -> None:
     if rid != record["run_id"]:
         raise record_error(file, f"has a config that is not its run's: it hashes to run id {rid}, the record says "
                           f"{record['run_id']} (edited after the run was written?)")
-    summary = record["summary"]
-    if missing := [k for k in SUMMARY_KEYS if k not in summary]:
+    if missing := [k for k in SUMMARY_KEYS if k not in record["summary"]]:
         raise record_error(file, f"has a summary without the keys {missing}")
-    for k, v in summary.items():
+    for k, v in record["summary"].items():
         if v is not None and not isinstance(v, (int, float)):
             raise record_error(file, f"has summary {k}={_short(v)}: a number, true/false or null is expected")
     h = record["history"]
-    if (sorted(h) != sorted(HISTORY_KEYS) or not isinstance(h["sha256"], str)
+    if (sorted(h) != ["columns", "rows", "sha256"] or not isinstance(h["sha256"], str)
             or not re.fullmatch(r"[0-9a-f]{64}", h["sha256"]) or type(h["rows"]) is not int
             or not isinstance(h["columns"], list) or not all(isinstance(c, str) for c in h["columns"])):
         raise record_error(file, f"has history={_short(h)}: {{sha256: 64 hex digits, rows: int, columns: [str]}} "
@@ -172,6 +148,15 @@ def read_history(folder: Path) -> tuple[bytes, pd.DataFrame]:
         return data, pd.read_csv(io.BytesIO(data))  # pandas >= 3 parses floats round-trip
     except ValueError as exc:  # pandas parser errors and UnicodeDecodeError are ValueErrors
         raise record_error(file, f"is unreadable: {exc}") from None
+
+
+def history_meta(folder: Path, *, written: int | None = None) -> dict:
+    """run.json's `history` entry of `folder`'s history.csv, which must read back as `written` valid rows if given."""
+    data, h = read_history(folder)
+    if written is not None and (problem := frame_problem(h) or (len(h) != written and "lost rows on the way to disk")):
+        raise record_error(folder / "history.csv", f"was written but is no run's history, so no run.json was: it "
+                                                   f"{problem}")
+    return {"sha256": hashlib.sha256(data).hexdigest(), "rows": len(h), "columns": [str(c) for c in h.columns]}
 
 
 def verify_record(folder: Path, record: dict) -> pd.DataFrame:
@@ -196,17 +181,12 @@ def verify_record(folder: Path, record: dict) -> pd.DataFrame:
         raise record_error(hfile, f"has {len(h)} rows; run.json records {meta['rows']} (truncated or appended to?)")
     if problem := frame_problem(h):
         raise record_error(hfile, problem)
-    if hashlib.sha256(data).hexdigest() != meta["sha256"]:
-        raise record_error(hfile, f"does not match the sha256 run.json records: {checksum_difference(data, meta)}")
+    if hashlib.sha256(data).hexdigest() != meta["sha256"]:  # the same rows and columns: line endings, or a value?
+        raise record_error(hfile, "does not match the sha256 run.json records: " + (
+            "only its line endings differ (CRLF where it was written with LF: a checkout converted them, e.g. git "
+            "with core.autocrlf=true; the repository's .gitattributes keeps results/ byte-exact): restore LF line "
+            "endings, e.g. clone again with `git -c core.autocrlf=false clone`"
+            if hashlib.sha256(data.replace(b"\r\n", b"\n")).hexdigest() == meta["sha256"] else
+            "a value differs from what was written (the same rows and columns; the run was changed after it was "
+            "written, or the file was damaged)"))
     return h
-
-
-def checksum_difference(data: bytes, meta: dict) -> str:
-    """What differs in a history whose rows and columns are the recorded ones but whose sha256 is not: line
-    endings only (a checkout that converted them, e.g. git's core.autocrlf), or a value."""
-    if hashlib.sha256(data.replace(b"\r\n", b"\n")).hexdigest() == meta["sha256"]:
-        return ("only its line endings differ (CRLF where it was written with LF: a checkout converted them, e.g. git "
-                "with core.autocrlf=true; the repository's .gitattributes keeps results/ byte-exact): restore LF line "
-                "endings, e.g. clone again with `git -c core.autocrlf=false clone`")
-    return ("a value differs from what was written (the same rows and columns; the run was changed after it was "
-            "written, or the file was damaged)")

@@ -1,21 +1,6 @@
-"""The run folders of a results tree, owned here and nowhere else: where a run lives (`<results>/<section>/<run_id>/`),
-its lock, whether it is complete, setting a damaged one aside, where its checkpoints go, writing its record and
-marking a failed attempt (`failed.json`). The engine and `point` reach a folder only through a `RunFolders`; reading
-a tree is `initmem.results`. Torch-free: the sweep and `initmem plan` use it without torch.
-
-Locks: one per run folder, so that concurrent sweeps (two shells, a local pool and a Slurm array, a requeued job and
-its stale twin) never train the same run twice or interleave writes to its files. The lock is
-`fcntl.flock(LOCK_EX | LOCK_NB)` on `<run folder>.lock` (beside the folder, so that a run that fails before it writes
-anything leaves no half-made run folder behind), held on an open file descriptor: the kernel releases it when the
-holder's process dies however it dies (SIGKILL, OOM, node reboot), so there is no stale-lock cleanup and no timeout to
-tune. The file holds the holder's host and pid, for messages only; it is never deleted (unlinking a flock file lets
-two processes lock two different inodes under one name). flock works on local filesystems and on NFSv4/Lustre mounts
-that support it (most clusters'); a filesystem that refuses it raises. Locks are re-entrant within a process:
-`point` locks a run and then calls `train`, which locks it again (so that a bare `initmem train` is protected too);
-only the outermost release unlocks.
-"""
-
-from __future__ import annotations
+"""The run folders of a results tree, owned here and nowhere else (`RunFolders`). Torch-free. A lock is `flock` on
+`<run folder>.lock` (beside it: a run that fails early leaves no half-made folder), which the kernel drops however its
+holder dies; the file is never deleted (two processes would lock two inodes under one name)."""
 
 import contextlib
 import datetime as _dt
@@ -34,59 +19,34 @@ import pandas as pd
 from initmem.config import TrainConfig, run_id
 from initmem.errors import ConfigError, ResultsError
 from initmem.files import atomic_write, ensure_writable
-from initmem.provenance import portable
-from initmem.record import (
-    SCHEMA,
-    check_record,
-    dumps_record,
-    frame_problem,
-    history_meta,
-    parse_record,
-    read_history,
-    record_error,
-)
+from initmem.provenance import portable, utcnow
+from initmem.record import SCHEMA, check_record, dumps_record, history_meta, parse_record
 from initmem.results import RunResult, find_runs, load_runs, verify_run
 
 DAMAGED_DIR = ".damaged"  # <section>/.damaged/<run_id>-<UTC stamp>/: where set_aside moves a damaged run
 FAILED = "failed.json"  # in a run folder: the last attempt raised; removed when the run completes
 POPULATIONS = "populations"  # <section>/populations/<population_id>/checkpoints/: an unfinished population (K > 1)
-CHECKPOINTS = "checkpoints"  # <run folder>/checkpoints/: an unfinished single run's
 _CHECKPOINT = re.compile(r"epoch-(\d{6,})\.ckpt")  # a checkpoint file's name (`checkpoint_file`)
 _HELD: dict[str, list] = {}  # resolved lock path -> [fd, depth, pid]: this process's locks
 
 
-def utcnow() -> str:
-    """Now in UTC to the second, as run records, lock files and failure markers stamp it."""
-    return _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds")
-
-
-# ------------------------------------------------------------------------------------------------------ locks
 def lock_path(run_folder: str | Path) -> Path:
     """`<run folder>.lock`, beside the run folder."""
-    run_folder = Path(run_folder)
-    return run_folder.with_name(run_folder.name + ".lock")
+    return (folder := Path(run_folder)).with_name(folder.name + ".lock")
 
 
-class RunLock:
-    """A held lock on one run folder; `release()` (or leaving a `with` block) gives it back."""
+class RunLock(contextlib.AbstractContextManager):
+    """One hold of a run folder's lock: `release()` or leaving a `with` block gives it back once (outermost unlocks)."""
 
-    def __init__(self, run_folder: Path, key: str):
-        self.run_folder, self._key, self._released = run_folder, key, False
+    def __init__(self, key: str):
+        self._key: str | None = key  # None once released
 
     def release(self) -> None:
-        if self._released:
-            return
-        self._released = True
-        entry = _HELD.get(self._key)
-        if entry is None or entry[2] != os.getpid():
-            return
-        entry[1] -= 1
-        if entry[1] == 0:
-            del _HELD[self._key]
-            os.close(entry[0])  # closing the descriptor drops the flock
-
-    def __enter__(self) -> RunLock:
-        return self
+        key, self._key = self._key, None
+        if (entry := _HELD.get(key)) is not None and entry[2] == os.getpid():  # not released, nor inherited by a fork
+            entry[1] -= 1
+            if entry[1] == 0:
+                os.close(_HELD.pop(key)[0])  # closing the descriptor drops the flock
 
     def __exit__(self, *exc) -> None:
         self.release()
@@ -94,23 +54,18 @@ class RunLock:
 
 def holder(run_folder: str | Path) -> str:
     """Who holds (or last held) the lock, as written in the lock file: "host pid <pid> since <time>", or "unknown"."""
-    try:
-        text = lock_path(run_folder).read_text(encoding="utf-8").strip()
-    except OSError:
-        text = ""
-    return text or "unknown"
+    with contextlib.suppress(OSError):
+        return lock_path(run_folder).read_text(encoding="utf-8").strip() or "unknown"
+    return "unknown"
 
 
 def lock(run_folder: str | Path, *, wait: bool = False) -> RunLock | None:
-    """Lock `run_folder` (its parent is created if needed); None when another process holds it (`wait`: as long as it
-    does, it is training that run). ResultsError when the lock file cannot be created or locked for another reason."""
-    run_folder = Path(run_folder)
-    path = lock_path(run_folder)
-    key = str(path.resolve())
-    entry = _HELD.get(key)
-    if entry is not None and entry[2] == os.getpid():  # re-entrant in this process
+    """Lock `run_folder`, re-entrant in a process; None while another process holds it (`wait`: wait), else a
+    ResultsError when the lock file cannot be made or locked (a filesystem without flock)."""
+    key = str((path := lock_path(run_folder)).resolve())
+    if (entry := _HELD.get(key)) is not None and entry[2] == os.getpid():  # re-entrant in this process
         entry[1] += 1
-        return RunLock(run_folder, key)
+        return RunLock(key)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
@@ -118,20 +73,18 @@ def lock(run_folder: str | Path, *, wait: bool = False) -> RunLock | None:
         raise ResultsError(f"cannot create the lock file {str(path)!r}: {exc.strerror or exc}") from None
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
-    except BlockingIOError:
-        os.close(fd)
-        return None
     except OSError as exc:
         os.close(fd)
+        if isinstance(exc, BlockingIOError):  # another process holds it
+            return None
         raise ResultsError(f"cannot lock {str(path)!r}: {exc.strerror or exc} (does this filesystem support "
                            "flock?)") from None
     os.ftruncate(fd, 0)
     os.pwrite(fd, f"{socket.gethostname()} pid {os.getpid()} since {utcnow()}\n".encode(), 0)
     _HELD[key] = [fd, 1, os.getpid()]
-    return RunLock(run_folder, key)
+    return RunLock(key)
 
 
-# ------------------------------------------------------------------------------------------------ checkpoints
 def checkpoint_file(folder: str | Path, epoch: int) -> Path:
     """`<folder>/epoch-NNNNNN.ckpt`: the checkpoint of `epoch` (its format: `initmem.checkpoint`)."""
     return Path(folder) / f"epoch-{epoch:06d}.ckpt"
@@ -139,22 +92,17 @@ def checkpoint_file(folder: str | Path, epoch: int) -> Path:
 
 def checkpoints(folder: str | Path) -> list[Path]:
     """The checkpoint files in `folder`, newest (highest epoch) first; temp files and strangers are ignored."""
-    folder = Path(folder)
-    if not folder.is_dir():
-        return []
-    found = [(int(m.group(1)), p) for p in folder.iterdir() if (m := _CHECKPOINT.fullmatch(p.name)) and p.is_file()]
+    found = [(int(m.group(1)), p) for p in Path(folder).glob("epoch-*.ckpt")
+             if (m := _CHECKPOINT.fullmatch(p.name)) and p.is_file()]
     return [p for _, p in sorted(found, reverse=True)]
 
 
 def clear_checkpoints(folder: str | Path) -> None:
     """Delete a checkpoints folder (its runs' run.json files are written: nothing will resume from it)."""
-    folder = Path(folder)
-    if folder.is_dir():
-        for p in folder.iterdir():
-            if p.is_file() and (_CHECKPOINT.fullmatch(p.name) or p.name.endswith(".tmp")):
-                p.unlink(missing_ok=True)
-        with contextlib.suppress(OSError):  # something else lives there: leave it
-            folder.rmdir()
+    for p in [*checkpoints(folder), *(t for t in Path(folder).glob("*.tmp") if t.is_file())]:
+        p.unlink(missing_ok=True)
+    with contextlib.suppress(OSError):  # something else lives there (or nothing does): leave it
+        Path(folder).rmdir()
 
 
 def population_id(configs: list[TrainConfig]) -> str:
@@ -163,10 +111,9 @@ def population_id(configs: list[TrainConfig]) -> str:
     return ids[0] if len(ids) == 1 else hashlib.sha256(" ".join(ids).encode()).hexdigest()[:12]
 
 
-# ---------------------------------------------------------------------------------------- damaged and copies
 def set_aside(folder: str | Path) -> Path:
-    """Move a damaged run folder to `<section>/.damaged/<run_id>-<UTC stamp>/` (unchanged; why it was damaged goes
-    to the `.txt` beside it) and return its new path; nothing is deleted. A run that verifies is a ResultsError."""
+    """Move a damaged run folder, unchanged, to `<section>/.damaged/<run_id>-<UTC stamp>/`, why in the `.txt` beside;
+    its new path. A run that verifies is a ResultsError."""
     folder = Path(folder)
     if not folder.is_dir():
         raise ResultsError(f"{str(folder)!r} is not a run folder: only an existing run folder is set aside")
@@ -176,7 +123,7 @@ def set_aside(folder: str | Path) -> Path:
         why = str(exc)
     else:
         raise ResultsError(f"{str(folder)!r} holds a run that verifies: only a damaged run is set aside")
-    base = f"{folder.name}-{_dt.datetime.now(_dt.UTC).strftime('%Y%m%dT%H%M%SZ')}"
+    base = f"{folder.name}-{(now := _dt.datetime.now(_dt.UTC)):%Y%m%dT%H%M%SZ}"
     dest, n = folder.parent / DAMAGED_DIR / base, 1
     while dest.exists() or (dest.parent / f"{dest.name}.txt").exists():
         n += 1
@@ -184,26 +131,22 @@ def set_aside(folder: str | Path) -> Path:
     try:
         dest.parent.mkdir(exist_ok=True)
         os.rename(folder, dest)
-        atomic_write(dest.parent / f"{dest.name}.txt", f"set aside {_dt.datetime.now(_dt.UTC).isoformat()} from "
-                                                         f"{folder}: {why}\n")
+        atomic_write(dest.parent / f"{dest.name}.txt", f"set aside {now.isoformat()} from {folder}: {why}\n")
     except OSError as exc:
         raise ResultsError(f"cannot set aside {str(folder)!r}: {exc.strerror or exc}") from None
     return dest
 
 
 def other_schema(folder: str | Path) -> int | None:
-    """The schema of a run folder's record when it is readable but not this initmem's (1: `initmem migrate`
-    upgrades it), else None. Such a run is not damaged: it is never set aside nor trained again."""
-    try:
-        schema = parse_record(Path(folder) / "run.json").get("schema")
-    except ResultsError:
-        return None
-    return schema if type(schema) is int and schema != SCHEMA else None
+    """A readable record's schema when not this initmem's (no damage: never set aside nor trained again), else None."""
+    with contextlib.suppress(ResultsError):
+        if type(schema := parse_record(Path(folder) / "run.json").get("schema")) is int and schema != SCHEMA:
+            return schema
+    return None
 
 
 class RunFolders:
-    """The run folders of one section of a results tree, `<results>/<section>/<run_id>/`. `results=None`: an owner
-    that keeps nothing (a run trained without `out_dir`: no checkpoints, no record)."""
+    """The run folders of one section, `<results>/<section>/<run_id>/`; `results=None` keeps nothing."""
 
     def __init__(self, results: str | Path | None, section: str):
         if not isinstance(section, str) or not section or section != Path(section).name or section.startswith("."):
@@ -216,24 +159,21 @@ class RunFolders:
         return self.path / run_id(c)
 
     def writable(self) -> Path:
-        """Create the section's folder if needed and prove we can write into it; ResultsError naming it otherwise.
-        Called before training so that a bad --out fails in a second, not after hours of training."""
+        """The section's folder, created and proved writable (before training: a bad --out fails in a second)."""
         try:
             return ensure_writable(self.path)
         except OSError as exc:
             raise ResultsError(f"results folder {str(self.path)!r} is not writable: {exc.strerror or exc}") from None
 
     def is_complete(self, c: TrainConfig | dict) -> bool:
-        """True when the run's folder holds a finished run that verifies (a damaged run is not complete)."""
-        try:
-            verify_run(self.folder(c))
-        except ResultsError:
-            return False
-        return True
+        """Whether the run's folder holds a finished run that verifies (a damaged run is not complete)."""
+        with contextlib.suppress(ResultsError):
+            return bool(verify_run(self.folder(c)))  # its record: never empty
+        return False
 
     def set_aside_damaged(self, configs: list[TrainConfig]) -> Iterator[tuple[TrainConfig, str]]:
-        """Set aside each damaged run folder of `configs` (it would pass for a run in progress), yielding (config, why
-        and where to); a record of an older schema is not damaged: its ResultsError names `initmem migrate`."""
+        """Set aside each damaged run folder of `configs` (it would pass for one in progress), yielding (config, why
+        and where to); an older schema is no damage but a ResultsError naming `initmem migrate`."""
         for c in configs:
             if ((folder := self.folder(c)) / "run.json").exists():
                 try:
@@ -244,14 +184,13 @@ class RunFolders:
                     yield c, f"{exc}; moved aside to {set_aside(folder)}"
 
     def older_records(self) -> list[Path]:
-        """The run.json files of the section (none when it does not exist) whose schema is not this initmem's."""
+        """The section's run.json files whose schema is not this initmem's."""
         return [f / "run.json" for f in (find_runs(self.path) if self.path.is_dir() else [])
                 if other_schema(f) is not None]
 
     def tidy_copies(self, dry_run: bool = False) -> list[str]:
-        """Run folders of the section not named by their record's run id: a renamed run whose own folder is missing is
-        moved back to it, a copy of a run that has its folder is set aside, so that the tree stays loadable and no
-        readable run is trained again. One line per folder (`dry_run`: what would be done, nothing moved)."""
+        """A line per folder not named by its record's run id: renamed ones moved back, copies set aside (`dry_run`:
+        said, not done), so that the tree loads and no readable run is trained again."""
         lines = []
         for folder in sorted(p.parent for p in self.path.glob("*/run.json") if not p.parent.name.startswith(".")):
             try:
@@ -283,7 +222,7 @@ class RunFolders:
 
     @contextlib.contextmanager
     def lock_all(self, configs: list[TrainConfig]) -> Iterator[None]:
-        """Every run's lock held for the block; ResultsError naming the holder when another process holds one."""
+        """Every run's lock held for the block; ResultsError naming the holder of one another process holds."""
         with contextlib.ExitStack() as held:
             for c in configs:
                 if (held_one := self.lock(c)) is None:
@@ -293,20 +232,16 @@ class RunFolders:
             yield
 
     def checkpoint_folder(self, configs: list[TrainConfig]) -> Path | None:
-        """Where a member set's checkpoints live: a single run's in `<run>/checkpoints/`, a population's beside the runs
-        in `<section>/populations/<population_id>/checkpoints/`; None when the owner keeps nothing."""
-        if self.results is None:
-            return None
-        return (self.folder(configs[0]) if len(configs) == 1 else
-                self.path / POPULATIONS / population_id(configs)) / CHECKPOINTS
+        """Where a member set checkpoints (None: nowhere): `<run>/` or `<section>/populations/<id>/`, `checkpoints/`."""
+        return None if self.results is None else (self.folder(configs[0]) if len(configs) == 1 else
+                                                  self.path / POPULATIONS / population_id(configs)) / "checkpoints"
 
     def has_checkpoints(self, c: TrainConfig) -> bool:
         """Whether the single run `c` was cut short with checkpoints of its own (its own resume is exact)."""
         return bool(checkpoints(self.checkpoint_folder([c])))
 
     def finish(self, configs: list[TrainConfig]) -> None:
-        """Every member's run.json is written, so the member set never resumes: its checkpoints are deleted, and a
-        population's folder with them (populations/ too, when no other population is unfinished)."""
+        """Every member's run.json is written: the set's checkpoints go, with a population's emptied folders."""
         if (folder := self.checkpoint_folder(configs)) is None:
             return
         clear_checkpoints(folder)
@@ -316,30 +251,26 @@ class RunFolders:
                 folder.parent.parent.rmdir()
 
     def write(self, result: RunResult) -> Path | None:
-        """Write `result` to its run folder (None: the owner keeps nothing): history.csv, then run.json (recording the
-        history's sha256, rows and columns), each atomically; run.json only once history.csv reads back as a valid
-        history of `result`, and a result whose record would not verify is a ResultsError before anything is written."""
+        """Write history.csv, then (once it reads back whole) run.json, atomically; the folder (None: nothing kept). A
+        record that would not verify is a ResultsError before anything is written."""
         if self.results is None:
             return None
         folder = self.folder(result.config)
         record = {"schema": SCHEMA, "run_id": result.run_id, "section": self.section, "status": result.status,
-                  "config": result.config.to_dict(), "summary": result.summary, "history": None,
-                  "provenance": portable(result.provenance) if isinstance(result.provenance, dict) else
-                  result.provenance, "started_at": result.started_at, "finished_at": result.finished_at}
+                  "config": result.config.to_dict(), "summary": result.summary,
+                  "history": {"sha256": "0" * 64, "rows": 0, "columns": []},  # until history.csv is written
+                  "provenance": portable(result.provenance), "started_at": result.started_at,
+                  "finished_at": result.finished_at}
         try:
-            check_record(json.loads(dumps_record({**record, "history": {"sha256": "0" * 64, "rows": 0,
-                                                                         "columns": []}})), folder / "run.json")
+            check_record(json.loads(dumps_record(record)), folder / "run.json")
         except ResultsError as exc:
             raise ResultsError(f"not written: {exc}") from None
         try:
             folder.mkdir(parents=True, exist_ok=True)
             (folder / "run.json").unlink(missing_ok=True)  # a stale run.json must never vouch for a new history
             atomic_write(folder / "history.csv", result.history.to_csv(index=False))
-            data, h = read_history(folder)
-            if problem := frame_problem(h) or (len(h) != len(result.history) and "lost rows on the way to disk"):
-                raise record_error(folder / "history.csv", "was written but is no run's history, so no run.json "
-                                                           f"was: it {problem}")
-            atomic_write(folder / "run.json", dumps_record({**record, "history": history_meta(data, h)}))
+            meta = history_meta(folder, written=len(result.history))  # ResultsError unless it reads back whole
+            atomic_write(folder / "run.json", dumps_record({**record, "history": meta}))
         except OSError as exc:
             raise ResultsError(f"cannot write run folder {str(folder)!r}: {exc.strerror or exc}") from None
         return folder
@@ -350,15 +281,13 @@ class RunFolders:
 
     def failed(self, c: TrainConfig) -> dict | None:
         """The marker of the run's failed last attempt (`failed.json`: error, attempts, host, traceback), or None."""
-        try:
-            record = json.loads((self.folder(c) / FAILED).read_text(encoding="utf-8"))
-            return record if isinstance(record, dict) and isinstance(record.get("attempts"), int) else None
-        except (OSError, ValueError):
-            return None
+        with contextlib.suppress(OSError, ValueError):
+            if isinstance(record := json.loads((self.folder(c) / FAILED).read_text(encoding="utf-8")), dict):
+                return record if isinstance(record.get("attempts"), int) else None
+        return None
 
     def mark_failed(self, c: TrainConfig, exc: BaseException, message: str, attempts: int) -> Path:
-        """Record that attempt `attempts` of the run raised `exc` (`message`: its line); returns the marker's path.
-        Best effort: a folder that cannot take the record must not hide the original error."""
+        """Record, best effort, that attempt `attempts` raised `exc` (`message`: its line); the marker's path."""
         file = self.folder(c) / FAILED
         record = {"run_id": run_id(c), "section": self.section, "sigma_w": c.sigma_w, "seed": c.seed,
                   "error": message, "attempts": attempts, "host": socket.gethostname(), "pid": os.getpid(),
