@@ -1,7 +1,5 @@
-"""The study's figures F1–F9: pure functions from `results.load_runs` / `load_histories` frames to
-`plot_style.StudyFigure`s (no pyplot: no global state, nothing to close). Every builder raises `errors.NoResults`
-when it has nothing to draw; build inside `matplotlib.rc_context(plot_style.STYLE)` for the study's look.
-"""
+"""The study's figures F1–F9: pure functions from `load_runs` / `load_histories` frames to `plot_style.StudyFigure`s
+(no pyplot). A builder raises `NoResults` with nothing to draw; build under `plot_style.STYLE` for the study's look."""
 
 from __future__ import annotations
 
@@ -17,22 +15,13 @@ from matplotlib.lines import Line2D
 
 from initmem import table_cells, tables
 from initmem.errors import NoResults
-from initmem.plot_style import (
-    SECTION_COLORS,
-    legend,
-    log_axis,
-    new_figure,
-    sigma_axis,
-    sigma_colors,
-)
+from initmem.plot_style import SECTION_COLORS, legend, log_axis, new_figure, sigma_axis, sigma_colors, with_sigma
 
 
-# --- F1 ----------------------------------------------------------------------------------------------------
 def accuracy_vs_sigma(runs: pd.DataFrame) -> Figure:
-    """F1: test accuracy at the best-validation epoch against σ_w, one line per configuration (optimiser), error
-    bars = std over seeds, our spread in the legend. Where the paper reports a spread for a configuration like it
-    (`tables.paper_spread`: SGD 26.5 pp, Muon about 4 pp) a dashed bracket of that height hangs from our best
-    σ_w's accuracy, right of the grid, labelled as the paper's."""
+    """F1: test accuracy at the best-validation epoch against σ_w, a line per configuration (± std over seeds), our
+    spread in the legend; where the paper reports one (`tables.paper_spread`) a dashed bracket of its height hangs
+    from our best σ_w's accuracy, right of the grid."""
     confs = tables.configurations(runs)
     sigmas = sorted(confs["sigma_w"].unique())
     fig, (ax,) = new_figure(width=6.4, height=3.6)
@@ -69,12 +58,10 @@ def accuracy_vs_sigma(runs: pd.DataFrame) -> Figure:
     return fig
 
 
-# --- F2 ----------------------------------------------------------------------------------------------------
 def weight_norm_curves(runs: pd.DataFrame, histories: pd.DataFrame, optimizers: Sequence[str] = ("sgd", "adam")
                        ) -> Figure:
-    """F2: total weight norm ‖W‖_F over training, one line per σ_w (mean over seeds), one panel per configuration
-    of the given optimisers, on a common log scale: SGD's lines stay apart (norm coupled to the initial one),
-    Adam's meet (a common scale)."""
+    """F2: total weight norm ‖W‖_F over training, a line per σ_w (mean over seeds), a panel per configuration of
+    `optimizers`, one log scale: SGD's lines stay apart (coupled to the initial norm), Adam's meet."""
     confs = tables.configurations(runs)
     confs = confs[confs["optimizer"].isin(optimizers)]
     if confs.empty:
@@ -86,8 +73,7 @@ def weight_norm_curves(runs: pd.DataFrame, histories: pd.DataFrame, optimizers: 
     fig, axes = new_figure(ncols=len(ids), width=3.2 * len(ids) + 0.6, height=3.2, sharey=True)
     for ax, cid in zip(axes, ids, strict=True):
         g = confs[confs["config"] == cid]
-        h = histories[histories["run_id"].isin(g["run_id"])]
-        h = h.assign(sigma_w=h["run_id"].map(g.set_index("run_id")["sigma_w"]))  # the run's, not the history's
+        h = with_sigma(histories[histories["run_id"].isin(g["run_id"])], g)
         for s in sigmas:
             curve = h[h["sigma_w"] == s].groupby("epoch")["weight_norm"].mean()
             if len(curve):
@@ -100,10 +86,9 @@ def weight_norm_curves(runs: pd.DataFrame, histories: pd.DataFrame, optimizers: 
     return fig
 
 
-# --- F3 ----------------------------------------------------------------------------------------------------
 def radial_memory_plot(runs: pd.DataFrame) -> Figure:
-    """F3: final against initial weight norm across σ_w for every configuration, log-log, each with its fitted
-    slope (`metrics.radial_memory`: ~1 the final norm remembers the initial, ~0 it forgot) in the legend."""
+    """F3: final against initial weight norm across σ_w per configuration, log-log, its `tables.radial_slope` in the
+    legend (~1: the final norm remembers the initial, ~0: it forgot)."""
     confs = tables.configurations(runs)
     fig, (ax,) = new_figure(width=4.6, height=3.8)
     for _, g in confs.groupby("config", sort=True):
@@ -124,9 +109,8 @@ def radial_memory_plot(runs: pd.DataFrame) -> Figure:
     return fig
 
 
-# --- F4 ----------------------------------------------------------------------------------------------------
 def spread_vs_batch_size(runs: pd.DataFrame) -> Figure:
-    """F4: spread (pp) against batch size, one line per optimiser; error bars = std over seeds."""
+    """F4: spread (pp) against batch size, a line per optimiser (± std over seeds)."""
     cs = tables.config_spreads(runs)
     fig, (ax,) = new_figure(width=4.6, height=3.4)
     others = [c for c in dict.fromkeys(["optimizer", *tables.label_columns(cs)])
@@ -147,11 +131,10 @@ def spread_vs_batch_size(runs: pd.DataFrame) -> Figure:
     return fig
 
 
-# --- F5 ----------------------------------------------------------------------------------------------------
-def spread_heatmap(runs: pd.DataFrame) -> Figure:
-    """F5: heatmap of the SGD spread (pp) over learning rate (rows) × L2 weight decay (columns), the numbers
-    written in the cells (the same grid as T3)."""
-    t = tables.lr_l2_table(runs)
+def spread_heatmap(runs: pd.DataFrame, table: pd.DataFrame | str | None = None) -> Figure:
+    """F5: the SGD spread (pp) over learning rate (rows) × L2 weight decay (columns) as a heatmap with its numbers:
+    T3's grid (`table`, T3's frame, else `tables.lr_l2_table(runs)`)."""
+    t = table if isinstance(table, pd.DataFrame) else tables.lr_l2_table(runs)
     cells = [c for c in t.columns if c.startswith("wd=") and not c.endswith("_std")]
     lead = [c for c in t.columns if c not in cells and not c.endswith("_std") and c != "diverged"]
     z = t[cells].to_numpy(dtype=float)
@@ -172,10 +155,9 @@ def spread_heatmap(runs: pd.DataFrame) -> Figure:
     return fig
 
 
-# --- F6 ----------------------------------------------------------------------------------------------------
 def depth_interpolation_map(runs: pd.DataFrame) -> Figure:
-    """F6: per optimiser, a map architecture × σ_w coloured by test accuracy (%) and marked with the
-    interpolation epoch, or ✗ where no seed interpolated (deep nets that fail to train at large σ_w)."""
+    """F6: per optimiser, architecture × σ_w coloured by test accuracy (%), marked with the interpolation epoch or
+    ✗ where no seed interpolated (deep nets that fail to train at large σ_w)."""
     confs = tables.configurations(runs)
     archs = sorted(confs["arch"].unique(), key=lambda a: tables.order_key("arch", a))
     opts = sorted(confs["optimizer"].unique(), key=lambda o: tables.order_key("optimizer", o))
@@ -202,8 +184,8 @@ def depth_interpolation_map(runs: pd.DataFrame) -> Figure:
     return fig
 
 
-# --- F7 ----------------------------------------------------------------------------------------------------
 MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*", "h", "<", ">", "p")
+CLOCK_NAMES = {"T_SGD": "T_SGD = Σ η² / b", "T_L2": "T_L2 = λ Σ η", "T_adapt": "T_adapt = Σ η"}  # axis titles
 
 
 def with_markers(cs: pd.DataFrame) -> pd.DataFrame:
@@ -212,51 +194,52 @@ def with_markers(cs: pd.DataFrame) -> pd.DataFrame:
 
 
 def config_label(r) -> str:
-    """'03 lr=0.1 wd=0.01' for a `config_spreads` row (itertuples), with '(σ_w 2/3)' when its spread is over fewer
-    σ_w than it ran (a σ_w's runs diverged)."""
+    """'03 lr=0.1 wd=0.01' for a `config_spreads` row (itertuples), '(σ_w 2/3)' added when a σ_w's runs diverged."""
     narrowed = getattr(r, "n_sigma_in_spread", r.n_sigma) < r.n_sigma
     return f"{r.section[:2]} {r.label}" + (f" (σ_w {r.n_sigma_in_spread}/{r.n_sigma})" if narrowed else "")
 
 
 def spread_vs_clocks(runs: pd.DataFrame) -> Figure:
-    """F7: spread (pp) of every configuration of every section against its forgetting clocks T_SGD, T_L2, T_adapt
-    (three log-x panels). Colour = section, marker = configuration within its section, so every configuration
-    has its own legend entry. A configuration's clock is its value at the end of training (median over its runs):
-    clocks do not depend on σ_w, while the best epoch does. Zero clocks (no L2) cannot sit on a log axis; how many
-    are left off is said under the panel."""
+    """F7: spread (pp) of every configuration of every section against its forgetting clocks at the end of training
+    (median over its runs; three log-x panels): the clocks do not depend on σ_w, the best epoch does. Zero clocks
+    (no L2) cannot sit on a log axis: how many are left off is said under the panel."""
     cs = with_markers(tables.config_spreads(runs))
     fig, axes = new_figure(ncols=3, width=10.0, height=0.12 * len(cs) + 1.6 if len(cs) > 16 else 3.4, sharey=True)
-    names = {"T_SGD": "T_SGD = Σ η² / b", "T_L2": "T_L2 = λ Σ η", "T_adapt": "T_adapt = Σ η"}
     for ax, clock in zip(axes, tables.CLOCKS, strict=True):
         ok = cs[cs[clock] > 0]
-        for r in ok.itertuples():
-            ax.errorbar(getattr(r, clock), r.spread_pp, yerr=0 if math.isnan(r.spread_pp_std) else r.spread_pp_std,
-                        fmt=r.marker, capsize=2, color=SECTION_COLORS.get(r.section[:2], "C7"), markersize=5.5,
-                        markeredgecolor="white", markeredgewidth=0.4, label=config_label(r))
+        config_points(ax, ok, clock)
         skipped = int((~(cs[clock] > 0)).sum())
-        label = names[clock] + " (end of training)"
         if len(ok):
             ax.set_xscale("log")
             ax.xaxis.set_minor_formatter(ticker.NullFormatter())
-        ax.set_xlabel(label + (f"\n{skipped} configuration(s) with {clock} = 0 not shown" if skipped else ""))
+        ax.set_xlabel(CLOCK_NAMES[clock] + " (end of training)"
+                      + (f"\n{skipped} configuration(s) with {clock} = 0 not shown" if skipped else ""))
     axes[0].set_ylabel("test-accuracy spread across σ_w (pp)")
     axes[0].set_ylim(bottom=-0.5)  # spreads are >= 0; a zero stays visible
-    handles = {lab: h for ax in axes for h, lab in zip(*ax.get_legend_handles_labels(), strict=True)}
-    if handles:
-        config_legend(fig, handles, cs)
+    config_legend(fig, axes, cs, "outside right upper")
     return fig
 
 
-def config_legend(fig: Figure, handles: dict, cs: pd.DataFrame, loc: str = "outside right upper") -> None:
+def config_points(ax, cs: pd.DataFrame, x: str) -> None:
+    """Each `with_markers` row at (its `x`, its spread ± seed std): colour = section, marker = configuration."""
+    for r in cs.itertuples():
+        ax.errorbar(getattr(r, x), r.spread_pp, yerr=0 if math.isnan(r.spread_pp_std) else r.spread_pp_std,
+                    fmt=r.marker, capsize=2, color=SECTION_COLORS.get(r.section[:2], "C7"), markersize=5.5,
+                    markeredgecolor="white", markeredgewidth=0.4, label=config_label(r))
+
+
+def config_legend(fig: Figure, axes, cs: pd.DataFrame, loc: str = "outside right center") -> None:
+    """One legend entry per configuration drawn on `axes`, in `cs`'s order (F7, F11, F12 agree)."""
+    handles = {lab: h for ax in axes for h, lab in zip(*ax.get_legend_handles_labels(), strict=True)}
     order = [config_label(r) for r in cs.itertuples() if config_label(r) in handles]
-    fig.legend([handles[k] for k in order], order, loc=loc, frameon=False, fontsize=6,
-               ncols=1 if len(order) <= 24 else 2, handletextpad=0.3, labelspacing=0.35)
+    if order:
+        fig.legend([handles[k] for k in order], order, loc=loc, frameon=False, fontsize=6,
+                   ncols=1 if len(order) <= 24 else 2, handletextpad=0.3, labelspacing=0.35)
 
 
-# --- F8 ----------------------------------------------------------------------------------------------------
 def repair_gap_bars(runs: pd.DataFrame) -> Figure:
-    """F8: repair gap (validation accuracy at the end minus at the interpolation epoch, pp) per configuration: the
-    mean over its runs that interpolated, whiskers min–max across σ_w and seeds."""
+    """F8: repair gap (val. accuracy at the end minus at the interpolation epoch, pp) per configuration: the mean
+    over its runs that interpolated, whiskers min–max across σ_w and seeds."""
     cs = tables.config_spreads(runs)
     labels = [f"{r.section[:2]} {r.label}" for r in cs.itertuples()]
     fig, (ax,) = new_figure(width=5.8, height=0.22 * len(cs) + 1.4)
@@ -277,16 +260,13 @@ def repair_gap_bars(runs: pd.DataFrame) -> Figure:
     return fig
 
 
-# --- F9 ----------------------------------------------------------------------------------------------------
 def training_curves(runs: pd.DataFrame, histories: pd.DataFrame, sigma_w: float = 1.0,
                     optimizers: Sequence[str] = ("sgd", "adam")) -> Figure:
-    """F9: training and validation accuracy and loss over epochs for one run of each optimiser at the same σ_w
-    (the one nearest `sigma_w` that every optimiser has; lowest seed)."""
+    """F9: training and validation accuracy and loss over epochs of one run per optimiser at one σ_w (nearest
+    `sigma_w` among those every optimiser has, else any; lowest seed)."""
     sel = runs[runs["optimizer"].isin(optimizers)]
-    common = set.intersection(*(set(sel.loc[sel["optimizer"] == o, "sigma_w"]) for o in optimizers)) \
-        if len(sel) else set()
-    if not common:  # fall back to whichever optimisers are there
-        common = set(sel["sigma_w"])
+    ran = set(sel["sigma_w"])
+    common = ran.intersection(*(set(sel.loc[sel["optimizer"] == o, "sigma_w"]) for o in optimizers)) or ran
     if not common:
         raise NoResults(f"no runs of optimizer {' or '.join(optimizers)}")
     s = min(common, key=lambda v: (abs(math.log(v / sigma_w)), v))
@@ -296,18 +276,12 @@ def training_curves(runs: pd.DataFrame, histories: pd.DataFrame, sigma_w: float 
         if r.empty:
             continue
         h = histories[histories["run_id"] == r["run_id"].iloc[0]].sort_values("epoch")
-        color = f"C{k}"
         for ax, col, what in ((axes[0], "train_acc", "train"), (axes[0], "val_acc", "val"),
                               (axes[1], "train_loss", "train"), (axes[1], "val_loss", "val")):
-            scale = 100 if col.endswith("acc") else 1
-            ax.plot(h["epoch"], scale * h[col], color=color, linestyle="-" if what == "train" else "--",
-                    label=f"{opt} {what}")
-    axes[0].set_ylabel("accuracy (%)")
-    axes[1].set_ylabel("loss")
+            ax.plot(h["epoch"], (100 if col.endswith("acc") else 1) * h[col], color=f"C{k}",
+                    linestyle="-" if what == "train" else "--", label=f"{opt} {what}")
+    for ax, what, unit in zip(axes, ("accuracy", "loss"), (" (%)", ""), strict=True):
+        ax.set(xlabel="epoch", ylabel=what + unit, title=f"{what}, σ_w = {s:g}")
     axes[1].set_yscale("log")
-    for ax in axes:
-        ax.set_xlabel("epoch")
-    axes[0].set_title(f"accuracy, σ_w = {s:g}")
-    axes[1].set_title(f"loss, σ_w = {s:g}")
     legend(axes[0])
     return fig
