@@ -189,23 +189,15 @@ def long_training_table(runs: pd.DataFrame, histories: pd.DataFrame | None = Non
         if g.empty:
             continue
         last = max(int(by_run[r]["epoch"].max()) for r in g["run_id"])
-        for m in [m for m in marks if m <= last]:
-            at = g.assign(test_acc_at_best=[_test_at_mark(by_run[r], m) for r in g["run_id"]])
-            row = {**lead_cells(g, lead), "epoch": m, **sigma_cells(at, sigmas, multi), **spread_cells(at, multi)}
-            for clock in ("T_SGD", "T_adapt"):
-                if clock in h.columns:
-                    row[clock] = float(np.mean([by_run[r].loc[by_run[r]["epoch"] <= m, clock].iloc[-1]
-                                                for r in g["run_id"]]))
-            rows.append(row)
+        at_marks = [m for m in marks if m <= last]
+        # `test_at_best(history, upto=m)` at every mark; NaN where no epoch up to m has a finite validation loss
+        acc = {r: metrics.test_at_best_by_epoch(by_run[r]).reindex(at_marks, method="ffill") for r in g["run_id"]}
+        for m in at_marks:
+            at = g.assign(test_acc_at_best=[acc[r][m] for r in g["run_id"]])
+            rows.append({**lead_cells(g, lead), "epoch": m, **sigma_cells(at, sigmas, multi), **spread_cells(at, multi),
+                         **{c: float(np.mean([by_run[r].loc[by_run[r]["epoch"] <= m, c].iloc[-1] for r in g["run_id"]]))
+                            for c in ("T_SGD", "T_adapt") if c in h.columns}})
     return finish(pd.DataFrame(rows))
-
-
-def _test_at_mark(h: pd.DataFrame, m: int) -> float:
-    """`metrics.test_at_best(h, upto=m)`, NaN when no epoch up to m has a finite validation loss (diverged)."""
-    try:
-        return metrics.test_at_best(h, upto=m)
-    except ConfigError:
-        return math.nan
 
 
 def config_spreads(runs: pd.DataFrame) -> pd.DataFrame:
