@@ -100,7 +100,6 @@ def _remove_temp_files(out: Path) -> None:
         tmp.unlink(missing_ok=True)
 
 
-# --- tables: md / tex / csv --------------------------------------------------------------------------------
 def save_table(df: pd.DataFrame | None, name: str, out_dir: str | Path, stamp: Stamp, title: str,
                message: str | None = None) -> list[Path]:
     """Write `<out_dir>/tables/<name>.{md,tex,csv,json}` (with `message`, a table saying only that); the paths."""
@@ -126,7 +125,6 @@ def save_table(df: pd.DataFrame | None, name: str, out_dir: str | Path, stamp: S
     return [md, tex, csv, meta]
 
 
-# --- figures: png / pdf ------------------------------------------------------------------------------------
 def _savefig(fig: Figure, fmt: str) -> Callable[[IO[bytes]], None]:
     meta = plot_style.PNG_METADATA if fmt == "png" else PDF_METADATA
     return lambda f: fig.savefig(f, format=fmt, dpi=plot_style.DPI, metadata=meta)
@@ -158,7 +156,6 @@ def save_figure(fig: Figure, name: str, out_dir: str | Path, stamp: Stamp, title
     return [png, pdf, meta]
 
 
-# --- what a figure notebook calls --------------------------------------------------------------------------
 class FigureBook:
     """One figure notebook's view of a results tree: the runs of `sections` (all when None), their `histories`, the
     `stamp` (printed on opening), and `table`/`show_table`/`figure`, which build, save and return an artefact. Bad
@@ -235,7 +232,6 @@ class FigureBook:
         return fig
 
 
-# --- the index and the command -----------------------------------------------------------------------------
 def figure_notebooks() -> list[Path]:
     """The figure notebooks, in order."""
     return sorted(NOTEBOOK_DIR.glob("[0-9]*.py"))

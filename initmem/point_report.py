@@ -116,9 +116,9 @@ def point_figure(runs: pd.DataFrame, histories: pd.DataFrame | None = None) -> F
     check_runs(runs, ("run_id", "sigma_w", "seed", "status", "test_acc_at_best", "interpolated"))
     if runs.empty:
         raise NoResults("no runs")
-    if histories is None:
-        histories = tables.run_histories(runs) if "path" in runs.columns else pd.DataFrame(columns=["run_id", "epoch"])
-    h = plot_style.with_sigma(histories[histories["run_id"].isin(runs["run_id"])], runs)
+    if histories is None and "path" not in runs.columns:
+        histories = pd.DataFrame(columns=["run_id", "epoch"])
+    h = plot_style.with_sigma(tables.run_histories(runs, histories), runs)
     sigmas = sorted(runs["sigma_w"].unique())
     colors = plot_style.sigma_colors(sigmas)
     with matplotlib.rc_context(plot_style.STYLE):

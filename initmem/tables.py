@@ -72,17 +72,22 @@ def fmt_value(v) -> str:
     return f"{v:g}" if isinstance(v, float) else str(v)
 
 
-def run_histories(runs: pd.DataFrame, histories: pd.DataFrame | None = None, who: str = "") -> pd.DataFrame:
-    """`histories`, else the runs' own (`results.load_histories` of each run's `path`)."""
-    if histories is not None:
-        return histories
-    if "path" not in runs.columns:
-        raise ConfigError(f"{who}got runs without a `path` column and no histories: the rows of load_runs are "
-                          "accepted")
-    from initmem.results import load_histories
+def run_histories(runs: pd.DataFrame, histories: pd.DataFrame | None = None, who: str = "",
+                  trained: bool = False) -> pd.DataFrame:
+    """The history rows of `runs` from `histories`, else from the runs' own `path`s; `trained`: epochs >= 1 only,
+    NoResults when there are none."""
+    if histories is None:
+        if "path" not in runs.columns:
+            raise ConfigError(f"{who}got runs without a `path` column and no histories: the rows of load_runs are "
+                              "accepted")
+        from initmem.results import load_histories
 
-    frames = [load_histories(p) for p in runs["path"].dropna().unique()]
-    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=["run_id", "epoch"])
+        frames = [load_histories(p) for p in runs["path"].dropna().unique()]
+        histories = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=["run_id", "epoch"])
+    h = histories[histories["run_id"].isin(runs["run_id"])]
+    if trained and (h := h[h["epoch"] >= 1]).empty:
+        raise NoResults("no training history")
+    return h
 
 
 def configurations(runs: pd.DataFrame) -> pd.DataFrame:
@@ -175,10 +180,7 @@ def long_training_table(runs: pd.DataFrame, histories: pd.DataFrame | None = Non
     `histories` default to the runs' own; marks to `default_marks` of the longest history (given ones must be
     epochs >= 1 some run reached); a configuration gets the marks up to its last epoch."""
     confs = configurations(runs)
-    histories = run_histories(confs, histories, "long_training_table ")
-    h = histories[histories["run_id"].isin(confs["run_id"]) & (histories["epoch"] >= 1)]
-    if h.empty:
-        raise NoResults("no training history")
+    h = run_histories(confs, histories, "long_training_table ", trained=True)
     by_run = {rid: hh.sort_values("epoch") for rid, hh in h.groupby("run_id")}
     longest = int(h["epoch"].max())
     marks = default_marks(longest) if marks is None else _check_marks(marks, longest)

@@ -65,7 +65,6 @@ def equilibrium_table(runs: pd.DataFrame, histories: pd.DataFrame | None = None,
     runs' own."""
     confs = tables.configurations(runs)
     h = tables.run_histories(confs, histories)
-    h = h[h["run_id"].isin(confs["run_id"])]
     measured = {rid: step_angle_at_end(hh, tail) for rid, hh in h.groupby("run_id")} if len(h) else {}
     confs = confs.assign(step_angle_end=confs["run_id"].map(measured).astype(float))
     wd = pd.to_numeric(confs["weight_decay"], errors="coerce").fillna(0) > 0
@@ -166,10 +165,7 @@ def unfolding_table(runs: pd.DataFrame, histories: pd.DataFrame | None = None,
     turned; NaN without the instrument). `histories` default to the runs' own."""
     rules = [metrics.check_rule(r) for r in rules]
     confs = tables.configurations(runs)
-    h = tables.run_histories(confs, histories)
-    h = h[h["run_id"].isin(confs["run_id"]) & (h["epoch"] >= 1)]
-    if h.empty:
-        raise NoResults("no training history")
+    h = tables.run_histories(confs, histories, trained=True)
     # one run id can be in two sections (the same config run by both): a history is its section's and run id's
     key = ["section", "run_id"] if "section" in h.columns else ["run_id"]
     h = h[[c for c in (*key, "epoch", "val_loss", "val_acc", "test_acc", "T_SGD", "T_L2", "T_adapt", "Theta")
