@@ -43,13 +43,12 @@ def accuracy_vs_sigma(runs: pd.DataFrame) -> Figure:
         ax.annotate(f"paper: {name} {'≈ ' if name == 'muon' else ''}{paper:g} pp", (x, top - paper / 2),
                     xytext=(3, 0), textcoords="offset points", color=color, rotation=90, va="center", ha="left",
                     fontsize=6)
+    ax.set_ylabel("test accuracy at best val. loss (%)")
+    handles, labels = ax.get_legend_handles_labels()
     if brackets:
         ax.set_xlim(right=max(sigmas) * 1.45 ** (len(brackets) + 0.9))
         lo, hi = ax.get_ylim()
         ax.set_ylim(min(lo, min(top - paper for _, paper, top, _ in brackets) - 1), hi)
-    ax.set_ylabel("test accuracy at best val. loss (%)")
-    handles, labels = ax.get_legend_handles_labels()
-    if brackets:
         handles.append(Line2D([], [], color="0.4", linestyle="--", linewidth=1.0))
         labels.append(f"the paper's spread\n({tables.PAPER};\nResNet-9, b = 128),\nhung from our best σ_w")
     if handles:
@@ -79,8 +78,7 @@ def weight_norm_curves(runs: pd.DataFrame, histories: pd.DataFrame, optimizers: 
             if len(curve):
                 ax.plot(curve.index, curve.to_numpy(), color=colors[s], label=f"σ_w={s:g}")
         log_axis(ax, "y")
-        ax.set_title(g["label"].iloc[0])
-        ax.set_xlabel("epoch")
+        ax.set(title=g["label"].iloc[0], xlabel="epoch")
     axes[0].set_ylabel("total weight norm ‖W‖_F")
     legend(axes[-1], loc="best")
     return fig
@@ -103,8 +101,7 @@ def radial_memory_plot(runs: pd.DataFrame) -> Figure:
     ax.plot([lo, hi], [lo, hi], color="0.6", linestyle="--", linewidth=0.8, label="final = initial")
     log_axis(ax, "x")
     log_axis(ax, "y")
-    ax.set_xlabel("initial weight norm ‖W₀‖_F")
-    ax.set_ylabel("final weight norm ‖W‖_F")
+    ax.set(xlabel="initial weight norm ‖W₀‖_F", ylabel="final weight norm ‖W‖_F")
     legend(ax)
     return fig
 
@@ -124,8 +121,7 @@ def spread_vs_batch_size(runs: pd.DataFrame) -> Figure:
     ax.set_xscale("log", base=2)
     ax.set_xticks(sizes, [str(int(b)) for b in sizes])
     ax.minorticks_off()
-    ax.set_xlabel("batch size b")
-    ax.set_ylabel("test-accuracy spread across σ_w (pp)")
+    ax.set(xlabel="batch size b", ylabel="test-accuracy spread across σ_w (pp)")
     ax.set_ylim(bottom=-0.5)  # spreads are >= 0; a zero stays visible
     legend(ax)
     return fig
@@ -177,8 +173,7 @@ def depth_interpolation_map(runs: pd.DataFrame) -> Figure:
         im = ax.imshow(z, cmap="viridis", norm=norm, aspect="auto")
         ax.set_xticks(range(len(sigmas)), [f"{s:g}" for s in sigmas])
         ax.set_yticks(range(len(archs)), archs)
-        ax.set_xlabel("σ_w   (cell: interpolation epoch; ✗ never)")
-        ax.set_title(opt)
+        ax.set(xlabel="σ_w   (cell: interpolation epoch; ✗ never)", title=opt)
         ax.grid(False)
     fig.colorbar(im, ax=list(axes), label="test accuracy (%)")
     return fig

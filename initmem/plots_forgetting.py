@@ -12,8 +12,6 @@ from matplotlib.figure import Figure
 from initmem import metrics, plot_style, plots, tables, tables_forgetting
 from initmem.errors import NoResults
 
-__all__ = ["angle_curves", "spread_vs_measured_clock", "unfolding_figure"]
-
 
 def angle_curves(runs: pd.DataFrame, histories: pd.DataFrame, max_cols: int = 5) -> Figure:
     """F10: the angle from initialisation (`angle`, degrees, all weights as one vector) against epoch, a panel per
@@ -34,9 +32,8 @@ def angle_curves(runs: pd.DataFrame, histories: pd.DataFrame, max_cols: int = 5)
     for ax, cid in zip(axes, ids, strict=False):
         g = confs[confs["config"] == cid]
         plot_style.sigma_lines(ax, plot_style.with_sigma(h[h["run_id"].isin(g["run_id"])], g), "angle", sigmas, colors)
-        ax.set_title(g["label"].iloc[0] if confs["section"].nunique() == 1 else f"{g['section'].iloc[0][:2]} "
-                     f"{g['label'].iloc[0]}")
-        ax.set_xlabel("epoch")
+        ax.set(title=g["label"].iloc[0] if confs["section"].nunique() == 1 else f"{g['section'].iloc[0][:2]} "
+               f"{g['label'].iloc[0]}", xlabel="epoch")
     for ax in axes[len(ids):]:
         ax.set_axis_off()
     for ax in axes[::ncols]:

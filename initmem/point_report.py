@@ -137,8 +137,7 @@ def point_figure(runs: pd.DataFrame, histories: pd.DataFrame | None = None) -> F
         a.set_ylabel("test accuracy (%)")
         for ax, col, what, unit in ((b, "weight_norm", "weight norm", " ‖W‖_F"),
                                     (c, "angle", "angle from initialisation", " (°)")):
-            ax.set_title(what + unit)
-            ax.set_xlabel("epoch")
+            ax.set(title=what + unit, xlabel="epoch")
             if not plot_style.has_values(h, col):
                 ax.set_axis_off()
                 ax.text(0.5, 0.5, f"no {what} recorded\n(runs predate the instrument)",

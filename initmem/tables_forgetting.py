@@ -32,12 +32,10 @@ def equilibrium_angle(optimizer: str, lr: float, weight_decay: float, momentum: 
         raise ConfigError(f"momentum={momentum!r} is invalid: a real in [0, 1) is accepted")
     if not weight_decay or not lr:
         return None
-    if optimizer in ("sgd", "sgd_momentum"):
-        beta = float(momentum) if optimizer == "sgd_momentum" else 0.0
-        return math.sqrt(2 * lr * weight_decay / (1 + beta))
+    if optimizer in ("sgd", "sgd_momentum"):  # heavy-ball beta: sgd_momentum's momentum
+        return math.sqrt(2 * lr * weight_decay / (1 + (float(momentum) if optimizer == "sgd_momentum" else 0.0)))
     if optimizer == "adamw":
-        b1 = float(betas[0])
-        return math.sqrt(2 * lr * weight_decay * (1 - b1) / (1 + b1))
+        return math.sqrt(2 * lr * weight_decay * (1 - float(betas[0])) / (1 + float(betas[0])))
     return None
 
 
@@ -87,9 +85,7 @@ def equilibrium_table(runs: pd.DataFrame, histories: pd.DataFrame | None = None,
         rows.append({**table_cells.lead_cells(g, lead),
                      "predicted": math.nan if pred is None else pred,
                      **table_cells.sigma_cells(g, sigmas, False, "step_angle_end", scale=1.0),
-                     "ratio_min": float(ratio.min()) if len(ratio) else math.nan,
-                     "ratio_max": float(ratio.max()) if len(ratio) else math.nan,
-                     "sigma_rel_spread": rel,
+                     "ratio_min": float(ratio.min()), "ratio_max": float(ratio.max()), "sigma_rel_spread": rel,
                      "independent_of_sigma": "–" if math.isnan(rel) else ("yes" if rel <= tolerance else "no"),
                      "T_L2": tables.run_median(g, "T_L2")})
     return table_cells.finish(pd.DataFrame(rows), {"predicted": "fine", "sigma_w=*": "fine", "ratio_*": "fine",
