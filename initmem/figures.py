@@ -158,9 +158,8 @@ def save_figure(fig: Figure, name: str, out_dir: str | Path, stamp: Stamp, title
 
 class FigureBook:
     """One figure notebook's view of a results tree: the runs of `sections` (all when None), their `histories`, the
-    `stamp` (printed on opening), and `table`/`show_table`/`figure`, which build, save and return an artefact. Bad
-    folders raise before anything is written. A builder (a zero-argument lambda) runs only when the section has runs;
-    no runs, or its `NoResults`, gives a printed 'no results' placeholder."""
+    `stamp` (printed on opening), and `table`/`show_table`/`figure`, which build (a zero-argument lambda), save and
+    return an artefact; no runs, or a builder's `NoResults`, gives a printed placeholder. Bad folders raise first."""
 
     def __init__(self, results_dir: str | Path, out_dir: str | Path, sections: str | Sequence[str] | None = None):
         from initmem.results import load_runs
@@ -293,9 +292,8 @@ def make_study_figures(progress: bool = True) -> list[Path]:
 def make_figures(results: str | Path = ROOT / "results/cpu", out: str | Path | None = None,
                  notebooks: list[str | Path] | None = None, progress: bool = True, overwrite: bool = False
                  ) -> list[Path]:
-    """Execute the figure notebooks (stems or .py paths; default: a committed set's own) over `results` into `out`
-    (default `default_out(results)`); the files written, then the index. Bad folders fail first; a failing notebook
-    raises NotebookError naming the cell (its copy in `<out>/.executed/`)."""
+    """Execute the figure notebooks (stems or .py paths; default: a committed set's own) over `results` into `out`;
+    the files written, the index last. A failing notebook raises NotebookError (its copy in `<out>/.executed/`)."""
     from initmem.notebook import execute_notebook
 
     chosen = _select(notebooks) if notebooks is not None else None  # a bad name first: it needs no folder

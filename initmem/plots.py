@@ -19,9 +19,8 @@ from initmem.plot_style import SECTION_COLORS, legend, log_axis, new_figure, sig
 
 
 def accuracy_vs_sigma(runs: pd.DataFrame) -> Figure:
-    """F1: test accuracy at the best-validation epoch against σ_w, a line per configuration (± std over seeds), our
-    spread in the legend; where the paper reports one (`tables.paper_spread`) a dashed bracket of its height hangs
-    from our best σ_w's accuracy, right of the grid."""
+    """F1: test accuracy at the selected epoch against σ_w per configuration, our spread in the legend; the paper's
+    (`tables.paper_spread`) a dashed bracket hung from our best σ_w's accuracy, right of the grid."""
     confs = tables.configurations(runs)
     sigmas = sorted(confs["sigma_w"].unique())
     fig, (ax,) = new_figure(width=6.4, height=3.6)
@@ -195,9 +194,8 @@ def config_label(r) -> str:
 
 
 def spread_vs_clocks(runs: pd.DataFrame) -> Figure:
-    """F7: spread (pp) of every configuration of every section against its forgetting clocks at the end of training
-    (median over its runs; three log-x panels): the clocks do not depend on σ_w, the best epoch does. Zero clocks
-    (no L2) cannot sit on a log axis: how many are left off is said under the panel."""
+    """F7: spread (pp) of every configuration against its clocks at the end of training (which, unlike the best
+    epoch, do not depend on σ_w); how many zero clocks a log axis leaves off is said under the panel."""
     cs = with_markers(tables.config_spreads(runs))
     fig, axes = new_figure(ncols=3, width=10.0, height=0.12 * len(cs) + 1.6 if len(cs) > 16 else 3.4, sharey=True)
     for ax, clock in zip(axes, tables.CLOCKS, strict=True):

@@ -14,9 +14,8 @@ from initmem.errors import NoResults
 
 
 def angle_curves(runs: pd.DataFrame, histories: pd.DataFrame, max_cols: int = 5) -> Figure:
-    """F10: the angle from initialisation (`angle`, degrees, all weights as one vector) against epoch, a panel per
-    configuration with the instrument, a line per σ_w (mean over seeds), one y axis: SGD's large σ_w barely turn,
-    the adaptive optimisers turn every σ_w far."""
+    """F10: the angle from initialisation (°) over epochs, a panel per configuration with the instrument, a line per
+    σ_w, one y axis: SGD's large σ_w barely turn, the adaptive optimisers turn every σ_w far."""
     confs = tables.configurations(runs)
     h = histories[histories["run_id"].isin(confs["run_id"])]
     ids = [cid for cid, g in confs.groupby("config", sort=True)
@@ -46,9 +45,8 @@ def angle_curves(runs: pd.DataFrame, histories: pd.DataFrame, max_cols: int = 5)
 
 
 def spread_vs_measured_clock(runs: pd.DataFrame) -> Figure:
-    """F11: spread (pp) of every configuration with the instruments against the *measured* forgetting
-    (`tables_forgetting.MEASURED`: the σ_w-range of the angle at the selected epoch, Θ_final on a log axis), marked
-    as in F7; each panel states its Spearman ρ (`clock_correlations` has it beside F7's clocks)."""
+    """F11: spread (pp) of every configuration with the instruments against the *measured* forgetting (`MEASURED`),
+    marked as in F7, each panel with its Spearman ρ (T7 has it beside F7's clocks)."""
     cs = tables_forgetting.instrumented(plots.with_markers(tables.config_spreads(runs)))
     fig, axes = plot_style.new_figure(ncols=2, width=7.6, height=0.12 * len(cs) + 1.6 if len(cs) > 18 else 3.4,
                                       sharey=True)
@@ -74,11 +72,9 @@ CLOCK_NAMES = {**plots.CLOCK_NAMES, "Theta_slowest": "Θ = Σ per-step angle (ra
 
 def unfolding_figure(runs: pd.DataFrame, histories: pd.DataFrame | None = None,
                      table: pd.DataFrame | None = None) -> Figure:
-    """F12: forgetting as it unfolds. A row per selection rule, a column per clock (`UNFOLD_CLOCKS`, log x): each
-    configuration a line through its measured epochs e at (clock at e, the spread had training stopped at e), from
-    `unfolding_table` (or `table`, its frame). If memory follows a clock, its column's lines fall onto one curve;
-    each panel states how far they disagree (`collapse_table`). Marked as in F7 (one section: a colour per
-    configuration). A zero clock or a missing Θ cannot sit on a log axis: how many are left off is said below."""
+    """F12: forgetting as it unfolds, a row per selection rule and a column per clock: each configuration a line of
+    (clock at e, spread had training stopped at e) from `unfolding_table` (or `table`). If memory follows a clock,
+    its column's lines fall onto one curve; each panel states how far they disagree (T8)."""
     t = tables_forgetting.unfolding_table(runs, histories) if table is None else table
     cs = plots.with_markers(tables.config_spreads(runs))
     one = cs["section"].nunique() == 1  # one section: a colour per configuration, else per section (as F7, F11)

@@ -65,10 +65,9 @@ def _status_counts(r: pd.DataFrame) -> str:
 
 
 def point_table(runs: pd.DataFrame) -> pd.DataFrame:
-    """One point as a researcher reads it, a row per σ_w, narrow enough to show whole; display strings, 'mean ± std'
-    over seeds: the runs by status, the test accuracy (%) at the selected epoch ('diverged' without one), that epoch,
-    τ_interp ('never', '(k/n)' when only some seeds interpolated), the norm ratio, the angle at the selected epoch
-    (°) and Θ_final (rad; '–' for runs before the instruments). The numbers: `run_rows`, `metrics.point_summary`."""
+    """One point as a researcher reads it, a row per σ_w, narrow enough to show whole: 'mean ± std' over seeds of the
+    test accuracy at the selected epoch, that epoch, τ_interp ('never', '(k/n)' when some seeds did), the norm
+    ratio, the angle at the selected epoch and Θ_final. The numbers: `run_rows`, `metrics.point_summary`."""
     check_runs(runs, ("sigma_w", "seed", "test_acc_at_best", "tau_interp"))
     if runs.empty:
         raise NoResults("no runs")
@@ -90,9 +89,8 @@ def point_table(runs: pd.DataFrame) -> pd.DataFrame:
 
 
 def sweep_row(runs: pd.DataFrame | None, point_id: str, run_ids: list[str]) -> dict:
-    """One point's line of the sweep's end-of-run table (and `initmem run`'s): its runs that exist, the test accuracy
-    (%) per sigma_w, the spread (pp), runs interpolated or diverged, the largest tau_interp, and runs trained one by
-    one because their population failed (with the first error)."""
+    """One point's line of the sweep's end-of-run table (and `initmem run`'s): runs there, accuracy per sigma_w, the
+    spread, interpolated and diverged runs, the largest tau_interp and runs whose population failed."""
     r = runs[runs["run_id"].isin(run_ids)] if runs is not None and len(runs) else pd.DataFrame()
     row: dict = {"point": point_id, "runs": f"{len(r)}/{len(set(run_ids))}"}
     if len(r):
@@ -110,9 +108,8 @@ def sweep_row(runs: pd.DataFrame | None, point_id: str, run_ids: list[str]) -> d
 
 
 def point_figure(runs: pd.DataFrame, histories: pd.DataFrame | None = None) -> Figure:
-    """One point at a glance: test accuracy at the selected epoch against σ_w (± std over seeds; ✗ where a σ_w's runs
-    diverged) with the spread; the weight norm (log where it spans a factor 3) and the angle from initialisation
-    over epochs per σ_w (a note where the runs predate it). `histories` default to the runs' own folders."""
+    """One point at a glance: test accuracy against σ_w (✗ where a σ_w's runs diverged) with the spread, and the
+    weight norm and the angle from initialisation over epochs per σ_w; `histories` default to the runs' own."""
     check_runs(runs, ("run_id", "sigma_w", "seed", "status", "test_acc_at_best", "interpolated"))
     if runs.empty:
         raise NoResults("no runs")

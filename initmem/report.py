@@ -61,9 +61,8 @@ def _status(nb) -> tuple[str, float | None, dict | None, str]:
 
 
 def export_reports(results: str | Path = SMOKE, out: str | Path = "reports") -> list[Path]:
-    """Export every executed notebook under `results` to `<out>/<section>/<point>.html`, then `<out>/index.html`
-    (returned last); an unreadable notebook is listed as such, with a warning. ResultsError without notebooks or
-    when `out` cannot be written."""
+    """Export every executed notebook under `results` to `<out>/<section>/<point>.html` (an unreadable one listed as
+    such, with a warning), then `<out>/index.html`; the pages. ResultsError without notebooks or writable `out`."""
     import nbformat
     from nbconvert import HTMLExporter
 

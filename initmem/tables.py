@@ -74,8 +74,7 @@ def fmt_value(v) -> str:
 
 def run_histories(runs: pd.DataFrame, histories: pd.DataFrame | None = None, who: str = "",
                   trained: bool = False) -> pd.DataFrame:
-    """The history rows of `runs` from `histories`, else from the runs' own `path`s; `trained`: epochs >= 1 only,
-    NoResults when there are none."""
+    """The rows of `runs` in `histories` (default: their `path`s'); `trained`: epochs >= 1, NoResults for none."""
     if histories is None:
         if "path" not in runs.columns:
             raise ConfigError(f"{who}got runs without a `path` column and no histories: the rows of load_runs are "
@@ -130,9 +129,8 @@ def label_columns(confs: pd.DataFrame) -> list[str]:
 
 
 def optimizer_table(runs: pd.DataFrame) -> pd.DataFrame:
-    """T1: per configuration the test accuracy (%) at the best-validation-loss epoch per σ_w, the spread (pp), the
-    paper's (`paper_spread_pp`), runs interpolated and diverged ('k/n'), the median interpolation epoch, the
-    final/initial weight-norm ratio's range and the radial-memory slope."""
+    """T1: per configuration the test accuracy (%) at the selected epoch per σ_w, the spread and the paper's (pp), runs
+    interpolated and diverged, the median τ_interp, the norm ratio's range and the radial-memory slope."""
     confs = configurations(runs)
     lead, sigmas, multi = label_columns(confs), sorted(confs["sigma_w"].unique()), multi_seed(confs)
     rows = []
@@ -175,10 +173,9 @@ def _check_marks(marks: Sequence[int], longest: int) -> list[int]:
 
 def long_training_table(runs: pd.DataFrame, histories: pd.DataFrame | None = None,
                         marks: Sequence[int] | None = None) -> pd.DataFrame:
-    """T2: per configuration and epoch mark m, the test accuracy (%) per σ_w and the spread as if training had
-    stopped at m (`metrics.test_at_best(history, upto=m)`), with T_SGD and T_adapt at m (mean over runs).
-    `histories` default to the runs' own; marks to `default_marks` of the longest history (given ones must be
-    epochs >= 1 some run reached); a configuration gets the marks up to its last epoch."""
+    """T2: per configuration and epoch mark m (up to its last epoch), the test accuracy (%) per σ_w and the spread had
+    training stopped at m, and T_SGD and T_adapt at m (mean over runs). Marks default to `default_marks` of the
+    longest history; given ones must be epochs >= 1 some run reached."""
     confs = configurations(runs)
     h = run_histories(confs, histories, "long_training_table ", trained=True)
     by_run = {rid: hh.sort_values("epoch") for rid, hh in h.groupby("run_id")}
@@ -203,11 +200,9 @@ def long_training_table(runs: pd.DataFrame, histories: pd.DataFrame | None = Non
 
 
 def config_spreads(runs: pd.DataFrame) -> pd.DataFrame:
-    """A row per configuration: section, config, label, its fields, n_runs, n_sigma, n_seeds, spread_pp(_std),
-    n_sigma_in_spread (the σ_w with an accuracy), `diverged` ('k/n') and n_diverged, the clocks and their `_eff`
-    variants (median over its runs at the end of training), the measured forgetting (`angle_range_deg`: range over
-    σ_w of the seed-mean angle at the selected epoch; `Theta_final`: median), n_interp and the repair gap (pp; mean,
-    min, max over the runs that interpolated)."""
+    """A row per configuration: its fields, counts, spread, divergences, the clocks at the end of training (median
+    over its runs), the measured forgetting (`angle_range_deg`: range over σ_w of the seed-mean angle at the selected
+    epoch; `Theta_final`) and the repair gap (pp) over the runs that interpolated."""
     confs = configurations(runs)
     key = [c for c in _config_key() if c in confs.columns]
     rows = []
@@ -243,10 +238,9 @@ def _sigma_range(g: pd.DataFrame, column: str) -> float:
 
 
 def spread_pivot(runs: pd.DataFrame, index: str, columns: str) -> pd.DataFrame:
-    """Spreads (pp), a row per value of `index` (and of any other label field), a column per value of `columns`
-    ('wd=0.0001', an optimiser), `_std` companions with several seeds, and `diverged`: the row's 'k/n' runs, then the
-    cells over fewer σ_w than they ran ('3/9 (wd=0.1 without σ_w=2.5)'), also in `attrs["narrowed"]` as
-    (row position, column) pairs (F5 stars them)."""
+    """Spreads (pp), a row per value of `index` (and other label fields), a column per value of `columns`, and
+    `diverged`: the row's 'k/n' runs, then the cells over fewer σ_w than they ran ('3/9 (wd=0.1 without σ_w=2.5)'),
+    also in `attrs["narrowed"]` as (row position, column) pairs (F5 stars them)."""
     confs = configurations(runs)
     cs = config_spreads(runs)
     missing = {cid: sorted(set(map(float, g["sigma_w"])) - set(table_cells.sigmas_in_spread(g)))

@@ -40,9 +40,8 @@ def equilibrium_angle(optimizer: str, lr: float, weight_decay: float, momentum: 
 
 
 def step_angle_at_end(history: pd.DataFrame, tail: float = 0.1) -> float:
-    """The measured per-step angle (radians) of a run's scale-invariant layers at the end of training: per epoch >= 1
-    the median over every `step_angle:<layer>` but the head's, averaged over the last `tail` fraction of the epochs
-    with a value (at least the last one). NaN without the instruments."""
+    """A run's measured per-step angle (rad) at the end: the median over its layers but the head of each epoch's, mean
+    over the last `tail` fraction of the epochs with a value (at least the last one); NaN without the instruments."""
     cols = [c for c in history.columns if c.startswith("step_angle:") and c != f"step_angle:{HEAD}"]
     if not cols:
         return math.nan
@@ -56,11 +55,9 @@ def step_angle_at_end(history: pd.DataFrame, tail: float = 0.1) -> float:
 
 def equilibrium_table(runs: pd.DataFrame, histories: pd.DataFrame | None = None, tail: float = 0.1,
                       tolerance: float = 0.1) -> pd.DataFrame:
-    """T6: per weight-decay configuration with the instruments, the `predicted` equilibrium angle (rad/step, NaN where
-    none is stated) against the measured `step_angle_at_end` per σ_w (mean over seeds), their ratio's min and max,
-    `sigma_rel_spread` ((max − min) / mean over σ_w), `independent_of_sigma` ('yes' when that is <= `tolerance`: the
-    equilibrium forgets the initial scale) and T_L2 (median; it must be of order 1). `histories` default to the
-    runs' own."""
+    """T6: per weight-decay configuration with the instruments, the `predicted` equilibrium angle against the measured
+    `step_angle_at_end` per σ_w, their ratio, `sigma_rel_spread` ((max − min) / mean over σ_w), `independent_of_sigma`
+    (<= `tolerance`: the equilibrium forgets the initial scale) and T_L2 (it must be of order 1)."""
     confs = tables.configurations(runs)
     h = tables.run_histories(confs, histories)
     measured = {rid: step_angle_at_end(hh, tail) for rid, hh in h.groupby("run_id")} if len(h) else {}
@@ -110,10 +107,8 @@ def instrumented(cs: pd.DataFrame) -> pd.DataFrame:
 
 
 def clock_correlations(runs: pd.DataFrame) -> pd.DataFrame:
-    """T7: over the configurations with the instruments, the Spearman ρ of the spread (`tables.config_spreads`) with
-    each measured forgetting (`MEASURED`) and, on the same configurations, with F7's clocks (and their `_eff`
-    variants where recorded). A row per x: `x`, `kind` ('measured' | 'clock'), `n_configs` (with a spread and a
-    finite x), `n_sections`, `spearman` (NaN below 3 configurations or for a constant x)."""
+    """T7: over the configurations with the instruments, the Spearman ρ of the spread with each measured forgetting
+    (`MEASURED`) and, on the same configurations, with F7's clocks (`_eff` ones where recorded): a row per x."""
     cs = tables.config_spreads(runs)
     cs = instrumented(cs[cs["spread_pp"].notna()])
     rows = []
@@ -132,9 +127,8 @@ def signed(v: float) -> str:
 
 
 def correlation_sentence(corr: pd.DataFrame | str) -> str:
-    """F11's caption from `clock_correlations`: 'Spearman ρ of the spread with: σ_w-range of the angle at the
-    selected epoch +0.83, Θ_final −0.40 (measured) vs T_SGD −0.10, … (clocks); n = 12 configuration(s) of 3
-    section(s)'; '' for a placeholder message."""
+    """F11's caption from `clock_correlations`: 'Spearman ρ of the spread with: … +0.83, Θ_final −0.40 (measured) vs
+    T_SGD −0.10, … (clocks); n = 12 configuration(s) of 3 section(s)'; '' for a placeholder message."""
     if not isinstance(corr, pd.DataFrame) or corr.empty:
         return ""
 
@@ -153,12 +147,10 @@ UNFOLD_CLOCKS = ("T_SGD", "T_adapt", "T_L2", "Theta_slowest")  # F12's x axes, i
 
 def unfolding_table(runs: pd.DataFrame, histories: pd.DataFrame | None = None,
                     rules: Sequence[str] = tuple(metrics.SELECTION_RULES)) -> pd.DataFrame:
-    """F12's numbers: per configuration, measured epoch e >= 1 and selection rule, the spread (pp, ± seed std) had
-    training stopped at e (each run's test accuracy at the epoch the rule selects among 1..e, then
-    `metrics.point_summary`'s spread, vectorised; a diverged run keeps its last selection, a σ_w without accuracy
-    drops out: `n_sigma_in_spread` of `n_sigma`), and the clocks at e: T_SGD, T_L2, T_adapt (mean over the runs)
-    and `Theta_slowest`, the smallest over σ_w of the seed-mean Θ (a spread can vanish only once every σ_w has
-    turned; NaN without the instrument). `histories` default to the runs' own."""
+    """F12's numbers: per configuration, measured epoch e >= 1 and selection rule, `metrics.point_summary`'s spread
+    had training stopped at e (a diverged run keeps its last selection; `n_sigma_in_spread` of `n_sigma`) and the
+    clocks at e (mean over the runs), with `Theta_slowest`: the smallest over σ_w of the seed-mean Θ (a spread can
+    vanish only once every σ_w has turned)."""
     rules = [metrics.check_rule(r) for r in rules]
     confs = tables.configurations(runs)
     h = tables.run_histories(confs, histories, trained=True)
@@ -199,9 +191,8 @@ def _at_epochs(hs: list[pd.DataFrame], column: str, epochs: list[int]) -> pd.Dat
 
 
 def _spreads(acc: pd.DataFrame, g: pd.DataFrame) -> dict:
-    """`metrics.point_summary`'s spread and seed std for each column (epoch) of `acc` (runs × epochs accuracies):
-    the max − min over σ_w of the per-σ_w mean over seeds (pp); the sample std of the per-seed spreads of the seeds
-    with two or more accuracies, when there are two or more such seeds."""
+    """`metrics.point_summary`'s spread, seed std and σ_w count for each epoch (column) of `acc` (runs × epochs),
+    vectorised: the seed std over the seeds with two or more accuracies, when two or more have."""
     sigma, seed = g["sigma_w"].to_numpy(), g["seed"].to_numpy()
     by_sigma = acc.groupby(sigma).mean()
     per_seed = acc.groupby(seed).max() - acc.groupby(seed).min()
@@ -212,12 +203,10 @@ def _spreads(acc: pd.DataFrame, g: pd.DataFrame) -> dict:
 
 
 def collapse_table(unfold: pd.DataFrame, per_decade: int = 4) -> pd.DataFrame:
-    """T8, how well F12's lines fall onto one curve: per rule and clock, each configuration's mean spread per
-    log-clock bin (`per_decade` a decade); over the bins two or more configurations share (`n_bins`,
-    `configs_per_bin`), the std across configurations (`dispersion_pp`, averaged over the bins) and its ratio to
-    the std of all those means (`collapse_ratio`: ~0 one curve, ~1 the clock says nothing). The clocks reach
-    different configurations, so `ratio_theta_configs` is the ratio over those with Θ (one set in every column but
-    T_L2's). Few shared bins make a ratio weak; NaN where none is shared."""
+    """T8, how well F12's lines fall onto one curve: per rule and clock, over the log-clock bins (`per_decade` a
+    decade) two or more configurations share, the std across configurations of their mean spread (`dispersion_pp`)
+    and its ratio to the std of all those means (`collapse_ratio`: ~0 one curve, ~1 the clock says nothing);
+    `ratio_theta_configs` over the configurations with Θ (one set in every column but T_L2's). NaN: no shared bin."""
     with_theta = unfold.loc[unfold["Theta_slowest"] > 0, "config"].unique()
     rows = []
     for rule in dict.fromkeys(unfold["rule"]):
@@ -247,9 +236,8 @@ def _collapse(ok: pd.DataFrame, clock: str, per_decade: int) -> tuple[int, float
 
 
 def collapse_sentence(collapse: pd.DataFrame | str, rule: str = metrics.DEFAULT_RULE) -> str:
-    """F12's caption from `collapse_table`: 'collapse ratio under lowest validation loss selection (…; 23
-    configurations): T_SGD 0.91 (0.53 on Θ's 11), …, T_L2 0.70 (5 configuration(s)), Θ 0.69 (11 configuration(s))'
-    ('–' where no bin is shared); '' for a placeholder message."""
+    """F12's caption from `collapse_table`: 'collapse ratio under … selection (…; 23 configurations): T_SGD 0.91 (0.53
+    on Θ's 11), …, T_L2 0.70 (5 configuration(s)), Θ 0.69 (11 configuration(s))'; '' for a placeholder message."""
     if not isinstance(collapse, pd.DataFrame) or collapse.empty:
         return ""
     c = collapse[collapse["rule"] == rule]
