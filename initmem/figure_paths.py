@@ -29,7 +29,6 @@ def check_folders(results: Path, out: Path) -> tuple[Path, Path]:
     """`results` and `out` (absolute) once usable: ResultsError when `results` does not exist or holds no run
     (naming what it holds), ConfigError when it or `out` is a file."""
     from initmem.results import find_runs
-
     if not results.is_dir():
         what = "is a file: a results folder is accepted" if results.exists() else "does not exist"
         raise (ConfigError if results.exists() else ResultsError)(f"results folder {str(results)!r} {what}")

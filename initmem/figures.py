@@ -163,7 +163,6 @@ class FigureBook:
 
     def __init__(self, results_dir: str | Path, out_dir: str | Path, sections: str | Sequence[str] | None = None):
         from initmem.results import load_runs
-
         self.results_dir, self.out_dir = check_folders(repo_path(results_dir), repo_path(out_dir))
         check_out(self.results_dir, self.out_dir, os.environ.get(OVERWRITE_ENV) == "1", committed_only=True)
         self.sections = (sections,) if isinstance(sections, str) else tuple(sections or ())
@@ -182,7 +181,6 @@ class FigureBook:
         """A `fixed` value of `params/<section>.yaml` in the results' profile (02's `epoch_marks`), else `default`:
         what a section notebook was run with is not in run.json."""
         import yaml
-
         try:
             doc = yaml.safe_load((ROOT / "params" / f"{self.sections[0]}.yaml").read_text(encoding="utf-8"))
             return doc["profiles"][self.stamp.profile]["fixed"].get(name, default)
@@ -194,7 +192,6 @@ class FigureBook:
         """The history rows of `self.runs` (`results.load_histories`)."""
         if self._histories is None:
             from initmem.results import load_histories
-
             folders = [self.results_dir / s for s in self.sections] or [self.results_dir]
             frames = [load_histories(f) for f in folders if f.is_dir()]
             h = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=["run_id", "epoch"])
@@ -295,7 +292,6 @@ def make_figures(results: str | Path = ROOT / "results/cpu", out: str | Path | N
     """Execute the figure notebooks (stems or .py paths; default: a committed set's own) over `results` into `out`;
     the files written, the index last. A failing notebook raises NotebookError (its copy in `<out>/.executed/`)."""
     from initmem.notebook import execute_notebook
-
     chosen = _select(notebooks) if notebooks is not None else None  # a bad name first: it needs no folder
     results = Path(results).expanduser().resolve()
     out = default_out(results) if out is None else Path(out).expanduser().resolve()

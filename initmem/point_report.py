@@ -151,7 +151,6 @@ def point_figure(runs: pd.DataFrame, histories: pd.DataFrame | None = None) -> F
 def show_point(runs: pd.DataFrame) -> None:
     """Display the point's views in a notebook, each group under the line that says what it shows."""
     from IPython.display import Markdown, display
-
     for text, views in (
             ("The point as a researcher reads it: per `sigma_w` (mean ± std over seeds), the test accuracy at the "
              "selected (best-validation) epoch, the interpolation epoch, the final/initial weight-norm ratio (radial "

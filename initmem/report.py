@@ -44,7 +44,6 @@ def find_notebooks(results: str | Path) -> list[Path]:
     found = sorted(p for p in results.glob(PATTERN) if ".ipynb_checkpoints" not in p.parts)
     if not found:
         from initmem.results import find_runs
-
         runs = len(find_runs(results))
         raise ResultsError(f"no executed notebooks under {str(results)!r} (looked for {PATTERN}"
                            + (f"; it holds {runs} runs" if runs else "") + f"): {make}")
@@ -65,7 +64,6 @@ def export_reports(results: str | Path = SMOKE, out: str | Path = "reports") -> 
     such, with a warning), then `<out>/index.html`; the pages. ResultsError without notebooks or writable `out`."""
     import nbformat
     from nbconvert import HTMLExporter
-
     results, out = Path(results), Path(out)
     exporter = HTMLExporter(template_name="lab")  # images are embedded as data URIs: each page stands alone
     pages: list[Page] = []

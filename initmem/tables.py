@@ -60,10 +60,8 @@ def order_key(column: str, v) -> tuple:
     order = {"optimizer": OPTIMIZER_ORDER, "arch": ARCH_ORDER}.get(column, ())
     if v is None:
         return (0, 0.0, "")
-    if v in order:
-        return (1, float(order.index(v)), "")
-    if isinstance(v, (bool, int, float)):
-        return (1, float(v), "")
+    if v in order or isinstance(v, (bool, int, float)):
+        return (1, float(order.index(v) if v in order else v), "")
     return (2, 0.0, str(v))
 
 
@@ -80,7 +78,6 @@ def run_histories(runs: pd.DataFrame, histories: pd.DataFrame | None = None, who
             raise ConfigError(f"{who}got runs without a `path` column and no histories: the rows of load_runs are "
                               "accepted")
         from initmem.results import load_histories
-
         frames = [load_histories(p) for p in runs["path"].dropna().unique()]
         histories = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=["run_id", "epoch"])
     h = histories[histories["run_id"].isin(runs["run_id"])]

@@ -136,8 +136,7 @@ def correlation_sentence(corr: pd.DataFrame | str) -> str:
         return ", ".join(f"{MEASURED.get(r.x, r.x)} {signed(r.spearman)}" for r in corr[corr["kind"] == kind]
                          .itertuples() if r.x not in tables.EFF_CLOCKS)
 
-    n = int(corr.loc[corr["kind"] == "measured", "n_configs"].max())
-    k = int(corr.loc[corr["kind"] == "measured", "n_sections"].max())
+    n, k = (int(x) for x in corr.loc[corr["kind"] == "measured", ["n_configs", "n_sections"]].max())
     return (f"Spearman ρ of the spread with: {part('measured')} (measured) vs {part('clock')} (clocks); "
             f"n = {n} configuration(s) of {k} section(s)")
 
