@@ -1,8 +1,6 @@
 """Where the study's artefacts come from and may go, checked before `initmem.figures` writes anything; stamps name
 folders inside the repository relative to it, so committed artefacts hold no path of the machine."""
 
-from __future__ import annotations
-
 from pathlib import Path
 
 from initmem.errors import ConfigError, ResultsError

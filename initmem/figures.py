@@ -2,15 +2,13 @@
 repository), and the command for all of them. A figure notebook (`FigureBook`) reads relative paths against the
 repository root wherever its kernel runs; `make_figures` against the working folder, as a shell does."""
 
-from __future__ import annotations
-
 import json
 import os
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO
+from typing import IO, Self
 
 import matplotlib
 import pandas as pd
@@ -51,7 +49,7 @@ class Stamp:
     modified_unknown: int = 0  # ... of which the modification was not recorded (provenance.UNKNOWN_DIFF)
 
     @classmethod
-    def of(cls, runs: pd.DataFrame, results_dir: str | Path, sections: Sequence[str]) -> Stamp:
+    def of(cls, runs: pd.DataFrame, results_dir: str | Path, sections: Sequence[str]) -> Self:
         """Profile: the runs' `profile` column, else the results folder's name; a data source with its `data_hash`."""
         def values(col: str) -> tuple[str, ...]:
             return tuple(sorted({str(v) for v in runs[col].dropna()})) if col in runs.columns else ()

@@ -2,8 +2,6 @@
 `StudyFigure` (shown inline as PNG, without pyplot), σ_w axes, colours and curves, the caption and provenance footer
 and the placeholder that says why a figure is empty."""
 
-from __future__ import annotations
-
 import io
 import textwrap
 from collections.abc import Sequence

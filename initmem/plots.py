@@ -1,8 +1,6 @@
 """The study's figures F1–F9: pure functions from `load_runs` / `load_histories` frames to `plot_style.StudyFigure`s
 (no pyplot). A builder raises `NoResults` with nothing to draw; build under `plot_style.STYLE` for the study's look."""
 
-from __future__ import annotations
-
 import math
 from collections.abc import Sequence
 

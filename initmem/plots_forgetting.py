@@ -1,8 +1,6 @@
 """The forgetting instruments' figures F10–F12, built like `initmem.plots`; runs recorded before the instruments are
 left out, and a figure with nothing left raises `NoResults`."""
 
-from __future__ import annotations
-
 import math
 
 import pandas as pd

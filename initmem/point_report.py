@@ -1,8 +1,6 @@
 """One point as a researcher reads it, from its `run_point` (or `load_runs`) rows: what the section notebooks show at
 their end (`show_point`) and the sweep prints per point, every cell by `table_text`'s display rule."""
 
-from __future__ import annotations
-
 import math
 from collections.abc import Sequence
 

@@ -2,8 +2,6 @@
 `<results>/<section>/notebooks/<point>.ipynb` becomes `<out>/<section>/<point>.html` (the section relative to
 `results`, so profiles in one tree stay apart), linked with its status from `<out>/index.html`."""
 
-from __future__ import annotations
-
 import html
 import json
 import warnings

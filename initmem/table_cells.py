@@ -1,7 +1,5 @@
 """The cells of the study's tables, one rule each, that `tables` and `tables_forgetting` build their rows from."""
 
-from __future__ import annotations
-
 import math
 from collections.abc import Iterable, Sequence
 

@@ -2,8 +2,6 @@
 text. A number's *kind* decides its digits (`KINDS`), `COLUMN_KINDS` (then a table's own, `table_cells.finish`) a
 column's kind; 4 significant digits show a 0.4 % change of a norm ratio (1.004, not 1). Pure functions."""
 
-from __future__ import annotations
-
 import fnmatch
 import math
 import re

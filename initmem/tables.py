@@ -2,8 +2,6 @@
 *configuration* is the runs sharing all but σ_w and seed (and `RUN_ID_EXCLUDE`): one point; its spread is
 `metrics.point_summary`'s, with a `<column>_std` companion over several seeds. Accuracies in percent."""
 
-from __future__ import annotations
-
 import dataclasses
 import math
 from collections.abc import Iterable, Sequence

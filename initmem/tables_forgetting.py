@@ -1,8 +1,6 @@
 """The forgetting instruments' tables (T6–T8, F12's numbers), built like `initmem.tables`; runs recorded before the
 instruments are skipped, a table with nothing left raises `NoResults`. The F11/F12 captions' numbers: `*_sentence`."""
 
-from __future__ import annotations
-
 import math
 from collections.abc import Sequence
 
