@@ -24,8 +24,7 @@ def display_path(path: str | Path) -> str:
 
 
 def check_folders(results: Path, out: Path) -> tuple[Path, Path]:
-    """`results` and `out` (absolute) once usable: ResultsError when `results` does not exist or holds no run
-    (naming what it holds), ConfigError when it or `out` is a file."""
+    """`results` and `out` once usable: ResultsError for no folder or no run in it, ConfigError for a file."""
     from initmem.results import find_runs
     if not results.is_dir():
         what = "is a file: a results folder is accepted" if results.exists() else "does not exist"

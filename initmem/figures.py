@@ -176,8 +176,7 @@ class FigureBook:
         self.written: list[Path] = []  # figures show inline by themselves (`plot_style.StudyFigure`)
 
     def param(self, name: str, default=None):
-        """A `fixed` value of `params/<section>.yaml` in the results' profile (02's `epoch_marks`), else `default`:
-        what a section notebook was run with is not in run.json."""
+        """A `fixed` value of `params/<section>.yaml` in the results' profile (not in run.json), else `default`."""
         import yaml
         try:
             doc = yaml.safe_load((ROOT / "params" / f"{self.sections[0]}.yaml").read_text(encoding="utf-8"))

@@ -1,6 +1,5 @@
 """The study's look (`STYLE`: the rc settings to build and save under) and the pieces every figure is built from:
-`StudyFigure` (shown inline as PNG, without pyplot), σ_w axes, colours and curves, the caption and provenance footer
-and the placeholder that says why a figure is empty."""
+`StudyFigure` (inline as PNG, no pyplot), σ_w axes, colours and curves, the caption footer, the placeholder."""
 
 import io
 import textwrap
@@ -96,8 +95,7 @@ FOOTER_PT = 5.0
 
 
 def caption_figure(fig: Figure, title: str, footer: str) -> Figure:
-    """Add `title` (unless it has one) and a small grey `footer` (the stamp), wrapped to the figure's width, with
-    room for the footer under the axes."""
+    """Add `title` (unless it has one) and a small grey `footer` (the stamp), wrapped, with room under the axes."""
     width, height = fig.get_size_inches()
     if title and fig.get_suptitle() == "":
         fig.suptitle(textwrap.fill(title, int(width * 72 / (0.6 * 8))), fontsize=8)

@@ -125,8 +125,7 @@ def spread_vs_batch_size(runs: pd.DataFrame) -> Figure:
 
 
 def spread_heatmap(runs: pd.DataFrame, table: pd.DataFrame | str | None = None) -> Figure:
-    """F5: the SGD spread (pp) over learning rate (rows) × L2 weight decay (columns) as a heatmap with its numbers:
-    T3's grid (`table`, T3's frame, else `tables.lr_l2_table(runs)`)."""
+    """F5: T3's grid (`table`, else `tables.lr_l2_table(runs)`) as a heatmap of its spreads with their numbers."""
     t = table if isinstance(table, pd.DataFrame) else tables.lr_l2_table(runs)
     cells = [c for c in t.columns if c.startswith("wd=") and not c.endswith("_std")]
     lead = [c for c in t.columns if c not in cells and not c.endswith("_std") and c != "diverged"]
@@ -229,8 +228,7 @@ def config_legend(fig: Figure, axes, cs: pd.DataFrame, loc: str = "outside right
 
 
 def repair_gap_bars(runs: pd.DataFrame) -> Figure:
-    """F8: repair gap (val. accuracy at the end minus at the interpolation epoch, pp) per configuration: the mean
-    over its runs that interpolated, whiskers min–max across σ_w and seeds."""
+    """F8: repair gap (pp) per configuration: the mean over its runs that interpolated, whiskers min–max."""
     cs = tables.config_spreads(runs)
     labels = [f"{r.section[:2]} {r.label}" for r in cs.itertuples()]
     fig, (ax,) = new_figure(width=5.8, height=0.22 * len(cs) + 1.4)
@@ -253,8 +251,7 @@ def repair_gap_bars(runs: pd.DataFrame) -> Figure:
 
 def training_curves(runs: pd.DataFrame, histories: pd.DataFrame, sigma_w: float = 1.0,
                     optimizers: Sequence[str] = ("sgd", "adam")) -> Figure:
-    """F9: training and validation accuracy and loss over epochs of one run per optimiser at one σ_w (nearest
-    `sigma_w` among those every optimiser has, else any; lowest seed)."""
+    """F9: training and validation curves of one run per optimiser at the σ_w nearest `sigma_w` that all have."""
     sel = runs[runs["optimizer"].isin(optimizers)]
     ran = set(sel["sigma_w"])
     common = ran.intersection(*(set(sel.loc[sel["optimizer"] == o, "sigma_w"]) for o in optimizers)) or ran

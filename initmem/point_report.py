@@ -27,8 +27,7 @@ def check_runs(runs: pd.DataFrame, need: Sequence[str]) -> None:
 
 
 def run_rows(runs: pd.DataFrame) -> pd.DataFrame:
-    """The numbers a reader checks first (`RUN_TABLE_COLUMNS`, `RUN_TABLE_EXTRA`), a row per run by σ_w and seed
-    (accuracies as fractions, as in run.json)."""
+    """The numbers a reader checks first, a row per run by σ_w and seed (accuracies as fractions, as in run.json)."""
     check_runs(runs, RUN_TABLE_COLUMNS)
     cols = [*RUN_TABLE_COLUMNS, *(c for c in RUN_TABLE_EXTRA if c in runs.columns)]
     return runs[cols].sort_values(["sigma_w", "seed"]).reset_index(drop=True)

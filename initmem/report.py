@@ -31,8 +31,7 @@ class Page:
 
 
 def find_notebooks(results: str | Path) -> list[Path]:
-    """Every executed notebook under `results` (`PATTERN`), sorted; ResultsError naming the command that makes them
-    when there is none."""
+    """Every executed notebook under `results`, sorted; without any, ResultsError naming what makes them."""
     results = Path(results)
     make = (f"executed notebooks are build products of a sweep (never committed; a sweep skips complete points, so "
             f"it makes none over finished runs): `make smoke` writes them to {SMOKE}, then `make report` (or `initmem "

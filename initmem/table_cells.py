@@ -78,7 +78,6 @@ def lead_cells(g: pd.DataFrame, columns: list[str]) -> dict:
 
 
 def finish(df: pd.DataFrame, formats: dict[str, str] | None = None) -> pd.DataFrame:
-    """`df` with its own display kinds (`attrs["formats"]`: column pattern → a `table_text.KINDS` name), consulted
-    before `table_text.COLUMN_KINDS`."""
+    """`df` with its own display kinds (`attrs["formats"]`: pattern → kind), consulted before `COLUMN_KINDS`."""
     df.attrs["formats"] = dict(formats or {})
     return df

@@ -103,8 +103,7 @@ def header(col: str) -> str:
 
 
 def display_rows(df: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
-    """Headers and string cells as the md/tex files show them (the frame's `attrs["formats"]` first), `c_std`
-    companions folded into 'c ± std'."""
+    """Headers and string cells as the md/tex files show them, `c_std` companions folded into 'c ± std'."""
     formats = df.attrs.get("formats", {})
     cols = [c for c in df.columns if not (c.endswith("_std") and c[:-4] in df.columns)]
     kinds = {c: column_kind(c, formats) for c in cols}

@@ -1,6 +1,5 @@
-"""The study's tables T1–T5: pure functions from `load_runs` / `load_histories` frames to DataFrames. A
-*configuration* is the runs sharing all but σ_w and seed (and `RUN_ID_EXCLUDE`): one point; its spread is
-`metrics.point_summary`'s, with a `<column>_std` companion over several seeds. Accuracies in percent."""
+"""The study's tables T1–T5, from `load_runs` / `load_histories` frames. A *configuration* (one point) is the runs
+sharing all but σ_w and seed; its spread is `metrics.point_summary`'s, `<column>_std` its seed std."""
 
 import dataclasses
 import math
@@ -284,8 +283,7 @@ def batch_size_table(runs: pd.DataFrame) -> pd.DataFrame:
 
 
 def depth_table(runs: pd.DataFrame) -> pd.DataFrame:
-    """T5: per architecture × optimiser and σ_w, 'test acc % / interpolation epoch' ('never'; the median and '(k/n)'
-    when only some seeds did; 'diverged'), the runs interpolated and diverged and the spread (pp)."""
+    """T5: per architecture × optimiser and σ_w 'test acc % / interpolation epoch' ('never', '(k/n)'), and counts."""
     confs = configurations(runs)
     lead = list(dict.fromkeys(["arch", "optimizer", *label_columns(confs)]))  # always name both
     sigmas, multi = sorted(confs["sigma_w"].unique()), multi_seed(confs)

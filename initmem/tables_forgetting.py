@@ -188,8 +188,7 @@ def _at_epochs(hs: list[pd.DataFrame], column: str, epochs: list[int]) -> pd.Dat
 
 
 def _spreads(acc: pd.DataFrame, g: pd.DataFrame) -> dict:
-    """`metrics.point_summary`'s spread, seed std and σ_w count for each epoch (column) of `acc` (runs × epochs),
-    vectorised: the seed std over the seeds with two or more accuracies, when two or more have."""
+    """`metrics.point_summary`'s spread, seed std and σ_w count for each epoch (column) of `acc` (runs × epochs)."""
     sigma, seed = g["sigma_w"].to_numpy(), g["seed"].to_numpy()
     by_sigma = acc.groupby(sigma).mean()
     per_seed = acc.groupby(seed).max() - acc.groupby(seed).min()
