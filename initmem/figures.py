@@ -309,9 +309,8 @@ def make_figures(results: str | Path = ROOT / "results/cpu", out: str | Path | N
                          cwd=ROOT, log_output=progress, env=env)
         if progress:
             print(f"figures: {nb.stem} done in {time.time() - t:.1f} s", flush=True)
-    index = write_index(out)
     files = [*sorted({r["_dir"] / f for r in _sidecars(out) for f in [*r["files"], f"{r['name']}.json"]
-                      if (r["_dir"] / f).stat().st_mtime >= start - 1}), index]
+                      if (r["_dir"] / f).stat().st_mtime >= start - 1}), write_index(out)]
     if progress:
         print(f"figures: {len(chosen)} notebook(s), {len(files)} files (index included) in {display_path(out)} "
               f"({time.time() - start:.1f} s)")

@@ -19,6 +19,7 @@ STYLE = {"font.size": 8, "axes.titlesize": 9, "axes.labelsize": 8, "legend.fonts
          "savefig.dpi": DPI, "pdf.compression": 6, "svg.hashsalt": "initmem"}
 SECTION_COLORS = {"01": "C0", "02": "C1", "03": "C2", "04": "C3", "05": "C4"}
 PNG_METADATA = {"Software": None}  # no software entry: the same figure gives the same bytes
+FOOTER_PT = 5.0
 
 
 def png_bytes(fig: Figure) -> bytes:
@@ -89,9 +90,6 @@ def sigma_lines(ax, h: pd.DataFrame, column: str, sigmas: Sequence[float], color
             h.loc[h["sigma_w"] == s, "epoch"]).mean().dropna()
         if len(curve) >= 2:  # a run that diverged in its first epoch has only epoch 0: no curve
             ax.plot(curve.index, curve.to_numpy(), color=colors[s], label=f"σ_w={s:g}")
-
-
-FOOTER_PT = 5.0
 
 
 def caption_figure(fig: Figure, title: str, footer: str) -> Figure:

@@ -15,6 +15,9 @@ from initmem import table_cells, tables
 from initmem.errors import NoResults
 from initmem.plot_style import SECTION_COLORS, legend, log_axis, new_figure, sigma_axis, sigma_colors, with_sigma
 
+MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*", "h", "<", ">", "p")
+CLOCK_NAMES = {"T_SGD": "T_SGD = Σ η² / b", "T_L2": "T_L2 = λ Σ η", "T_adapt": "T_adapt = Σ η"}  # axis titles
+
 
 def accuracy_vs_sigma(runs: pd.DataFrame) -> Figure:
     """F1: test accuracy at the selected epoch against σ_w per configuration, our spread in the legend; the paper's
@@ -109,11 +112,10 @@ def spread_vs_batch_size(runs: pd.DataFrame) -> Figure:
     fig, (ax,) = new_figure(width=4.6, height=3.4)
     others = [c for c in dict.fromkeys(["optimizer", *tables.label_columns(cs)])
               if c != "batch_size" and c in cs.columns]
-    for key, g in cs.groupby(others, sort=False):
+    for key, g in cs.groupby(others, sort=False):  # a list of columns: every key is a tuple
         g = g.sort_values("batch_size")
-        name = " ".join(tables.fmt_value(k) for k in (key if isinstance(key, tuple) else (key,)))
         ax.errorbar(g["batch_size"], g["spread_pp"], yerr=g["spread_pp_std"].fillna(0), marker="o", capsize=2,
-                    label=name)
+                    label=" ".join(tables.fmt_value(k) for k in key))
     sizes = sorted(cs["batch_size"].unique())
     ax.set_xscale("log", base=2)
     ax.set_xticks(sizes, [str(int(b)) for b in sizes])
@@ -173,10 +175,6 @@ def depth_interpolation_map(runs: pd.DataFrame) -> Figure:
         ax.grid(False)
     fig.colorbar(im, ax=list(axes), label="test accuracy (%)")
     return fig
-
-
-MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*", "h", "<", ">", "p")
-CLOCK_NAMES = {"T_SGD": "T_SGD = Σ η² / b", "T_L2": "T_L2 = λ Σ η", "T_adapt": "T_adapt = Σ η"}  # axis titles
 
 
 def with_markers(cs: pd.DataFrame) -> pd.DataFrame:

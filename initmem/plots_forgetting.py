@@ -10,6 +10,8 @@ from matplotlib.figure import Figure
 from initmem import metrics, plot_style, plots, tables, tables_forgetting
 from initmem.errors import NoResults
 
+CLOCK_NAMES = {**plots.CLOCK_NAMES, "Theta_slowest": "Θ = Σ per-step angle (rad)\nof the slowest-turning σ_w"}
+
 
 def angle_curves(runs: pd.DataFrame, histories: pd.DataFrame, max_cols: int = 5) -> Figure:
     """F10: the angle from initialisation (°) over epochs, a panel per configuration with the instrument, a line per
@@ -63,9 +65,6 @@ def spread_vs_measured_clock(runs: pd.DataFrame) -> Figure:
     axes[0].set_ylim(bottom=-0.5)
     plots.config_legend(fig, axes, cs)
     return fig
-
-
-CLOCK_NAMES = {**plots.CLOCK_NAMES, "Theta_slowest": "Θ = Σ per-step angle (rad)\nof the slowest-turning σ_w"}
 
 
 def unfolding_figure(runs: pd.DataFrame, histories: pd.DataFrame | None = None,

@@ -56,11 +56,6 @@ def _pm(x: pd.Series, kind: str) -> str:
     return table_text.with_std(*table_cells.mean_std(pd.to_numeric(x, errors="coerce")), kind)
 
 
-def _status_counts(r: pd.DataFrame) -> str:
-    counts = r["status"].value_counts() if "status" in r.columns else pd.Series({"complete": len(r)})
-    return ", ".join(f"{n} {k}" for k, n in sorted(counts.items(), key=lambda kv: (kv[0] != "complete", kv[0])))
-
-
 def point_table(runs: pd.DataFrame) -> pd.DataFrame:
     """One point as a researcher reads it, a row per σ_w, narrow enough to show whole: 'mean ± std' over seeds of the
     test accuracy at the selected epoch, that epoch, τ_interp ('never', '(k/n)' when some seeds did), the norm
@@ -75,10 +70,11 @@ def point_table(runs: pd.DataFrame) -> pd.DataFrame:
     for s, r in runs.groupby("sigma_w", sort=True):
         acc = _pm(r["test_acc_at_best"], "fraction")
         tau = r["tau_interp"].dropna()
-        when = "never" if tau.empty else _pm(tau, "count") + (f" ({len(tau)}/{len(r)})" if len(tau) < len(r)
-                                                             else "")
+        when = "never" if tau.empty else _pm(tau, "count") + (f" ({len(tau)}/{len(r)})" if len(tau) < len(r) else "")
         get = (lambda c, r=r: _pm(r[c], table_text.column_kind(c)) if c in r.columns else "–")
-        rows.append({"σ_w": float(s), "runs": _status_counts(r),
+        status = r["status"].value_counts() if "status" in r.columns else pd.Series({"complete": len(r)})
+        status = ", ".join(f"{n} {k}" for k, n in sorted(status.items(), key=lambda kv: (kv[0] != "complete", kv[0])))
+        rows.append({"σ_w": float(s), "runs": status,
                      "test acc (%)": table_cells.DIVERGED if acc == "–" and table_cells.diverged_runs(r).any() else acc,
                      "best epoch": get("best_epoch"), "τ_interp": when, "norm ratio": get("norm_ratio"),
                      "angle at best (°)": get("angle_at_best"), "Θ_final (rad)": get("Theta_final")})
@@ -126,9 +122,8 @@ def point_figure(runs: pd.DataFrame, histories: pd.DataFrame | None = None) -> F
                        color="C3")
         plot_style.sigma_axis(a, sigmas)
         summary = table_cells.point_spread(runs)[0]
-        a.set_title("test acc. at selected epoch" + ("" if math.isnan(summary) else f"\nspread {summary:.1f} pp")
-                    + (f" over {len(sigmas) - len(lost)}/{len(sigmas)} σ_w" if lost else ""))
-        a.set_ylabel("test accuracy (%)")
+        a.set(title="test acc. at selected epoch" + ("" if math.isnan(summary) else f"\nspread {summary:.1f} pp")
+              + (f" over {len(sigmas) - len(lost)}/{len(sigmas)} σ_w" if lost else ""), ylabel="test accuracy (%)")
         for ax, col, what, unit in ((b, "weight_norm", "weight norm", " ‖W‖_F"),
                                     (c, "angle", "angle from initialisation", " (°)")):
             ax.set(title=what + unit, xlabel="epoch")

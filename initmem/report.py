@@ -14,6 +14,10 @@ from initmem.errors import ResultsError
 
 PATTERN = "**/notebooks/*.ipynb"
 SMOKE = "results/smoke"  # where `make smoke` sweeps, and what `make report` reads by default
+_STYLE = """body{font-family:system-ui,sans-serif;margin:2em}table{border-collapse:collapse}
+td,th{border:1px solid #ccc;padding:.3em .6em;text-align:left;vertical-align:top}
+.ok{color:#1a7f37}.failed,.unreadable{color:#cf222e;font-weight:bold}.incomplete{color:#9a6700}
+code{font-size:.85em}"""
 
 
 @dataclass
@@ -85,12 +89,6 @@ def _write(path: Path, text: str) -> None:
         path.write_text(text, encoding="utf-8")
     except OSError as exc:
         raise ResultsError(f"cannot write report {str(path)!r}: {exc.strerror or exc}") from None
-
-
-_STYLE = """body{font-family:system-ui,sans-serif;margin:2em}table{border-collapse:collapse}
-td,th{border:1px solid #ccc;padding:.3em .6em;text-align:left;vertical-align:top}
-.ok{color:#1a7f37}.failed,.unreadable{color:#cf222e;font-weight:bold}.incomplete{color:#9a6700}
-code{font-size:.85em}"""
 
 
 def _varying(pages: list[Page]) -> dict[str, set[str]]:

@@ -10,21 +10,36 @@ from collections.abc import Iterable
 import numpy as np
 import pandas as pd
 
-KINDS = {
-    "percent": "an accuracy in percent or a spread in pp: one decimal (51.6, 22.9)",
-    "fraction": "an accuracy stored as a fraction (run records): shown in percent, one decimal (0.516 → 51.6)",
-    "fine": "a norm ratio or an angle: 4 significant digits, trailing zeros kept (1.004, 1.680, 33.60, 5.200)",
-    "count": "epochs and other whole numbers: no decimal (36)",
-    "decimal2": "a slope or a relative spread: two decimals (0.84)",
-    "signed": "a correlation: signed, two decimals (+0.83)",
-    "clock": "a forgetting clock: 3 significant digits (0.00125, 2.5e-05)",
-    "general": "anything else: 4 significant digits, whole numbers as integers (0.001, 128, 287.8)",
-}
-# which kind a column holds: the first pattern that matches (fnmatch), else "general"
+KINDS = {"percent": "an accuracy in percent or a spread in pp: one decimal (51.6, 22.9)",
+         "fraction": "an accuracy stored as a fraction (run records): shown in percent, one decimal (0.516 → 51.6)",
+         "fine": "a norm ratio or an angle: 4 significant digits, trailing zeros kept (1.004, 1.680, 33.60, 5.200)",
+         "count": "epochs and other whole numbers: no decimal (36)",
+         "decimal2": "a slope or a relative spread: two decimals (0.84)",
+         "signed": "a correlation: signed, two decimals (+0.83)",
+         "clock": "a forgetting clock: 3 significant digits (0.00125, 2.5e-05)",
+         "general": "anything else: 4 significant digits, whole numbers as integers (0.001, 128, 287.8)"}
 COLUMN_KINDS = {"sigma_w=*": "percent", "*_pp*": "percent", "*_acc*": "fraction", "repair_gap": "fraction",
                 "norm_ratio*": "fine", "angle*": "fine", "Theta*": "fine", "tau_interp": "count", "*epoch*": "count",
                 "radial_slope": "decimal2", "T_SGD*": "clock", "T_L2*": "clock", "T_adapt*": "clock"}
 _FINE_DIGITS = 4
+# headers of the tables (T1-T5), of T6 and T7 (`tables_forgetting`) and of a run a row (`point_report`)
+_HEADERS = {"sigma_w": "σ_w", "tau_interp": "τ_interp", "weight_decay": "wd", "batch_size": "b",
+            "spread_pp": "spread (pp)", "paper_spread_pp": "paper spread (pp)", "norm_ratio_min": "norm ratio min",
+            "norm_ratio_max": "norm ratio max", "radial_slope": "radial slope", "predicted": "predicted (rad/step)",
+            "ratio_min": "measured/predicted min", "ratio_max": "measured/predicted max",
+            "sigma_rel_spread": "range/mean over σ_w", "independent_of_sigma": "σ_w-independent",
+            "spearman": "Spearman ρ", "n_configs": "configurations", "n_sections": "sections",
+            "test_acc_at_best": "test acc (%)", "final_train_acc": "final train acc (%)", "best_epoch": "best epoch",
+            "repair_gap": "repair gap (pp)", "init_weight_norm": "initial norm", "final_weight_norm": "final norm",
+            "norm_ratio": "norm ratio", "wall_time_s": "wall time (s)", "diverged_epoch": "diverged at epoch",
+            "angle_final": "final angle (°)", "Theta_final": "Θ_final (rad)",
+            "failed_to_interpolate": "failed to interpolate"}
+_TEX = {"&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#", "_": r"\_", "{": r"\{", "}": r"\}",
+        "~": r"\textasciitilde{}", "^": r"\textasciicircum{}", "\\": r"\textbackslash{}", "σ_w": r"$\sigma_w$",
+        "τ_interp": r"$\tau_\mathrm{interp}$", "σ": r"$\sigma$", "τ": r"$\tau$", "λ": r"$\lambda$", "η": r"$\eta$",
+        "±": r"$\pm$", "×": r"$\times$", "≈": r"$\approx$", "–": "--", "—": "---", "β": r"$\beta$",
+        "ρ": r"$\rho$", "Θ": r"$\Theta$", "Σ": r"$\Sigma$", "−": "$-$", "°": r"$^\circ$", "≤": r"$\leq$"}
+_TEX_RE = re.compile("|".join(re.escape(k) for k in sorted(_TEX, key=len, reverse=True)))
 
 
 def _decimals(kind: str, v: float) -> int | None:
@@ -83,20 +98,6 @@ def column_kind(column: str, formats: dict[str, str] | None = None) -> str:
                  if fnmatch.fnmatchcase(column, pat)), "general")
 
 
-# headers of the tables (T1-T5), of T6 and T7 (`tables_forgetting`) and of a run a row (`point_report`)
-_HEADERS = {"sigma_w": "σ_w", "tau_interp": "τ_interp", "weight_decay": "wd", "batch_size": "b",
-            "spread_pp": "spread (pp)", "paper_spread_pp": "paper spread (pp)", "norm_ratio_min": "norm ratio min",
-            "norm_ratio_max": "norm ratio max", "radial_slope": "radial slope", "predicted": "predicted (rad/step)",
-            "ratio_min": "measured/predicted min", "ratio_max": "measured/predicted max",
-            "sigma_rel_spread": "range/mean over σ_w", "independent_of_sigma": "σ_w-independent",
-            "spearman": "Spearman ρ", "n_configs": "configurations", "n_sections": "sections",
-            "test_acc_at_best": "test acc (%)", "final_train_acc": "final train acc (%)", "best_epoch": "best epoch",
-            "repair_gap": "repair gap (pp)", "init_weight_norm": "initial norm", "final_weight_norm": "final norm",
-            "norm_ratio": "norm ratio", "wall_time_s": "wall time (s)", "diverged_epoch": "diverged at epoch",
-            "angle_final": "final angle (°)", "Theta_final": "Θ_final (rad)",
-            "failed_to_interpolate": "failed to interpolate"}
-
-
 def header(col: str) -> str:
     """A column's header in the study's symbols: 'sigma_w=0.5' → 'σ_w=0.5', 'spread_pp' → 'spread (pp)'."""
     return "σ_w=" + col.split("=", 1)[1] if col.startswith("sigma_w=") else _HEADERS.get(col, col)
@@ -119,14 +120,6 @@ def display_frame(table: pd.DataFrame | str, index: int = 1) -> pd.DataFrame | s
     headers, rows = display_rows(table)
     shown = pd.DataFrame(rows, columns=headers)
     return shown.set_index(headers[:index]) if index else shown
-
-
-_TEX = {"&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#", "_": r"\_", "{": r"\{", "}": r"\}",
-        "~": r"\textasciitilde{}", "^": r"\textasciicircum{}", "\\": r"\textbackslash{}", "σ_w": r"$\sigma_w$",
-        "τ_interp": r"$\tau_\mathrm{interp}$", "σ": r"$\sigma$", "τ": r"$\tau$", "λ": r"$\lambda$", "η": r"$\eta$",
-        "±": r"$\pm$", "×": r"$\times$", "≈": r"$\approx$", "–": "--", "—": "---", "β": r"$\beta$",
-        "ρ": r"$\rho$", "Θ": r"$\Theta$", "Σ": r"$\Sigma$", "−": "$-$", "°": r"$^\circ$", "≤": r"$\leq$"}
-_TEX_RE = re.compile("|".join(re.escape(k) for k in sorted(_TEX, key=len, reverse=True)))
 
 
 def tex_escape(text: str) -> str:

@@ -22,8 +22,7 @@ ARCH_ORDER = ("resnet9", "resnet20", "resnet56", "resnet110")
 LABEL_PRIORITY = ("optimizer", "arch", "batch_size", "lr", "weight_decay", "momentum", "width", "epochs",
                   "schedule", "augment", "n_train")
 SHORT = {"batch_size": "b", "weight_decay": "wd", "momentum": "mom", "epochs": "ep", "n_train": "n"}
-# The paper's spreads (pp; STUDY.md findings 1 and 2) and the conditions they were reported under: ResNet-9,
-# b = 128, plain SGD at its low learning rate without L2, Muon "in comparable conditions".
+# the paper's spreads (pp; STUDY.md findings 1 and 2) where it reports them: ResNet-9, b = 128, SGD without L2, Muon
 PAPER_SPREADS = (({"optimizer": "sgd", "arch": "resnet9", "batch_size": 128, "weight_decay": 0.0}, 26.5),
                  ({"optimizer": "muon", "arch": "resnet9", "batch_size": 128}, 4.0))
 PAPER = "arXiv 2605.29152"
@@ -31,10 +30,8 @@ PAPER = "arXiv 2605.29152"
 
 def paper_spread(config: dict | pd.Series) -> float:
     """The paper's spread (pp, `PAPER_SPREADS`) for a configuration like `config` (a run or row); NaN for none."""
-    for cond, value in PAPER_SPREADS:
-        if all(k in config and _hashable(config[k]) == v for k, v in cond.items()):
-            return value
-    return math.nan
+    return next((value for cond, value in PAPER_SPREADS
+                 if all(k in config and _hashable(config[k]) == v for k, v in cond.items())), math.nan)
 
 
 @cache
@@ -225,9 +222,7 @@ def run_median(g: pd.DataFrame, column: str) -> float:
 
 def _sigma_range(g: pd.DataFrame, column: str) -> float:
     """max − min over σ_w of the seed-mean of `column`; NaN with fewer than two σ_w that have a value."""
-    if column not in g.columns:
-        return math.nan
-    by = pd.to_numeric(g[column], errors="coerce").groupby(g["sigma_w"]).mean().dropna()
+    by = pd.to_numeric(g[column], errors="coerce").groupby(g["sigma_w"]).mean().dropna() if column in g.columns else ()
     return float(by.max() - by.min()) if len(by) >= 2 else math.nan
 
 

@@ -13,6 +13,7 @@ from initmem.errors import ConfigError, NoResults
 HEAD = "head"  # the classifier layer (`models`: `model.head`): no BatchNorm after it, so not scale-invariant
 # the measured forgetting of a configuration (`tables.config_spreads` columns) and how captions name them
 MEASURED = {"angle_range_deg": "σ_w-range of the angle at the selected epoch", "Theta_final": "Θ_final"}
+UNFOLD_CLOCKS = ("T_SGD", "T_adapt", "T_L2", "Theta_slowest")  # F12's x axes, in panel order
 
 
 def equilibrium_angle(optimizer: str, lr: float, weight_decay: float, momentum: float = 0.0,
@@ -137,9 +138,6 @@ def correlation_sentence(corr: pd.DataFrame | str) -> str:
     n, k = (int(x) for x in corr.loc[corr["kind"] == "measured", ["n_configs", "n_sections"]].max())
     return (f"Spearman ρ of the spread with: {part('measured')} (measured) vs {part('clock')} (clocks); "
             f"n = {n} configuration(s) of {k} section(s)")
-
-
-UNFOLD_CLOCKS = ("T_SGD", "T_adapt", "T_L2", "Theta_slowest")  # F12's x axes, in panel order
 
 
 def unfolding_table(runs: pd.DataFrame, histories: pd.DataFrame | None = None,
