@@ -33,6 +33,7 @@ from initmem.files import atomic_write
 
 NOTEBOOK_DIR = ROOT / "notebooks" / "figures"
 PDF_METADATA = {"Creator": None, "Producer": None, "CreationDate": None, "ModDate": None}  # no dates: same bytes
+write_text = atomic_write  # text (UTF-8, its own line ends) written atomically
 
 
 @dataclass(frozen=True)
