@@ -1,11 +1,6 @@
-"""Writing the study's artefacts, and one command for all of them (`make_figures`, `make_study_figures`).
-
-Artefacts are byte-stable (no timestamps; no absolute path of the machine for results inside the repository) and
-written atomically. A figure notebook (`FigureBook`) reads relative paths against the repository root, wherever its
-kernel runs; `make_figures` (the command) against the working folder, as a shell does.
-"""
-
-from __future__ import annotations
+"""Writing the study's artefacts (atomic, byte-stable: no timestamp, no path of the machine for results inside the
+repository), and the command for all of them. A figure notebook (`FigureBook`) reads relative paths against the
+repository root wherever its kernel runs; `make_figures` against the working folder, as a shell does."""
 
 import json
 import os
@@ -13,7 +8,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO
+from typing import IO, Self
 
 import matplotlib
 import pandas as pd
@@ -38,6 +33,7 @@ from initmem.files import atomic_write
 
 NOTEBOOK_DIR = ROOT / "notebooks" / "figures"
 PDF_METADATA = {"Creator": None, "Producer": None, "CreationDate": None, "ModDate": None}  # no dates: same bytes
+write_text = atomic_write  # text (UTF-8, its own line ends) written atomically
 
 
 @dataclass(frozen=True)
@@ -54,9 +50,8 @@ class Stamp:
     modified_unknown: int = 0  # ... of which the modification was not recorded (provenance.UNKNOWN_DIFF)
 
     @classmethod
-    def of(cls, runs: pd.DataFrame, results_dir: str | Path, sections: Sequence[str]) -> Stamp:
-        """Profile = a `profile` column when load_runs has one, else the results folder's name. Each data source is
-        named with the start of its content hash (`data_hash`) when the runs record one."""
+    def of(cls, runs: pd.DataFrame, results_dir: str | Path, sections: Sequence[str]) -> Self:
+        """Profile: the runs' `profile` column, else the results folder's name; a data source with its `data_hash`."""
         def values(col: str) -> tuple[str, ...]:
             return tuple(sorted({str(v) for v in runs[col].dropna()})) if col in runs.columns else ()
 
@@ -85,16 +80,12 @@ class Stamp:
                 f"data {', '.join(self.data_sources) or 'unknown'}; commit {commits}; source {self.results_dir}")
 
     def sidecar(self, name: str, kind: str, title: str, files: Sequence[str], missing: bool = False) -> dict:
-        """The sidecar record of one artefact (no generation time: the same results give the same bytes)."""
+        """One artefact's sidecar record (no generation time: the same results give the same bytes)."""
         return {"name": name, "kind": kind, "title": title, "caption": self.caption(), "profile": self.profile,
                 "n_runs": self.n_runs, "sections": list(self.sections), "data_sources": list(self.data_sources),
                 "git_commits": list(self.git_commits), "modified_tree_runs": self.modified,
                 "modified_unknown_runs": self.modified_unknown, "results_dir": self.results_dir,
                 "files": list(files), "missing": missing}
-
-
-# --- atomic writing ----------------------------------------------------------------------------------------
-write_text = atomic_write  # text (UTF-8, its own line ends) written atomically
 
 
 def write_sidecar(path: str | Path, record: dict) -> Path:
@@ -108,11 +99,9 @@ def _remove_temp_files(out: Path) -> None:
         tmp.unlink(missing_ok=True)
 
 
-# --- tables: md / tex / csv --------------------------------------------------------------------------------
 def save_table(df: pd.DataFrame | None, name: str, out_dir: str | Path, stamp: Stamp, title: str,
                message: str | None = None) -> list[Path]:
-    """Write `<out_dir>/tables/<name>.{md,tex,csv,json}`; with `message` (and no df) a table that says only that.
-    Returns the paths written."""
+    """Write `<out_dir>/tables/<name>.{md,tex,csv,json}` (with `message`, a table saying only that); the paths."""
     folder = Path(out_dir) / "tables"
     folder.mkdir(parents=True, exist_ok=True)
     caption = f"{title} [{stamp.caption()}]"
@@ -135,17 +124,14 @@ def save_table(df: pd.DataFrame | None, name: str, out_dir: str | Path, stamp: S
     return [md, tex, csv, meta]
 
 
-# --- figures: png / pdf ------------------------------------------------------------------------------------
 def _savefig(fig: Figure, fmt: str) -> Callable[[IO[bytes]], None]:
     meta = plot_style.PNG_METADATA if fmt == "png" else PDF_METADATA
     return lambda f: fig.savefig(f, format=fmt, dpi=plot_style.DPI, metadata=meta)
 
 
 def _freeze_layout(fig: Figure) -> None:
-    """Solve the constrained layout once, then fix every axes at its position rounded to 1e-6 of the figure: the
-    solver's positions carry last-bit noise that differs between processes, and a coordinate that falls on a
-    rounding boundary of the PDF's 10 decimals then changes the file's bytes (seen: F12 of cpu_steps, one axes row
-    at y = 233.77146671875 pt)."""
+    """Solve the constrained layout once and fix every axes at its position rounded to 1e-6: the solver's last-bit
+    noise differs between processes and, on a rounding boundary of the PDF's decimals, changes the bytes."""
     if fig.get_layout_engine() is None:
         return
     fig.draw_without_rendering()
@@ -156,8 +142,7 @@ def _freeze_layout(fig: Figure) -> None:
 
 def save_figure(fig: Figure, name: str, out_dir: str | Path, stamp: Stamp, title: str, missing: bool = False
                 ) -> list[Path]:
-    """Caption `fig` with `title` and its stamp (`plot_style.caption_figure`) and write
-    `<out_dir>/<name>.{png,pdf,json}` atomically; returns the paths."""
+    """Caption `fig` (title, stamp) and write `<out_dir>/<name>.{png,pdf,json}` atomically; returns the paths."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     plot_style.caption_figure(fig, title, f"{name}: {stamp.caption()}")
@@ -170,30 +155,13 @@ def save_figure(fig: Figure, name: str, out_dir: str | Path, stamp: Stamp, title
     return [png, pdf, meta]
 
 
-def show_figures_inline() -> bool:
-    """In an IPython kernel (JupyterLab, papermill), display every matplotlib Figure as an image/png output; a
-    pyplot-free Figure otherwise shows only as '<Figure size ...>' text. Returns whether a kernel was found."""
-    try:
-        from IPython import get_ipython
-    except ImportError:
-        return False
-    shell = get_ipython()
-    if shell is None or not hasattr(shell, "display_formatter"):
-        return False
-    shell.display_formatter.formatters["image/png"].for_type(Figure, plot_style.png_bytes)
-    return True
-
-
-# --- what a figure notebook calls --------------------------------------------------------------------------
 class FigureBook:
     """One figure notebook's view of a results tree: the runs of `sections` (all when None), their `histories`, the
-    `stamp`, and `table`/`figure`, which build, save and return an artefact. Bad folders raise before anything is
-    written (`check_folders`, `check_out`). A builder (a zero-argument lambda over `self.runs`/`self.histories`) is
-    called only when the section has runs; no runs, or its `NoResults`, gives a printed 'no results' placeholder."""
+    `stamp` (printed on opening), and `table`/`show_table`/`figure`, which build (a zero-argument lambda), save and
+    return an artefact; no runs, or a builder's `NoResults`, gives a printed placeholder. Bad folders raise first."""
 
     def __init__(self, results_dir: str | Path, out_dir: str | Path, sections: str | Sequence[str] | None = None):
         from initmem.results import load_runs
-
         self.results_dir, self.out_dir = check_folders(repo_path(results_dir), repo_path(out_dir))
         check_out(self.results_dir, self.out_dir, os.environ.get(OVERWRITE_ENV) == "1", committed_only=True)
         self.sections = (sections,) if isinstance(sections, str) else tuple(sections or ())
@@ -202,17 +170,15 @@ class FigureBook:
         self.stamp = Stamp.of(self.runs, results_dir, self.sections)
         where = f"section {', '.join(self.sections)}" if self.sections else "any section"
         self.message = None if len(self.runs) else f"no results for {where} in {self.stamp.results_dir}"
+        print(self.stamp.caption())  # where the numbers come from, atop the notebook
         if self.message:
             print(self.message)
         self._histories: pd.DataFrame | None = None
-        self.written: list[Path] = []
-        show_figures_inline()
+        self.written: list[Path] = []  # figures show inline by themselves (`plot_style.StudyFigure`)
 
     def param(self, name: str, default=None):
-        """A `fixed` value of this section's params file (`params/<section>.yaml`) in the profile the results
-        came from (02's `epoch_marks`), else `default`: what a section notebook was run with is not in run.json."""
+        """A `fixed` value of `params/<section>.yaml` in the results' profile (not in run.json), else `default`."""
         import yaml
-
         try:
             doc = yaml.safe_load((ROOT / "params" / f"{self.sections[0]}.yaml").read_text(encoding="utf-8"))
             return doc["profiles"][self.stamp.profile]["fixed"].get(name, default)
@@ -224,7 +190,6 @@ class FigureBook:
         """The history rows of `self.runs` (`results.load_histories`)."""
         if self._histories is None:
             from initmem.results import load_histories
-
             folders = [self.results_dir / s for s in self.sections] or [self.results_dir]
             frames = [load_histories(f) for f in folders if f.is_dir()]
             h = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=["run_id", "epoch"])
@@ -247,9 +212,12 @@ class FigureBook:
         self.written += save_table(df, name, self.out_dir, self.stamp, title, message=msg)
         return df if msg is None else msg
 
+    def show_table(self, name: str, build: Callable[[], pd.DataFrame], title: str) -> pd.DataFrame | str:
+        """`table`, returned as the notebook shows it: the written file's cells (`table_text.display_frame`)."""
+        return table_text.display_frame(self.table(name, build, title))
+
     def figure(self, name: str, build: Callable[[], Figure], title: str) -> Figure:
-        """Build and save figure `name` (`save_figure`: PNG + PDF + sidecar); returns the Figure (or the
-        placeholder), which a notebook shows inline."""
+        """Build and save figure `name` (`save_figure`); returns the Figure (or the placeholder) to show inline."""
         with matplotlib.rc_context(plot_style.STYLE):
             fig, msg = self._build(name, build)
             if msg is not None:
@@ -258,7 +226,6 @@ class FigureBook:
         return fig
 
 
-# --- the index and the command -----------------------------------------------------------------------------
 def figure_notebooks() -> list[Path]:
     """The figure notebooks, in order."""
     return sorted(NOTEBOOK_DIR.glob("[0-9]*.py"))
@@ -288,8 +255,7 @@ def _sidecars(out: Path) -> list[dict]:
 
 
 def write_index(out: str | Path) -> Path:
-    """`<out>/README.md`: every artefact (from its sidecar) with its title and caption; tables first. Holds no
-    timestamp, so regenerating from the same results leaves it unchanged."""
+    """`<out>/README.md`: every artefact (from its sidecar) with its title and caption, tables first; no timestamp."""
     out = Path(out)
     recs = _sidecars(out)
     lines = [INDEX_HEAD + " (`initmem.figures.make_figures`) from the figure notebooks in",
@@ -321,11 +287,9 @@ def make_study_figures(progress: bool = True) -> list[Path]:
 def make_figures(results: str | Path = ROOT / "results/cpu", out: str | Path | None = None,
                  notebooks: list[str | Path] | None = None, progress: bool = True, overwrite: bool = False
                  ) -> list[Path]:
-    """Execute the figure notebooks (those named: stems or .py paths; default: a committed set's own) over `results`
-    into `out` (default `default_out(results)`); return the files written, then the index `<out>/README.md`. Bad
-    folders fail first; a failing notebook raises NotebookError naming the cell (its copy in `<out>/.executed/`)."""
+    """Execute the figure notebooks (stems or .py paths; default: a committed set's own) over `results` into `out`;
+    the files written, the index last. A failing notebook raises NotebookError (its copy in `<out>/.executed/`)."""
     from initmem.notebook import execute_notebook
-
     chosen = _select(notebooks) if notebooks is not None else None  # a bad name first: it needs no folder
     results = Path(results).expanduser().resolve()
     out = default_out(results) if out is None else Path(out).expanduser().resolve()
@@ -346,10 +310,8 @@ def make_figures(results: str | Path = ROOT / "results/cpu", out: str | Path | N
                          cwd=ROOT, log_output=progress, env=env)
         if progress:
             print(f"figures: {nb.stem} done in {time.time() - t:.1f} s", flush=True)
-    index = write_index(out)
-    written = sorted({r["_dir"] / f for r in _sidecars(out) for f in [*r["files"], f"{r['name']}.json"]
-                      if (r["_dir"] / f).stat().st_mtime >= start - 1})
-    files = [*written, index]
+    files = [*sorted({r["_dir"] / f for r in _sidecars(out) for f in [*r["files"], f"{r['name']}.json"]
+                      if (r["_dir"] / f).stat().st_mtime >= start - 1}), write_index(out)]
     if progress:
         print(f"figures: {len(chosen)} notebook(s), {len(files)} files (index included) in {display_path(out)} "
               f"({time.time() - start:.1f} s)")

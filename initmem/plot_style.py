@@ -1,10 +1,5 @@
-"""The study's look and the pieces every figure is built from: `STYLE` (the rc settings to build and save under),
-`StudyFigure` (a matplotlib Figure that Jupyter shows inline as PNG, without pyplot), `new_figure`, the σ_w axis and
-colours, per-σ_w curves, the caption and provenance footer (`caption_figure`) and the placeholder that says why a
-figure is empty (`message_figure`). `initmem.plots`, `initmem.plots_forgetting` and `initmem.point_report` draw with
-these; `initmem.figures` captions and writes."""
-
-from __future__ import annotations
+"""The study's look (`STYLE`: the rc settings to build and save under) and the pieces every figure is built from:
+`StudyFigure` (inline as PNG, no pyplot), σ_w axes, colours and curves, the caption footer, the placeholder."""
 
 import io
 import textwrap
@@ -23,9 +18,8 @@ STYLE = {"font.size": 8, "axes.titlesize": 9, "axes.labelsize": 8, "legend.fonts
          "grid.alpha": 0.3, "grid.linewidth": 0.5, "lines.linewidth": 1.2, "lines.markersize": 4,
          "savefig.dpi": DPI, "pdf.compression": 6, "svg.hashsalt": "initmem"}
 SECTION_COLORS = {"01": "C0", "02": "C1", "03": "C2", "04": "C3", "05": "C4"}
-
-
 PNG_METADATA = {"Software": None}  # no software entry: the same figure gives the same bytes
+FOOTER_PT = 5.0
 
 
 def png_bytes(fig: Figure) -> bytes:
@@ -37,7 +31,7 @@ def png_bytes(fig: Figure) -> bytes:
 
 
 class StudyFigure(Figure):
-    """A Figure that an IPython kernel displays inline as its artefact's PNG, without pyplot or a formatter."""
+    """A Figure that IPython displays inline as its artefact's PNG, without pyplot or a formatter."""
 
     _repr_png_ = png_bytes
 
@@ -46,8 +40,7 @@ def new_figure(ncols: int = 1, nrows: int = 1, width: float = 6.4, height: float
                **kw) -> tuple[Figure, np.ndarray]:
     """A `StudyFigure` (constrained layout, inches) and its axes as a flat array."""
     fig = StudyFigure(figsize=(width, height), layout="constrained")
-    axes = fig.subplots(nrows, ncols, squeeze=False, **kw)
-    return fig, axes.ravel()
+    return fig, fig.subplots(nrows, ncols, squeeze=False, **kw).ravel()
 
 
 def log_axis(ax, which: str) -> None:
@@ -80,7 +73,6 @@ def legend(ax, **kw) -> None:
         ax.legend(frameon=False, **kw)
 
 
-# --- helpers of the per-σ_w curves (point_figure, plots_forgetting.angle_curves) ------------------------------
 def with_sigma(h: pd.DataFrame, g: pd.DataFrame) -> pd.DataFrame:
     """History rows `h` with their run's σ_w (from the runs `g`)."""
     return h.assign(sigma_w=h["run_id"].map(g.set_index("run_id")["sigma_w"]))  # the run's, not the history's
@@ -100,13 +92,8 @@ def sigma_lines(ax, h: pd.DataFrame, column: str, sigmas: Sequence[float], color
             ax.plot(curve.index, curve.to_numpy(), color=colors[s], label=f"σ_w={s:g}")
 
 
-# --- captions and placeholders ------------------------------------------------------------------------------
-FOOTER_PT = 5.0
-
-
 def caption_figure(fig: Figure, title: str, footer: str) -> Figure:
-    """Add `title` (unless it has one) and a small grey `footer` (the provenance stamp), both wrapped to the
-    figure's width, and make room for the footer under the axes."""
+    """Add `title` (unless it has one) and a small grey `footer` (the stamp), wrapped, with room under the axes."""
     width, height = fig.get_size_inches()
     if title and fig.get_suptitle() == "":
         fig.suptitle(textwrap.fill(title, int(width * 72 / (0.6 * 8))), fontsize=8)

@@ -1,9 +1,5 @@
-"""The study's figures F1–F9: pure functions from `results.load_runs` / `load_histories` frames to
-`plot_style.StudyFigure`s (no pyplot: no global state, nothing to close). Every builder raises `errors.NoResults`
-when it has nothing to draw; build inside `matplotlib.rc_context(plot_style.STYLE)` for the study's look.
-"""
-
-from __future__ import annotations
+"""The study's figures F1–F9: pure functions from `load_runs` / `load_histories` frames to `plot_style.StudyFigure`s
+(no pyplot). A builder raises `NoResults` with nothing to draw; build under `plot_style.STYLE` for the study's look."""
 
 import math
 from collections.abc import Sequence
@@ -17,22 +13,15 @@ from matplotlib.lines import Line2D
 
 from initmem import table_cells, tables
 from initmem.errors import NoResults
-from initmem.plot_style import (
-    SECTION_COLORS,
-    legend,
-    log_axis,
-    new_figure,
-    sigma_axis,
-    sigma_colors,
-)
+from initmem.plot_style import SECTION_COLORS, legend, log_axis, new_figure, sigma_axis, sigma_colors, with_sigma
+
+MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*", "h", "<", ">", "p")
+CLOCK_NAMES = {"T_SGD": "T_SGD = Σ η² / b", "T_L2": "T_L2 = λ Σ η", "T_adapt": "T_adapt = Σ η"}  # axis titles
 
 
-# --- F1 ----------------------------------------------------------------------------------------------------
 def accuracy_vs_sigma(runs: pd.DataFrame) -> Figure:
-    """F1: test accuracy at the best-validation epoch against σ_w, one line per configuration (optimiser), error
-    bars = std over seeds, our spread in the legend. Where the paper reports a spread for a configuration like it
-    (`tables.paper_spread`: SGD 26.5 pp, Muon about 4 pp) a dashed bracket of that height hangs from our best
-    σ_w's accuracy, right of the grid, labelled as the paper's."""
+    """F1: test accuracy at the selected epoch against σ_w per configuration, our spread in the legend; the paper's
+    (`tables.paper_spread`) a dashed bracket hung from our best σ_w's accuracy, right of the grid."""
     confs = tables.configurations(runs)
     sigmas = sorted(confs["sigma_w"].unique())
     fig, (ax,) = new_figure(width=6.4, height=3.6)
@@ -54,13 +43,12 @@ def accuracy_vs_sigma(runs: pd.DataFrame) -> Figure:
         ax.annotate(f"paper: {name} {'≈ ' if name == 'muon' else ''}{paper:g} pp", (x, top - paper / 2),
                     xytext=(3, 0), textcoords="offset points", color=color, rotation=90, va="center", ha="left",
                     fontsize=6)
+    ax.set_ylabel("test accuracy at best val. loss (%)")
+    handles, labels = ax.get_legend_handles_labels()
     if brackets:
         ax.set_xlim(right=max(sigmas) * 1.45 ** (len(brackets) + 0.9))
         lo, hi = ax.get_ylim()
         ax.set_ylim(min(lo, min(top - paper for _, paper, top, _ in brackets) - 1), hi)
-    ax.set_ylabel("test accuracy at best val. loss (%)")
-    handles, labels = ax.get_legend_handles_labels()
-    if brackets:
         handles.append(Line2D([], [], color="0.4", linestyle="--", linewidth=1.0))
         labels.append(f"the paper's spread\n({tables.PAPER};\nResNet-9, b = 128),\nhung from our best σ_w")
     if handles:
@@ -69,12 +57,10 @@ def accuracy_vs_sigma(runs: pd.DataFrame) -> Figure:
     return fig
 
 
-# --- F2 ----------------------------------------------------------------------------------------------------
 def weight_norm_curves(runs: pd.DataFrame, histories: pd.DataFrame, optimizers: Sequence[str] = ("sgd", "adam")
                        ) -> Figure:
-    """F2: total weight norm ‖W‖_F over training, one line per σ_w (mean over seeds), one panel per configuration
-    of the given optimisers, on a common log scale: SGD's lines stay apart (norm coupled to the initial one),
-    Adam's meet (a common scale)."""
+    """F2: total weight norm ‖W‖_F over training, a line per σ_w (mean over seeds), a panel per configuration of
+    `optimizers`, one log scale: SGD's lines stay apart (coupled to the initial norm), Adam's meet."""
     confs = tables.configurations(runs)
     confs = confs[confs["optimizer"].isin(optimizers)]
     if confs.empty:
@@ -86,24 +72,21 @@ def weight_norm_curves(runs: pd.DataFrame, histories: pd.DataFrame, optimizers: 
     fig, axes = new_figure(ncols=len(ids), width=3.2 * len(ids) + 0.6, height=3.2, sharey=True)
     for ax, cid in zip(axes, ids, strict=True):
         g = confs[confs["config"] == cid]
-        h = histories[histories["run_id"].isin(g["run_id"])]
-        h = h.assign(sigma_w=h["run_id"].map(g.set_index("run_id")["sigma_w"]))  # the run's, not the history's
+        h = with_sigma(histories[histories["run_id"].isin(g["run_id"])], g)
         for s in sigmas:
             curve = h[h["sigma_w"] == s].groupby("epoch")["weight_norm"].mean()
             if len(curve):
                 ax.plot(curve.index, curve.to_numpy(), color=colors[s], label=f"σ_w={s:g}")
         log_axis(ax, "y")
-        ax.set_title(g["label"].iloc[0])
-        ax.set_xlabel("epoch")
+        ax.set(title=g["label"].iloc[0], xlabel="epoch")
     axes[0].set_ylabel("total weight norm ‖W‖_F")
     legend(axes[-1], loc="best")
     return fig
 
 
-# --- F3 ----------------------------------------------------------------------------------------------------
 def radial_memory_plot(runs: pd.DataFrame) -> Figure:
-    """F3: final against initial weight norm across σ_w for every configuration, log-log, each with its fitted
-    slope (`metrics.radial_memory`: ~1 the final norm remembers the initial, ~0 it forgot) in the legend."""
+    """F3: final against initial weight norm across σ_w per configuration, log-log, its `tables.radial_slope` in the
+    legend (~1: the final norm remembers the initial, ~0: it forgot)."""
     confs = tables.configurations(runs)
     fig, (ax,) = new_figure(width=4.6, height=3.8)
     for _, g in confs.groupby("config", sort=True):
@@ -118,40 +101,34 @@ def radial_memory_plot(runs: pd.DataFrame) -> Figure:
     ax.plot([lo, hi], [lo, hi], color="0.6", linestyle="--", linewidth=0.8, label="final = initial")
     log_axis(ax, "x")
     log_axis(ax, "y")
-    ax.set_xlabel("initial weight norm ‖W₀‖_F")
-    ax.set_ylabel("final weight norm ‖W‖_F")
+    ax.set(xlabel="initial weight norm ‖W₀‖_F", ylabel="final weight norm ‖W‖_F")
     legend(ax)
     return fig
 
 
-# --- F4 ----------------------------------------------------------------------------------------------------
 def spread_vs_batch_size(runs: pd.DataFrame) -> Figure:
-    """F4: spread (pp) against batch size, one line per optimiser; error bars = std over seeds."""
+    """F4: spread (pp) against batch size, a line per optimiser (± std over seeds)."""
     cs = tables.config_spreads(runs)
     fig, (ax,) = new_figure(width=4.6, height=3.4)
     others = [c for c in dict.fromkeys(["optimizer", *tables.label_columns(cs)])
               if c != "batch_size" and c in cs.columns]
-    for key, g in cs.groupby(others, sort=False):
+    for key, g in cs.groupby(others, sort=False):  # a list of columns: every key is a tuple
         g = g.sort_values("batch_size")
-        name = " ".join(tables.fmt_value(k) for k in (key if isinstance(key, tuple) else (key,)))
         ax.errorbar(g["batch_size"], g["spread_pp"], yerr=g["spread_pp_std"].fillna(0), marker="o", capsize=2,
-                    label=name)
+                    label=" ".join(tables.fmt_value(k) for k in key))
     sizes = sorted(cs["batch_size"].unique())
     ax.set_xscale("log", base=2)
     ax.set_xticks(sizes, [str(int(b)) for b in sizes])
     ax.minorticks_off()
-    ax.set_xlabel("batch size b")
-    ax.set_ylabel("test-accuracy spread across σ_w (pp)")
+    ax.set(xlabel="batch size b", ylabel="test-accuracy spread across σ_w (pp)")
     ax.set_ylim(bottom=-0.5)  # spreads are >= 0; a zero stays visible
     legend(ax)
     return fig
 
 
-# --- F5 ----------------------------------------------------------------------------------------------------
-def spread_heatmap(runs: pd.DataFrame) -> Figure:
-    """F5: heatmap of the SGD spread (pp) over learning rate (rows) × L2 weight decay (columns), the numbers
-    written in the cells (the same grid as T3)."""
-    t = tables.lr_l2_table(runs)
+def spread_heatmap(runs: pd.DataFrame, table: pd.DataFrame | str | None = None) -> Figure:
+    """F5: T3's grid (`table`, else `tables.lr_l2_table(runs)`) as a heatmap of its spreads with their numbers."""
+    t = table if isinstance(table, pd.DataFrame) else tables.lr_l2_table(runs)
     cells = [c for c in t.columns if c.startswith("wd=") and not c.endswith("_std")]
     lead = [c for c in t.columns if c not in cells and not c.endswith("_std") and c != "diverged"]
     z = t[cells].to_numpy(dtype=float)
@@ -172,10 +149,9 @@ def spread_heatmap(runs: pd.DataFrame) -> Figure:
     return fig
 
 
-# --- F6 ----------------------------------------------------------------------------------------------------
 def depth_interpolation_map(runs: pd.DataFrame) -> Figure:
-    """F6: per optimiser, a map architecture × σ_w coloured by test accuracy (%) and marked with the
-    interpolation epoch, or ✗ where no seed interpolated (deep nets that fail to train at large σ_w)."""
+    """F6: per optimiser, architecture × σ_w coloured by test accuracy (%), marked with the interpolation epoch or
+    ✗ where no seed interpolated (deep nets that fail to train at large σ_w)."""
     confs = tables.configurations(runs)
     archs = sorted(confs["arch"].unique(), key=lambda a: tables.order_key("arch", a))
     opts = sorted(confs["optimizer"].unique(), key=lambda o: tables.order_key("optimizer", o))
@@ -195,15 +171,10 @@ def depth_interpolation_map(runs: pd.DataFrame) -> Figure:
         im = ax.imshow(z, cmap="viridis", norm=norm, aspect="auto")
         ax.set_xticks(range(len(sigmas)), [f"{s:g}" for s in sigmas])
         ax.set_yticks(range(len(archs)), archs)
-        ax.set_xlabel("σ_w   (cell: interpolation epoch; ✗ never)")
-        ax.set_title(opt)
+        ax.set(xlabel="σ_w   (cell: interpolation epoch; ✗ never)", title=opt)
         ax.grid(False)
     fig.colorbar(im, ax=list(axes), label="test accuracy (%)")
     return fig
-
-
-# --- F7 ----------------------------------------------------------------------------------------------------
-MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*", "h", "<", ">", "p")
 
 
 def with_markers(cs: pd.DataFrame) -> pd.DataFrame:
@@ -212,51 +183,50 @@ def with_markers(cs: pd.DataFrame) -> pd.DataFrame:
 
 
 def config_label(r) -> str:
-    """'03 lr=0.1 wd=0.01' for a `config_spreads` row (itertuples), with '(σ_w 2/3)' when its spread is over fewer
-    σ_w than it ran (a σ_w's runs diverged)."""
+    """'03 lr=0.1 wd=0.01' for a `config_spreads` row (itertuples), '(σ_w 2/3)' added when a σ_w's runs diverged."""
     narrowed = getattr(r, "n_sigma_in_spread", r.n_sigma) < r.n_sigma
     return f"{r.section[:2]} {r.label}" + (f" (σ_w {r.n_sigma_in_spread}/{r.n_sigma})" if narrowed else "")
 
 
 def spread_vs_clocks(runs: pd.DataFrame) -> Figure:
-    """F7: spread (pp) of every configuration of every section against its forgetting clocks T_SGD, T_L2, T_adapt
-    (three log-x panels). Colour = section, marker = configuration within its section, so every configuration
-    has its own legend entry. A configuration's clock is its value at the end of training (median over its runs):
-    clocks do not depend on σ_w, while the best epoch does. Zero clocks (no L2) cannot sit on a log axis; how many
-    are left off is said under the panel."""
+    """F7: spread (pp) of every configuration against its clocks at the end of training (which, unlike the best
+    epoch, do not depend on σ_w); how many zero clocks a log axis leaves off is said under the panel."""
     cs = with_markers(tables.config_spreads(runs))
     fig, axes = new_figure(ncols=3, width=10.0, height=0.12 * len(cs) + 1.6 if len(cs) > 16 else 3.4, sharey=True)
-    names = {"T_SGD": "T_SGD = Σ η² / b", "T_L2": "T_L2 = λ Σ η", "T_adapt": "T_adapt = Σ η"}
     for ax, clock in zip(axes, tables.CLOCKS, strict=True):
         ok = cs[cs[clock] > 0]
-        for r in ok.itertuples():
-            ax.errorbar(getattr(r, clock), r.spread_pp, yerr=0 if math.isnan(r.spread_pp_std) else r.spread_pp_std,
-                        fmt=r.marker, capsize=2, color=SECTION_COLORS.get(r.section[:2], "C7"), markersize=5.5,
-                        markeredgecolor="white", markeredgewidth=0.4, label=config_label(r))
+        config_points(ax, ok, clock)
         skipped = int((~(cs[clock] > 0)).sum())
-        label = names[clock] + " (end of training)"
         if len(ok):
             ax.set_xscale("log")
             ax.xaxis.set_minor_formatter(ticker.NullFormatter())
-        ax.set_xlabel(label + (f"\n{skipped} configuration(s) with {clock} = 0 not shown" if skipped else ""))
+        ax.set_xlabel(CLOCK_NAMES[clock] + " (end of training)"
+                      + (f"\n{skipped} configuration(s) with {clock} = 0 not shown" if skipped else ""))
     axes[0].set_ylabel("test-accuracy spread across σ_w (pp)")
     axes[0].set_ylim(bottom=-0.5)  # spreads are >= 0; a zero stays visible
-    handles = {lab: h for ax in axes for h, lab in zip(*ax.get_legend_handles_labels(), strict=True)}
-    if handles:
-        config_legend(fig, handles, cs)
+    config_legend(fig, axes, cs, "outside right upper")
     return fig
 
 
-def config_legend(fig: Figure, handles: dict, cs: pd.DataFrame, loc: str = "outside right upper") -> None:
+def config_points(ax, cs: pd.DataFrame, x: str) -> None:
+    """Each `with_markers` row at (its `x`, its spread ± seed std): colour = section, marker = configuration."""
+    for r in cs.itertuples():
+        ax.errorbar(getattr(r, x), r.spread_pp, yerr=0 if math.isnan(r.spread_pp_std) else r.spread_pp_std,
+                    fmt=r.marker, capsize=2, color=SECTION_COLORS.get(r.section[:2], "C7"), markersize=5.5,
+                    markeredgecolor="white", markeredgewidth=0.4, label=config_label(r))
+
+
+def config_legend(fig: Figure, axes, cs: pd.DataFrame, loc: str = "outside right center") -> None:
+    """One legend entry per configuration drawn on `axes`, in `cs`'s order (F7, F11, F12 agree)."""
+    handles = {lab: h for ax in axes for h, lab in zip(*ax.get_legend_handles_labels(), strict=True)}
     order = [config_label(r) for r in cs.itertuples() if config_label(r) in handles]
-    fig.legend([handles[k] for k in order], order, loc=loc, frameon=False, fontsize=6,
-               ncols=1 if len(order) <= 24 else 2, handletextpad=0.3, labelspacing=0.35)
+    if order:
+        fig.legend([handles[k] for k in order], order, loc=loc, frameon=False, fontsize=6,
+                   ncols=1 if len(order) <= 24 else 2, handletextpad=0.3, labelspacing=0.35)
 
 
-# --- F8 ----------------------------------------------------------------------------------------------------
 def repair_gap_bars(runs: pd.DataFrame) -> Figure:
-    """F8: repair gap (validation accuracy at the end minus at the interpolation epoch, pp) per configuration: the
-    mean over its runs that interpolated, whiskers min–max across σ_w and seeds."""
+    """F8: repair gap (pp) per configuration: the mean over its runs that interpolated, whiskers min–max."""
     cs = tables.config_spreads(runs)
     labels = [f"{r.section[:2]} {r.label}" for r in cs.itertuples()]
     fig, (ax,) = new_figure(width=5.8, height=0.22 * len(cs) + 1.4)
@@ -277,16 +247,12 @@ def repair_gap_bars(runs: pd.DataFrame) -> Figure:
     return fig
 
 
-# --- F9 ----------------------------------------------------------------------------------------------------
 def training_curves(runs: pd.DataFrame, histories: pd.DataFrame, sigma_w: float = 1.0,
                     optimizers: Sequence[str] = ("sgd", "adam")) -> Figure:
-    """F9: training and validation accuracy and loss over epochs for one run of each optimiser at the same σ_w
-    (the one nearest `sigma_w` that every optimiser has; lowest seed)."""
+    """F9: training and validation curves of one run per optimiser at the σ_w nearest `sigma_w` that all have."""
     sel = runs[runs["optimizer"].isin(optimizers)]
-    common = set.intersection(*(set(sel.loc[sel["optimizer"] == o, "sigma_w"]) for o in optimizers)) \
-        if len(sel) else set()
-    if not common:  # fall back to whichever optimisers are there
-        common = set(sel["sigma_w"])
+    ran = set(sel["sigma_w"])
+    common = ran.intersection(*(set(sel.loc[sel["optimizer"] == o, "sigma_w"]) for o in optimizers)) or ran
     if not common:
         raise NoResults(f"no runs of optimizer {' or '.join(optimizers)}")
     s = min(common, key=lambda v: (abs(math.log(v / sigma_w)), v))
@@ -296,18 +262,12 @@ def training_curves(runs: pd.DataFrame, histories: pd.DataFrame, sigma_w: float 
         if r.empty:
             continue
         h = histories[histories["run_id"] == r["run_id"].iloc[0]].sort_values("epoch")
-        color = f"C{k}"
         for ax, col, what in ((axes[0], "train_acc", "train"), (axes[0], "val_acc", "val"),
                               (axes[1], "train_loss", "train"), (axes[1], "val_loss", "val")):
-            scale = 100 if col.endswith("acc") else 1
-            ax.plot(h["epoch"], scale * h[col], color=color, linestyle="-" if what == "train" else "--",
-                    label=f"{opt} {what}")
-    axes[0].set_ylabel("accuracy (%)")
-    axes[1].set_ylabel("loss")
+            ax.plot(h["epoch"], (100 if col.endswith("acc") else 1) * h[col], color=f"C{k}",
+                    linestyle="-" if what == "train" else "--", label=f"{opt} {what}")
+    for ax, what, unit in zip(axes, ("accuracy", "loss"), (" (%)", ""), strict=True):
+        ax.set(xlabel="epoch", ylabel=what + unit, title=f"{what}, σ_w = {s:g}")
     axes[1].set_yscale("log")
-    for ax in axes:
-        ax.set_xlabel("epoch")
-    axes[0].set_title(f"accuracy, σ_w = {s:g}")
-    axes[1].set_title(f"loss, σ_w = {s:g}")
     legend(axes[0])
     return fig

@@ -1,8 +1,5 @@
-"""The forgetting instruments' figures F10–F12, built like `initmem.plots`. Runs recorded before the instruments (no
-`angle` columns, None diagnostics) are left out; a figure with nothing left raises `NoResults`.
-"""
-
-from __future__ import annotations
+"""The forgetting instruments' figures F10–F12, built like `initmem.plots`; runs recorded before the instruments are
+left out, and a figure with nothing left raises `NoResults`."""
 
 import math
 
@@ -13,15 +10,12 @@ from matplotlib.figure import Figure
 from initmem import metrics, plot_style, plots, tables, tables_forgetting
 from initmem.errors import NoResults
 
-__all__ = ["angle_curves", "spread_vs_measured_clock", "unfolding_figure"]
+CLOCK_NAMES = {**plots.CLOCK_NAMES, "Theta_slowest": "Θ = Σ per-step angle (rad)\nof the slowest-turning σ_w"}
 
 
-# --- F10 ---------------------------------------------------------------------------------------------------
 def angle_curves(runs: pd.DataFrame, histories: pd.DataFrame, max_cols: int = 5) -> Figure:
-    """F10: total angle from initialisation (`angle`, degrees: all conv and linear weights as one vector) against
-    epoch, one panel per configuration that has the instrument (runs recorded before it are left out), one line per
-    σ_w (mean over seeds), a shared y axis: how far each initial scale's weights turn, where SGD's large σ_w barely
-    move and the adaptive optimisers turn every σ_w far."""
+    """F10: the angle from initialisation (°) over epochs, a panel per configuration with the instrument, a line per
+    σ_w, one y axis: SGD's large σ_w barely turn, the adaptive optimisers turn every σ_w far."""
     confs = tables.configurations(runs)
     h = histories[histories["run_id"].isin(confs["run_id"])]
     ids = [cid for cid, g in confs.groupby("config", sort=True)
@@ -33,13 +27,12 @@ def angle_curves(runs: pd.DataFrame, histories: pd.DataFrame, max_cols: int = 5)
     ncols = min(len(ids), max_cols)
     nrows = math.ceil(len(ids) / ncols)
     fig, axes = plot_style.new_figure(ncols=ncols, nrows=nrows, width=2.3 * ncols + 0.9, height=2.3 * nrows + 0.5,
-                                 sharey=True)
+                                      sharey=True)
     for ax, cid in zip(axes, ids, strict=False):
         g = confs[confs["config"] == cid]
         plot_style.sigma_lines(ax, plot_style.with_sigma(h[h["run_id"].isin(g["run_id"])], g), "angle", sigmas, colors)
-        ax.set_title(g["label"].iloc[0] if confs["section"].nunique() == 1 else f"{g['section'].iloc[0][:2]} "
-                     f"{g['label'].iloc[0]}")
-        ax.set_xlabel("epoch")
+        ax.set(title=g["label"].iloc[0] if confs["section"].nunique() == 1 else f"{g['section'].iloc[0][:2]} "
+               f"{g['label'].iloc[0]}", xlabel="epoch")
     for ax in axes[len(ids):]:
         ax.set_axis_off()
     for ax in axes[::ncols]:
@@ -51,61 +44,34 @@ def angle_curves(runs: pd.DataFrame, histories: pd.DataFrame, max_cols: int = 5)
     return fig
 
 
-# --- F11 ---------------------------------------------------------------------------------------------------
 def spread_vs_measured_clock(runs: pd.DataFrame) -> Figure:
-    """F11: spread (pp) of every configuration of every section that has the forgetting instruments against the
-    *measured* forgetting: the σ_w-range of the angle from initialisation at the selected epoch (max − min over σ_w
-    of the seed-mean `angle_at_best`, degrees) and Θ_final (the cumulative per-step angle, radians; median over the
-    configuration's runs, log axis). Colour = section, marker = configuration within its section, as in F7; each
-    panel states the Spearman rank correlation of its points (`tables_forgetting.clock_correlations` has it beside
-    F7's clocks on the same configurations)."""
-    cs = plots.with_markers(tables.config_spreads(runs))
-    cs = cs[cs[list(tables_forgetting.MEASURED)].notna().any(axis=1)]
-    if cs.empty:
-        raise NoResults("no configuration with the forgetting instruments (angle, Theta: runs recorded before them "
-                        "have none)")
+    """F11: spread (pp) of every configuration with the instruments against the *measured* forgetting (`MEASURED`),
+    marked as in F7, each panel with its Spearman ρ (T7 has it beside F7's clocks)."""
+    cs = tables_forgetting.instrumented(plots.with_markers(tables.config_spreads(runs)))
     fig, axes = plot_style.new_figure(ncols=2, width=7.6, height=0.12 * len(cs) + 1.6 if len(cs) > 18 else 3.4,
                                       sharey=True)
     xlabels = {"angle_range_deg": "σ_w-range of the angle from initialisation\nat the selected epoch (°)",
                "Theta_final": "Θ_final = Σ per-step angle (rad, end of training)"}
     for ax, x in zip(axes, xlabels, strict=True):
         ok = cs[cs[x].notna() & cs["spread_pp"].notna()]
-        for r in ok.itertuples():
-            ax.errorbar(getattr(r, x), r.spread_pp, yerr=0 if math.isnan(r.spread_pp_std) else r.spread_pp_std,
-                        fmt=r.marker, capsize=2, color=plot_style.SECTION_COLORS.get(r.section[:2], "C7"),
-                        markersize=5.5,
-                        markeredgecolor="white", markeredgewidth=0.4, label=plots.config_label(r))
+        plots.config_points(ax, ok, x)
         if x == "Theta_final" and len(ok) and (ok[x] > 0).all():
             plot_style.log_axis(ax, "x")
         rho = tables_forgetting.spearman(ok[x], ok["spread_pp"])
-        ax.set_title(f"Spearman ρ = {'–' if math.isnan(rho) else f'{rho:+.2f}'.replace('-', '−')} (n = {len(ok)})")
+        ax.set_title(f"Spearman ρ = {tables_forgetting.signed(rho)} (n = {len(ok)})")
         left = len(cs) - len(ok)
         ax.set_xlabel(xlabels[x] + (f"\n{left} configuration(s) without it not shown" if left else ""))
     axes[0].set_ylabel("test-accuracy spread across σ_w (pp)")
     axes[0].set_ylim(bottom=-0.5)
-    handles = {lab: h for ax in axes for h, lab in zip(*ax.get_legend_handles_labels(), strict=True)}
-    if handles:
-        plots.config_legend(fig, handles, cs, loc="outside right center")
+    plots.config_legend(fig, axes, cs)
     return fig
-
-
-# --- F12 ---------------------------------------------------------------------------------------------------
-CLOCK_NAMES = {"T_SGD": ("T_SGD = Σ η² / b", "T_SGD"), "T_adapt": ("T_adapt = Σ η", "T_adapt"),
-               "T_L2": ("T_L2 = λ Σ η", "T_L2"),
-               "Theta_slowest": ("Θ = Σ per-step angle (rad)\nof the slowest-turning σ_w", "Θ")}
 
 
 def unfolding_figure(runs: pd.DataFrame, histories: pd.DataFrame | None = None,
                      table: pd.DataFrame | None = None) -> Figure:
-    """F12: forgetting as it unfolds. One row per selection rule (`metrics.SELECTION_RULES`, the paper's lowest
-    validation loss first), one column per clock (`tables_forgetting.UNFOLD_CLOCKS`, log x): each configuration is
-    a line through its measured epochs e, at (clock at e, the spread across σ_w had training stopped at e), from
-    `tables_forgetting.unfolding_table` (or `table`, its frame). If a clock is the one memory follows, the lines of
-    every configuration fall onto one curve in its column; each panel states how far they disagree at equal clock
-    (`tables_forgetting.collapse_table`). Colour = section, marker = configuration within its section, as in F7
-    and F11 (a colour per configuration when there is one section). A configuration with a zero clock (T_L2
-    without weight decay) or without the instrument (Θ, runs recorded before it) cannot sit on a log axis: how
-    many are left off is said under the column."""
+    """F12: forgetting as it unfolds, a row per selection rule and a column per clock: each configuration a line of
+    (clock at e, spread had training stopped at e) from `unfolding_table` (or `table`). If memory follows a clock,
+    its column's lines fall onto one curve; each panel states how far they disagree (T8)."""
     t = tables_forgetting.unfolding_table(runs, histories) if table is None else table
     cs = plots.with_markers(tables.config_spreads(runs))
     one = cs["section"].nunique() == 1  # one section: a colour per configuration, else per section (as F7, F11)
@@ -125,13 +91,11 @@ def unfolding_figure(runs: pd.DataFrame, histories: pd.DataFrame | None = None,
     for j, clock in enumerate(clocks):
         left = n - t.loc[t[clock] > 0, "config"].nunique()
         why = "with T_L2 = 0\n(no weight decay)" if clock == "T_L2" else "without the\ninstrument"
-        axes[0, j].set_title(CLOCK_NAMES[clock][0] + " at epoch e")
+        axes[0, j].set_title(CLOCK_NAMES[clock] + " at epoch e")
         note = f"; {left} configuration(s) {why} not shown" if left else ""
-        axes[-1, j].set_xlabel(f"{CLOCK_NAMES[clock][1]} at e{note}")
+        axes[-1, j].set_xlabel(f"{'Θ' if clock == 'Theta_slowest' else clock} at e{note}")
     axes[0, 0].set_ylim(bottom=-0.5)
-    handles = {lab: h for ax in axes.ravel() for h, lab in zip(*ax.get_legend_handles_labels(), strict=True)}
-    if handles:
-        plots.config_legend(fig, handles, cs.reset_index(), loc="outside right center")
+    plots.config_legend(fig, axes.ravel(), cs.reset_index())
     return fig
 
 

@@ -1,9 +1,5 @@
-"""One point as a researcher reads it: what the section notebooks show at their end (`show_point`) and what the sweep
-prints per point, from the `point.run_point` (or `load_runs`) rows of one point. Every cell is shown by
-`initmem.table_text`'s display rule, as in the written tables.
-"""
-
-from __future__ import annotations
+"""One point as a researcher reads it, from its `run_point` (or `load_runs`) rows: what the section notebooks show at
+their end (`show_point`) and the sweep prints per point, every cell by `table_text`'s display rule."""
 
 import math
 from collections.abc import Sequence
@@ -15,14 +11,9 @@ from matplotlib.figure import Figure
 from initmem import metrics, plot_style, table_cells, table_text, tables
 from initmem.errors import ConfigError, NoResults
 
-__all__ = ["point_table", "point_figure", "run_table", "run_rows", "interpolation_table", "interpolation_rows",
-           "sweep_row", "check_runs", "show_point"]
-
-
-# --- per-run tables ------------------------------------------------------------------------------------------
 RUN_TABLE_COLUMNS = ("sigma_w", "seed", "status", "test_acc_at_best", "best_epoch", "tau_interp", "repair_gap",
-               "init_weight_norm", "final_weight_norm", "norm_ratio", "T_SGD", "T_L2", "T_adapt", "wall_time_s")
-RUN_TABLE_EXTRA = ("diverged_epoch", "angle_final", "Theta_final")
+                     "init_weight_norm", "final_weight_norm", "norm_ratio", "T_SGD", "T_L2", "T_adapt", "wall_time_s")
+RUN_TABLE_EXTRA = ("diverged_epoch", "angle_final", "Theta_final")  # where the runs have them (newer records)
 INTERPOLATION_COLUMNS = ("arch", "sigma_w", "seed", "status", "interpolated", "tau_interp", "final_train_acc",
                          "test_acc_at_best")
 
@@ -36,24 +27,20 @@ def check_runs(runs: pd.DataFrame, need: Sequence[str]) -> None:
 
 
 def run_rows(runs: pd.DataFrame) -> pd.DataFrame:
-    """The columns a reader checks first (`RUN_TABLE_COLUMNS`, then `RUN_TABLE_EXTRA` where the runs have them:
-    the epoch a diverged run diverged at, its angle from initialisation and Theta at the end), one row per run,
-    sorted by σ_w then seed: the numbers (accuracies as fractions, as in run.json)."""
+    """The numbers a reader checks first, a row per run by σ_w and seed (accuracies as fractions, as in run.json)."""
     check_runs(runs, RUN_TABLE_COLUMNS)
     cols = [*RUN_TABLE_COLUMNS, *(c for c in RUN_TABLE_EXTRA if c in runs.columns)]
     return runs[cols].sort_values(["sigma_w", "seed"]).reset_index(drop=True)
 
 
 def run_table(runs: pd.DataFrame) -> pd.DataFrame:
-    """`run_rows` as a person reads it (`table_text.display_frame`, indexed by σ_w and seed): accuracies in
-    percent, the norm ratio and angles to 4 significant digits, headers in the study's symbols."""
+    """`run_rows` as a person reads it (`table_text.display_frame`, indexed by σ_w and seed)."""
     return table_text.display_frame(run_rows(runs), index=2)
 
 
 def interpolation_rows(runs: pd.DataFrame) -> pd.DataFrame:
-    """Which runs interpolate (train accuracy >= 99.5 %) and which fail to: one row per run, sorted by arch, σ_w
-    and seed. `failed_to_interpolate` is True for a run that never reached the threshold (a diverged run
-    included): in deep ResNets a large σ_w shows as failure to train rather than as a worse solution."""
+    """Which runs interpolate (train accuracy >= 99.5 %), a row per run by arch, σ_w and seed;
+    `failed_to_interpolate` (a diverged run too): in deep ResNets a large σ_w fails to train."""
     check_runs(runs, INTERPOLATION_COLUMNS)
     t = runs[list(INTERPOLATION_COLUMNS)].sort_values(["arch", "sigma_w", "seed"]).reset_index(drop=True)
     return t.assign(failed_to_interpolate=~t["interpolated"].eq(True))
@@ -64,26 +51,15 @@ def interpolation_table(runs: pd.DataFrame) -> pd.DataFrame:
     return table_text.display_frame(interpolation_rows(runs), index=3)
 
 
-# --- the point as a researcher reads it (the section notebooks' last cells) ---------------------------------
 def _pm(x: pd.Series, kind: str) -> str:
-    """'mean ± std' of the non-missing values (the mean alone for one value; `table_text.with_std`); '–' for
-    none."""
+    """'mean ± std' of the non-missing values (`table_text.with_std`); '–' for none."""
     return table_text.with_std(*table_cells.mean_std(pd.to_numeric(x, errors="coerce")), kind)
 
 
-def _status_counts(r: pd.DataFrame) -> str:
-    counts = r["status"].value_counts() if "status" in r.columns else pd.Series({"complete": len(r)})
-    return ", ".join(f"{n} {k}" for k, n in sorted(counts.items(), key=lambda kv: (kv[0] != "complete", kv[0])))
-
-
 def point_table(runs: pd.DataFrame) -> pd.DataFrame:
-    """One point as a researcher reads it: one row per σ_w (the index), narrow enough to show whole. Cells are
-    display strings, 'mean ± std' over seeds where there are several: the runs by status ('2 complete, 1
-    diverged'), the test accuracy (%) at the selected (best-validation-loss) epoch ('diverged' when none has one),
-    that epoch, τ_interp ('never', or '(k/n)' after the mean when only some seeds interpolated), the final/initial
-    weight-norm ratio, the angle from initialisation at the selected epoch (degrees) and Theta at the end
-    (radians), '–' where the runs predate the instruments; digits by `table_text`'s display rule. The numbers
-    themselves: `run_rows`, `metrics.point_summary`."""
+    """One point as a researcher reads it, a row per σ_w, narrow enough to show whole: 'mean ± std' over seeds of the
+    test accuracy at the selected epoch, that epoch, τ_interp ('never', '(k/n)' when some seeds did), the norm
+    ratio, the angle at the selected epoch and Θ_final. The numbers: `run_rows`, `metrics.point_summary`."""
     check_runs(runs, ("sigma_w", "seed", "test_acc_at_best", "tau_interp"))
     if runs.empty:
         raise NoResults("no runs")
@@ -94,10 +70,11 @@ def point_table(runs: pd.DataFrame) -> pd.DataFrame:
     for s, r in runs.groupby("sigma_w", sort=True):
         acc = _pm(r["test_acc_at_best"], "fraction")
         tau = r["tau_interp"].dropna()
-        when = "never" if tau.empty else _pm(tau, "count") + (f" ({len(tau)}/{len(r)})" if len(tau) < len(r)
-                                                             else "")
+        when = "never" if tau.empty else _pm(tau, "count") + (f" ({len(tau)}/{len(r)})" if len(tau) < len(r) else "")
         get = (lambda c, r=r: _pm(r[c], table_text.column_kind(c)) if c in r.columns else "–")
-        rows.append({"σ_w": float(s), "runs": _status_counts(r),
+        status = r["status"].value_counts() if "status" in r.columns else pd.Series({"complete": len(r)})
+        status = ", ".join(f"{n} {k}" for k, n in sorted(status.items(), key=lambda kv: (kv[0] != "complete", kv[0])))
+        rows.append({"σ_w": float(s), "runs": status,
                      "test acc (%)": table_cells.DIVERGED if acc == "–" and table_cells.diverged_runs(r).any() else acc,
                      "best epoch": get("best_epoch"), "τ_interp": when, "norm ratio": get("norm_ratio"),
                      "angle at best (°)": get("angle_at_best"), "Θ_final (rad)": get("Theta_final")})
@@ -105,10 +82,8 @@ def point_table(runs: pd.DataFrame) -> pd.DataFrame:
 
 
 def sweep_row(runs: pd.DataFrame | None, point_id: str, run_ids: list[str]) -> dict:
-    """One point's line of the sweep's end-of-run table (and of `initmem run`): how many of its runs exist, the test
-    accuracy (%) at the selected epoch per sigma_w (mean over seeds), the spread (pp, `metrics.point_summary`'s),
-    how many runs interpolated or diverged, the largest tau_interp, and how many runs were trained one by one because
-    their population failed (with the first error)."""
+    """One point's line of the sweep's end-of-run table (and `initmem run`'s): runs there, accuracy per sigma_w, the
+    spread, interpolated and diverged runs, the largest tau_interp and runs whose population failed."""
     r = runs[runs["run_id"].isin(run_ids)] if runs is not None and len(runs) else pd.DataFrame()
     row: dict = {"point": point_id, "runs": f"{len(r)}/{len(set(run_ids))}"}
     if len(r):
@@ -125,19 +100,15 @@ def sweep_row(runs: pd.DataFrame | None, point_id: str, run_ids: list[str]) -> d
     return row
 
 
-# --- the point's figure -----------------------------------------------------------------------------------------
 def point_figure(runs: pd.DataFrame, histories: pd.DataFrame | None = None) -> Figure:
-    """One point at a glance (8 × 2.6 in, the study's style): test accuracy at the selected epoch against σ_w (mean
-    ± std over seeds; ✗ where a σ_w's runs diverged without one) with the spread in the title; the total weight
-    norm over epochs per σ_w (log where it spans more than a factor 3); the angle from initialisation over epochs
-    per σ_w (a note instead where the runs predate the instrument). `histories` default to the runs' own folders
-    (`results.load_histories(path)`). Displays inline in Jupyter by itself (`StudyFigure`)."""
+    """One point at a glance: test accuracy against σ_w (✗ where a σ_w's runs diverged) with the spread, and the
+    weight norm and the angle from initialisation over epochs per σ_w; `histories` default to the runs' own."""
     check_runs(runs, ("run_id", "sigma_w", "seed", "status", "test_acc_at_best", "interpolated"))
     if runs.empty:
         raise NoResults("no runs")
-    if histories is None:
-        histories = tables.run_histories(runs) if "path" in runs.columns else pd.DataFrame(columns=["run_id", "epoch"])
-    h = plot_style.with_sigma(histories[histories["run_id"].isin(runs["run_id"])], runs)
+    if histories is None and "path" not in runs.columns:
+        histories = pd.DataFrame(columns=["run_id", "epoch"])
+    h = plot_style.with_sigma(tables.run_histories(runs, histories), runs)
     sigmas = sorted(runs["sigma_w"].unique())
     colors = plot_style.sigma_colors(sigmas)
     with matplotlib.rc_context(plot_style.STYLE):
@@ -151,13 +122,11 @@ def point_figure(runs: pd.DataFrame, histories: pd.DataFrame | None = None) -> F
                        color="C3")
         plot_style.sigma_axis(a, sigmas)
         summary = table_cells.point_spread(runs)[0]
-        a.set_title("test acc. at selected epoch" + ("" if math.isnan(summary) else f"\nspread {summary:.1f} pp")
-                    + (f" over {len(sigmas) - len(lost)}/{len(sigmas)} σ_w" if lost else ""))
-        a.set_ylabel("test accuracy (%)")
+        a.set(title="test acc. at selected epoch" + ("" if math.isnan(summary) else f"\nspread {summary:.1f} pp")
+              + (f" over {len(sigmas) - len(lost)}/{len(sigmas)} σ_w" if lost else ""), ylabel="test accuracy (%)")
         for ax, col, what, unit in ((b, "weight_norm", "weight norm", " ‖W‖_F"),
                                     (c, "angle", "angle from initialisation", " (°)")):
-            ax.set_title(what + unit)
-            ax.set_xlabel("epoch")
+            ax.set(title=what + unit, xlabel="epoch")
             if not plot_style.has_values(h, col):
                 ax.set_axis_off()
                 ax.text(0.5, 0.5, f"no {what} recorded\n(runs predate the instrument)",
@@ -171,11 +140,9 @@ def point_figure(runs: pd.DataFrame, histories: pd.DataFrame | None = None) -> F
     return fig
 
 
-# --- the section notebooks' last cell ---------------------------------------------------------------------------
 def show_point(runs: pd.DataFrame) -> None:
     """Display the point's views in a notebook, each group under the line that says what it shows."""
     from IPython.display import Markdown, display
-
     for text, views in (
             ("The point as a researcher reads it: per `sigma_w` (mean ± std over seeds), the test accuracy at the "
              "selected (best-validation) epoch, the interpolation epoch, the final/initial weight-norm ratio (radial "

@@ -1,15 +1,11 @@
-"""`initmem report`: the executed notebooks of a results tree as static HTML, readable without Jupyter or Python.
-
-Each sweep point's `<results>/<section>/notebooks/<point_id>.ipynb` becomes `<out>/<section>/<point_id>.html`, the
-section folder taken relative to `results` (so several profiles in one tree stay apart); `<out>/index.html` links
-them with their status.
-"""
-
-from __future__ import annotations
+"""`initmem report`: the executed notebooks of a results tree as static HTML, readable without Jupyter: each
+`<results>/<section>/notebooks/<point>.ipynb` becomes `<out>/<section>/<point>.html` (the section relative to
+`results`, so profiles in one tree stay apart), linked with its status from `<out>/index.html`."""
 
 import html
 import json
 import warnings
+from collections import defaultdict
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -18,6 +14,10 @@ from initmem.errors import ResultsError
 
 PATTERN = "**/notebooks/*.ipynb"
 SMOKE = "results/smoke"  # where `make smoke` sweeps, and what `make report` reads by default
+_STYLE = """body{font-family:system-ui,sans-serif;margin:2em}table{border-collapse:collapse}
+td,th{border:1px solid #ccc;padding:.3em .6em;text-align:left;vertical-align:top}
+.ok{color:#1a7f37}.failed,.unreadable{color:#cf222e;font-weight:bold}.incomplete{color:#9a6700}
+code{font-size:.85em}"""
 
 
 @dataclass
@@ -35,8 +35,7 @@ class Page:
 
 
 def find_notebooks(results: str | Path) -> list[Path]:
-    """Every executed notebook under `results` (`**/notebooks/*.ipynb`), sorted; ResultsError naming the folder and
-    the pattern when there is none."""
+    """Every executed notebook under `results`, sorted; without any, ResultsError naming what makes them."""
     results = Path(results)
     make = (f"executed notebooks are build products of a sweep (never committed; a sweep skips complete points, so "
             f"it makes none over finished runs): `make smoke` writes them to {SMOKE}, then `make report` (or `initmem "
@@ -46,7 +45,6 @@ def find_notebooks(results: str | Path) -> list[Path]:
     found = sorted(p for p in results.glob(PATTERN) if ".ipynb_checkpoints" not in p.parts)
     if not found:
         from initmem.results import find_runs
-
         runs = len(find_runs(results))
         raise ResultsError(f"no executed notebooks under {str(results)!r} (looked for {PATTERN}"
                            + (f"; it holds {runs} runs" if runs else "") + f"): {make}")
@@ -56,24 +54,17 @@ def find_notebooks(results: str | Path) -> list[Path]:
 def _status(nb) -> tuple[str, float | None, dict | None, str]:
     """(status, duration, parameters, first error) from papermill's metadata and the outputs."""
     pm = nb.metadata.get("papermill", {})
-    error = next(
-        (f"{o.get('ename', '')}: {o.get('evalue', '')}" for c in nb.cells if c.cell_type == "code"
-         for o in c.get("outputs", []) if o.get("output_type") == "error"),
-        "",
-    )  # fmt: skip
+    error = next((f"{o.get('ename', '')}: {o.get('evalue', '')}" for c in nb.cells if c.cell_type == "code"
+                  for o in c.get("outputs", []) if o.get("output_type") == "error"), "")
     status = "failed" if pm.get("exception") or error else "incomplete" if pm and not pm.get("end_time") else "ok"
     return status, pm.get("duration"), pm.get("parameters"), error
 
 
 def export_reports(results: str | Path = SMOKE, out: str | Path = "reports") -> list[Path]:
-    """Export every executed notebook under `results` to `<out>/<section>/<point>.html` and write `<out>/index.html`.
-
-    Returns the pages written, index.html last. A notebook that cannot be read is listed in the index as unreadable
-    (with a warning) rather than stopping the report. ResultsError when `results` holds no executed notebook or
-    `out` cannot be written."""
+    """Export every executed notebook under `results` to `<out>/<section>/<point>.html` (an unreadable one listed as
+    such, with a warning), then `<out>/index.html`; the pages. ResultsError without notebooks or writable `out`."""
     import nbformat
     from nbconvert import HTMLExporter
-
     results, out = Path(results), Path(out)
     exporter = HTMLExporter(template_name="lab")  # images are embedded as data URIs: each page stands alone
     pages: list[Page] = []
@@ -85,14 +76,11 @@ def export_reports(results: str | Path = SMOKE, out: str | Path = "reports") -> 
             warnings.warn(f"skipping notebook {str(path)!r}: {exc}", stacklevel=2)
             pages.append(Page(path, section, point, "unreadable", error=str(exc).splitlines()[0][:200]))
             continue
-        page = Page(path, section, point, *_status(nb))
-        page.html = out / section / f"{point}.html"
         body, _ = exporter.from_notebook_node(nb, resources={"metadata": {"name": f"{section}/{point}"}})
-        _write(page.html, body)
-        pages.append(page)
-    index = out / "index.html"
-    _write(index, _index_html(pages, results, out))
-    return [p.html for p in pages if p.html] + [index]
+        pages.append(Page(path, section, point, *_status(nb), html=out / section / f"{point}.html"))
+        _write(pages[-1].html, body)
+    _write(out / "index.html", _index_html(pages, results, out))
+    return [p.html for p in pages if p.html] + [out / "index.html"]
 
 
 def _write(path: Path, text: str) -> None:
@@ -103,22 +91,16 @@ def _write(path: Path, text: str) -> None:
         raise ResultsError(f"cannot write report {str(path)!r}: {exc.strerror or exc}") from None
 
 
-_STYLE = """body{font-family:system-ui,sans-serif;margin:2em}table{border-collapse:collapse}
-td,th{border:1px solid #ccc;padding:.3em .6em;text-align:left;vertical-align:top}
-.ok{color:#1a7f37}.failed,.unreadable{color:#cf222e;font-weight:bold}.incomplete{color:#9a6700}
-code{font-size:.85em}"""
-
-
 def _varying(pages: list[Page]) -> dict[str, set[str]]:
     """Per section, the parameter names whose values differ between its points: what tells the points apart."""
-    values: dict[tuple[str, str], set[str]] = {}
+    values: dict[tuple[str, str], set[str]] = defaultdict(set)
     for p in pages:
         for k, v in (p.parameters or {}).items():
-            values.setdefault((p.section, k), set()).add(json.dumps(v, sort_keys=True))
-    out: dict[str, set[str]] = {}
+            values[p.section, k].add(json.dumps(v, sort_keys=True))
+    out: dict[str, set[str]] = defaultdict(set)
     for (section, k), vs in values.items():
         if len(vs) > 1:
-            out.setdefault(section, set()).add(k)
+            out[section].add(k)
     return out
 
 
@@ -136,11 +118,8 @@ def _index_html(pages: list[Page], results: Path, out: Path) -> str:
             short = " ".join(f"{k}={json.dumps(p.parameters[k])}" for k in keys) or "all"
             full = json.dumps(p.parameters, sort_keys=True)
             params = f"<details><summary>{html.escape(short)}</summary><code>{html.escape(full)}</code></details>"
-        rows.append(
-            f"<tr><td>{html.escape(p.section)}</td><td>{point}</td>"
-            f'<td class="{p.status}">{p.status}</td><td>{duration}</td>'
-            f"<td>{params}</td><td>{html.escape(p.error)}</td></tr>"
-        )
+        rows.append(f'<tr><td>{html.escape(p.section)}</td><td>{point}</td><td class="{p.status}">{p.status}</td>'
+                    f"<td>{duration}</td><td>{params}</td><td>{html.escape(p.error)}</td></tr>")
     summary = ", ".join(f"{n} {s}" for s, n in counts.items() if n)
     stamp = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
     return f"""<!DOCTYPE html>

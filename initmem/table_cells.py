@@ -1,7 +1,4 @@
-"""The cells of the study's tables, one rule each; `initmem.tables` and `initmem.tables_forgetting` build their rows
-from these (the display rule itself is `initmem.table_text`'s)."""
-
-from __future__ import annotations
+"""The cells of the study's tables, one rule each, that `tables` and `tables_forgetting` build their rows from."""
 
 import math
 from collections.abc import Iterable, Sequence
@@ -18,7 +15,7 @@ def sigma_column(sigma_w: float) -> str:
 
 
 def mean_std(xs: Sequence[float]) -> tuple[float, float]:
-    """Mean and sample std of the finite values of `xs` (std NaN for fewer than two; both NaN for none)."""
+    """Mean and sample std of the finite values of `xs` (std NaN below two values, both NaN for none)."""
     xs = [float(x) for x in xs if x is not None and not math.isnan(float(x))]
     if not xs:
         return math.nan, math.nan
@@ -26,14 +23,13 @@ def mean_std(xs: Sequence[float]) -> tuple[float, float]:
 
 
 def point_spread(group: pd.DataFrame) -> tuple[float, float]:
-    """(spread_pp, seed-to-seed std) of one configuration's runs, from `metrics.point_summary`; NaN where it
-    has none (no accuracy, or a single seed)."""
+    """(spread_pp, seed-to-seed std) of one configuration's runs (`metrics.point_summary`); NaN where it has none."""
     s = metrics.point_summary(group)
     return tuple(math.nan if s[k] is None else float(s[k]) for k in ("spread_pp", "spread_seed_std_pp"))
 
 
 def multi_seed(confs: pd.DataFrame) -> bool:
-    """True when some σ_w of some configuration has runs of several seeds: the tables then show `_std` companions."""
+    """Whether some σ_w of some configuration has several seeds: the tables then show `_std` companions."""
     return bool(confs.groupby(["config", "sigma_w"])["seed"].nunique().max() > 1)
 
 
@@ -52,8 +48,8 @@ def diverged_count(g: pd.DataFrame) -> str:
 
 def sigma_cells(g: pd.DataFrame, sigmas: Iterable[float], multi: bool, value: str = "test_acc_at_best",
                  scale: float = 100.0) -> dict:
-    """Per σ_w: the mean over seeds of `value` × `scale` (and its std when `multi`); `DIVERGED` where the σ_w has
-    runs but no value because they diverged (it dropped out of the spread: shown, never silently blank)."""
+    """Per σ_w the mean over seeds of `value` × `scale` (and its std when `multi`); `DIVERGED` where its runs have
+    no value because they diverged (out of the spread: shown, never silently blank)."""
     row = {}
     for s in sigmas:
         r = g[g["sigma_w"] == s]
@@ -78,12 +74,10 @@ def spread_cells(g: pd.DataFrame, multi: bool) -> dict:
 
 def lead_cells(g: pd.DataFrame, columns: list[str]) -> dict:
     """The leading cells of a configuration's row: its value of each label column (its label where it has none)."""
-    first = g.iloc[0]
-    return {c: (first[c] if c in g.columns else first["label"]) for c in columns}
+    return {c: g[c].iloc[0] if c in g.columns else g["label"].iloc[0] for c in columns}
 
 
 def finish(df: pd.DataFrame, formats: dict[str, str] | None = None) -> pd.DataFrame:
-    """`df` with its own display kinds (`attrs["formats"]`: column pattern → a `table_text.KINDS` name), which the
-    md/tex rendering consults before the study's `table_text.COLUMN_KINDS`."""
+    """`df` with its own display kinds (`attrs["formats"]`: pattern → kind), consulted before `COLUMN_KINDS`."""
     df.attrs["formats"] = dict(formats or {})
     return df

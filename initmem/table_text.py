@@ -1,10 +1,6 @@
-"""How every table a person reads shows its numbers (the display rule, in one place), and a DataFrame as a table's
-text. A number's *kind* decides its digits (`KINDS`), `COLUMN_KINDS` a column's kind, and a table may add patterns
-for its own columns (`table_cells.finish`). Norm ratios and angles get 4 significant digits, enough to show a 0.4 %
-change (1.004, not 1); a 'mean ± std' cell gives the std at the mean's resolution. Pure functions.
-"""
-
-from __future__ import annotations
+"""How every table a person reads shows its numbers (the display rule, in one place) and a DataFrame as a table's
+text. A number's *kind* decides its digits (`KINDS`), `COLUMN_KINDS` (then a table's own, `table_cells.finish`) a
+column's kind; 4 significant digits show a 0.4 % change of a norm ratio (1.004, not 1). Pure functions."""
 
 import fnmatch
 import math
@@ -14,27 +10,40 @@ from collections.abc import Iterable
 import numpy as np
 import pandas as pd
 
-# --- the display rule ----------------------------------------------------------------------------------------
-KINDS = {
-    "percent": "an accuracy in percent or a spread in pp: one decimal (51.6, 22.9)",
-    "fraction": "an accuracy stored as a fraction (run records): shown in percent, one decimal (0.516 → 51.6)",
-    "fine": "a norm ratio or an angle: 4 significant digits, trailing zeros kept (1.004, 1.680, 33.60, 5.200)",
-    "count": "epochs and other whole numbers: no decimal (36)",
-    "decimal2": "a slope or a relative spread: two decimals (0.84)",
-    "signed": "a correlation: signed, two decimals (+0.83)",
-    "clock": "a forgetting clock: 3 significant digits (0.00125, 2.5e-05)",
-    "general": "anything else: 4 significant digits, whole numbers as integers (0.001, 128, 287.8)",
-}
-# which kind a column holds: the first pattern that matches (fnmatch), else "general"
+KINDS = {"percent": "an accuracy in percent or a spread in pp: one decimal (51.6, 22.9)",
+         "fraction": "an accuracy stored as a fraction (run records): shown in percent, one decimal (0.516 → 51.6)",
+         "fine": "a norm ratio or an angle: 4 significant digits, trailing zeros kept (1.004, 1.680, 33.60, 5.200)",
+         "count": "epochs and other whole numbers: no decimal (36)",
+         "decimal2": "a slope or a relative spread: two decimals (0.84)",
+         "signed": "a correlation: signed, two decimals (+0.83)",
+         "clock": "a forgetting clock: 3 significant digits (0.00125, 2.5e-05)",
+         "general": "anything else: 4 significant digits, whole numbers as integers (0.001, 128, 287.8)"}
 COLUMN_KINDS = {"sigma_w=*": "percent", "*_pp*": "percent", "*_acc*": "fraction", "repair_gap": "fraction",
-                "norm_ratio*": "fine", "angle*": "fine", "Theta*": "fine", "tau_interp": "count",
-                "*epoch*": "count", "radial_slope": "decimal2", "T_SGD*": "clock", "T_L2*": "clock",
-                "T_adapt*": "clock"}
+                "norm_ratio*": "fine", "angle*": "fine", "Theta*": "fine", "tau_interp": "count", "*epoch*": "count",
+                "radial_slope": "decimal2", "T_SGD*": "clock", "T_L2*": "clock", "T_adapt*": "clock"}
 _FINE_DIGITS = 4
+# headers of the tables (T1-T5), of T6 and T7 (`tables_forgetting`) and of a run a row (`point_report`)
+_HEADERS = {"sigma_w": "σ_w", "tau_interp": "τ_interp", "weight_decay": "wd", "batch_size": "b",
+            "spread_pp": "spread (pp)", "paper_spread_pp": "paper spread (pp)", "norm_ratio_min": "norm ratio min",
+            "norm_ratio_max": "norm ratio max", "radial_slope": "radial slope", "predicted": "predicted (rad/step)",
+            "ratio_min": "measured/predicted min", "ratio_max": "measured/predicted max",
+            "sigma_rel_spread": "range/mean over σ_w", "independent_of_sigma": "σ_w-independent",
+            "spearman": "Spearman ρ", "n_configs": "configurations", "n_sections": "sections",
+            "test_acc_at_best": "test acc (%)", "final_train_acc": "final train acc (%)", "best_epoch": "best epoch",
+            "repair_gap": "repair gap (pp)", "init_weight_norm": "initial norm", "final_weight_norm": "final norm",
+            "norm_ratio": "norm ratio", "wall_time_s": "wall time (s)", "diverged_epoch": "diverged at epoch",
+            "angle_final": "final angle (°)", "Theta_final": "Θ_final (rad)",
+            "failed_to_interpolate": "failed to interpolate"}
+_TEX = {"&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#", "_": r"\_", "{": r"\{", "}": r"\}",
+        "~": r"\textasciitilde{}", "^": r"\textasciicircum{}", "\\": r"\textbackslash{}", "σ_w": r"$\sigma_w$",
+        "τ_interp": r"$\tau_\mathrm{interp}$", "σ": r"$\sigma$", "τ": r"$\tau$", "λ": r"$\lambda$", "η": r"$\eta$",
+        "±": r"$\pm$", "×": r"$\times$", "≈": r"$\approx$", "–": "--", "—": "---", "β": r"$\beta$",
+        "ρ": r"$\rho$", "Θ": r"$\Theta$", "Σ": r"$\Sigma$", "−": "$-$", "°": r"$^\circ$", "≤": r"$\leq$"}
+_TEX_RE = re.compile("|".join(re.escape(k) for k in sorted(_TEX, key=len, reverse=True)))
 
 
 def _decimals(kind: str, v: float) -> int | None:
-    """Decimals of `v` (already scaled) in fixed-point display, None where it is not shown in fixed point."""
+    """Decimals of `v` (already scaled) in fixed point; None where it is not shown so."""
     fixed = {"percent": 1, "fraction": 1, "count": 0, "decimal2": 2, "signed": 2}
     if kind in fixed:
         return fixed[kind]
@@ -71,7 +80,7 @@ def number(v, kind: str = "general") -> str:
 
 
 def with_std(v, sd, kind: str = "general") -> str:
-    """'v ± sd' (`number`), the std at the mean's resolution; the value alone when the std is missing."""
+    """'v ± sd' (`number`), the std at the mean's resolution; the value alone without a std."""
     s = number(v, kind)
     if s == "–" or _missing(sd) or isinstance(v, str):
         return s
@@ -85,28 +94,8 @@ def with_std(v, sd, kind: str = "general") -> str:
 
 def column_kind(column: str, formats: dict[str, str] | None = None) -> str:
     """The kind of `column`: the first matching pattern of `formats` (a table's own), then of `COLUMN_KINDS`."""
-    for patterns in (formats or {}, COLUMN_KINDS):
-        for pat, kind in patterns.items():
-            if fnmatch.fnmatchcase(column, pat):
-                return kind
-    return "general"
-
-
-# --- a DataFrame as a table's text ---------------------------------------------------------------------------
-_HEADERS = {"sigma_w": "σ_w", "tau_interp": "τ_interp", "weight_decay": "wd", "batch_size": "b",
-            "spread_pp": "spread (pp)", "paper_spread_pp": "paper spread (pp)", "norm_ratio_min": "norm ratio min",
-            "norm_ratio_max": "norm ratio max", "radial_slope": "radial slope",
-            # T6, T7 (initmem.tables_forgetting)
-            "predicted": "predicted (rad/step)", "ratio_min": "measured/predicted min",
-            "ratio_max": "measured/predicted max", "sigma_rel_spread": "range/mean over σ_w",
-            "independent_of_sigma": "σ_w-independent", "spearman": "Spearman ρ", "n_configs": "configurations",
-            "n_sections": "sections",
-            # one run a row (initmem.point_report)
-            "test_acc_at_best": "test acc (%)", "final_train_acc": "final train acc (%)", "best_epoch": "best epoch",
-            "repair_gap": "repair gap (pp)", "init_weight_norm": "initial norm", "final_weight_norm": "final norm",
-            "norm_ratio": "norm ratio", "wall_time_s": "wall time (s)", "diverged_epoch": "diverged at epoch",
-            "angle_final": "final angle (°)", "Theta_final": "Θ_final (rad)",
-            "failed_to_interpolate": "failed to interpolate"}
+    return next((kind for patterns in (formats or {}, COLUMN_KINDS) for pat, kind in patterns.items()
+                 if fnmatch.fnmatchcase(column, pat)), "general")
 
 
 def header(col: str) -> str:
@@ -115,8 +104,7 @@ def header(col: str) -> str:
 
 
 def display_rows(df: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
-    """Headers and string cells as the md/tex files show them (the display rule, with the frame's own
-    `attrs["formats"]` first): `c_std` companions folded into 'c ± std'."""
+    """Headers and string cells as the md/tex files show them, `c_std` companions folded into 'c ± std'."""
     formats = df.attrs.get("formats", {})
     cols = [c for c in df.columns if not (c.endswith("_std") and c[:-4] in df.columns)]
     kinds = {c: column_kind(c, formats) for c in cols}
@@ -125,22 +113,13 @@ def display_rows(df: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
 
 
 def display_frame(table: pd.DataFrame | str, index: int = 1) -> pd.DataFrame | str:
-    """A written table as the DataFrame a notebook shows inline: the md/tex file's headers and cells
-    (`display_rows`), its first `index` columns as the index (0: none). A placeholder message (a `FigureBook.table`
-    string) is returned as it is."""
+    """A written table as the DataFrame a notebook shows: the file's headers and cells (`display_rows`), its first
+    `index` columns as the index (0: none); a placeholder message as it is."""
     if isinstance(table, str):
         return table
     headers, rows = display_rows(table)
     shown = pd.DataFrame(rows, columns=headers)
     return shown.set_index(headers[:index]) if index else shown
-
-
-_TEX = {"&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#", "_": r"\_", "{": r"\{", "}": r"\}",
-        "~": r"\textasciitilde{}", "^": r"\textasciicircum{}", "\\": r"\textbackslash{}", "σ_w": r"$\sigma_w$",
-        "τ_interp": r"$\tau_\mathrm{interp}$", "σ": r"$\sigma$", "τ": r"$\tau$", "λ": r"$\lambda$", "η": r"$\eta$",
-        "±": r"$\pm$", "×": r"$\times$", "≈": r"$\approx$", "–": "--", "—": "---", "β": r"$\beta$",
-        "ρ": r"$\rho$", "Θ": r"$\Theta$", "Σ": r"$\Sigma$", "−": "$-$", "°": r"$^\circ$", "≤": r"$\leq$"}
-_TEX_RE = re.compile("|".join(re.escape(k) for k in sorted(_TEX, key=len, reverse=True)))
 
 
 def tex_escape(text: str) -> str:
@@ -149,6 +128,7 @@ def tex_escape(text: str) -> str:
 
 
 def markdown_table(headers: list[str], rows: list[list[str]]) -> str:
+    """A GitHub-flavoured markdown table of string cells."""
     def line(cells: Iterable[str]) -> str:
         return "| " + " | ".join(str(c).replace("|", "\\|") for c in cells) + " |"
 

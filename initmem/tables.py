@@ -1,12 +1,5 @@
-"""The study's tables T1–T5: pure functions from `results.load_runs` / `load_histories` frames to DataFrames.
-
-A *configuration* is a set of runs sharing everything but σ_w and seed (and `config.RUN_ID_EXCLUDE`): one sweep
-point. Its *spread* is `metrics.point_summary`'s: best minus worst across σ_w of the per-σ_w mean over seeds (pp),
-with the std of the per-seed spreads in a `<column>_std` companion (shown as "c ± c_std") when there are several
-seeds. Accuracies are percentages; how a cell is shown is `initmem.table_text`'s rule.
-"""
-
-from __future__ import annotations
+"""The study's tables T1–T5, from `load_runs` / `load_histories` frames. A *configuration* (one point) is the runs
+sharing all but σ_w and seed; its spread is `metrics.point_summary`'s, `<column>_std` its seed std."""
 
 import dataclasses
 import math
@@ -16,25 +9,10 @@ from functools import cache
 import numpy as np
 import pandas as pd
 
-from initmem import metrics, table_text
+from initmem import metrics, table_cells, table_text
 from initmem.config import RUN_ID_EXCLUDE, TrainConfig
 from initmem.errors import ConfigError, NoResults, ResultsError
-from initmem.table_cells import (
-    DIVERGED,
-    diverged_count,
-    diverged_runs,
-    finish,
-    lead_cells,
-    multi_seed,
-    point_spread,
-    sigma_cells,
-    sigma_column,
-    sigmas_in_spread,
-    spread_cells,
-)
-
-__all__ = ["NoResults", "configurations", "optimizer_table", "long_training_table", "config_spreads",
-           "spread_pivot", "lr_l2_table", "batch_size_table", "depth_table"]
+from initmem.table_cells import diverged_count, diverged_runs, finish, lead_cells, multi_seed, sigma_cells, spread_cells
 
 CLOCKS = ("T_SGD", "T_L2", "T_adapt")
 EFF_CLOCKS = tuple(f"{c}_eff" for c in CLOCKS)  # momentum-aware (metrics.lr_scale); NaN for older runs
@@ -44,20 +22,16 @@ ARCH_ORDER = ("resnet9", "resnet20", "resnet56", "resnet110")
 LABEL_PRIORITY = ("optimizer", "arch", "batch_size", "lr", "weight_decay", "momentum", "width", "epochs",
                   "schedule", "augment", "n_train")
 SHORT = {"batch_size": "b", "weight_decay": "wd", "momentum": "mom", "epochs": "ep", "n_train": "n"}
-# The paper's spreads (pp; STUDY.md findings 1 and 2) and the conditions they were reported under: ResNet-9,
-# b = 128, plain SGD at its low learning rate without L2, Muon "in comparable conditions".
+# the paper's spreads (pp; STUDY.md findings 1 and 2) where it reports them: ResNet-9, b = 128, SGD without L2, Muon
 PAPER_SPREADS = (({"optimizer": "sgd", "arch": "resnet9", "batch_size": 128, "weight_decay": 0.0}, 26.5),
                  ({"optimizer": "muon", "arch": "resnet9", "batch_size": 128}, 4.0))
 PAPER = "arXiv 2605.29152"
 
 
 def paper_spread(config: dict | pd.Series) -> float:
-    """The paper's spread (pp) for a configuration like `config` (a run or config_spreads row), NaN when the paper
-    reports none: 26.5 for SGD at ResNet-9, b = 128 (no L2); about 4 for Muon there."""
-    for cond, value in PAPER_SPREADS:
-        if all(k in config and _hashable(config[k]) == v for k, v in cond.items()):
-            return value
-    return math.nan
+    """The paper's spread (pp, `PAPER_SPREADS`) for a configuration like `config` (a run or row); NaN for none."""
+    return next((value for cond, value in PAPER_SPREADS
+                 if all(k in config and _hashable(config[k]) == v for k, v in cond.items())), math.nan)
 
 
 @cache
@@ -76,42 +50,39 @@ def _hashable(v):
 
 
 def order_key(column: str, v) -> tuple:
-    """Sort key of a config value in display order: optimisers and architectures in study order, numbers by value,
-    then strings; None first."""
+    """Sort key of a config value: None first, optimisers and architectures in study order, numbers, then strings."""
     order = {"optimizer": OPTIMIZER_ORDER, "arch": ARCH_ORDER}.get(column, ())
     if v is None:
         return (0, 0.0, "")
-    if v in order:
-        return (1, float(order.index(v)), "")
-    if isinstance(v, (bool, int, float)):
-        return (1, float(v), "")
+    if v in order or isinstance(v, (bool, int, float)):
+        return (1, float(order.index(v) if v in order else v), "")
     return (2, 0.0, str(v))
 
 
 def fmt_value(v) -> str:
     """A config value as a label shows it: 0.001 → '0.001', 1e-05 → '1e-05', 128.0 → '128'."""
-    if isinstance(v, float):
-        return f"{v:g}"
-    return str(v)
+    return f"{v:g}" if isinstance(v, float) else str(v)
 
 
-def run_histories(runs: pd.DataFrame, histories: pd.DataFrame | None = None, who: str = "") -> pd.DataFrame:
-    """`histories`, else the runs' own (`results.load_histories` of each run's `path`)."""
-    if histories is not None:
-        return histories
-    if "path" not in runs.columns:
-        raise ConfigError(f"{who}got runs without a `path` column and no histories: the rows of load_runs are "
-                          "accepted")
-    from initmem.results import load_histories
-
-    frames = [load_histories(p) for p in runs["path"].dropna().unique()]
-    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=["run_id", "epoch"])
+def run_histories(runs: pd.DataFrame, histories: pd.DataFrame | None = None, who: str = "",
+                  trained: bool = False) -> pd.DataFrame:
+    """The rows of `runs` in `histories` (default: their `path`s'); `trained`: epochs >= 1, NoResults for none."""
+    if histories is None:
+        if "path" not in runs.columns:
+            raise ConfigError(f"{who}got runs without a `path` column and no histories: the rows of load_runs are "
+                              "accepted")
+        from initmem.results import load_histories
+        frames = [load_histories(p) for p in runs["path"].dropna().unique()]
+        histories = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=["run_id", "epoch"])
+    h = histories[histories["run_id"].isin(runs["run_id"])]
+    if trained and (h := h[h["epoch"] >= 1]).empty:
+        raise NoResults("no training history")
+    return h
 
 
 def configurations(runs: pd.DataFrame) -> pd.DataFrame:
-    """`runs` with a `config` id (0, 1, … in display order: section, then optimiser/arch order, then values) and a
-    short `label` naming what tells it apart from the other configurations of its section ('adam',
-    'lr=0.05 wd=0.0001'). `attrs["label_columns"]` maps each section to the fields its labels use."""
+    """`runs` with a `config` id (0, 1, … in display order) and a `label` as short as tells it apart within its
+    section ('adam', 'lr=0.05 wd=0.0001'); `attrs["label_columns"]`: each section's label fields."""
     if runs.empty:
         raise NoResults("no runs")
     cols = ["section", *(c for c in _config_key() if c in runs.columns)]
@@ -144,17 +115,13 @@ def configurations(runs: pd.DataFrame) -> pd.DataFrame:
 
 
 def label_columns(confs: pd.DataFrame) -> list[str]:
-    """The config fields the labels of a `configurations` (or `config_spreads`) frame use, over all its sections."""
+    """The fields the labels of a `configurations` (or `config_spreads`) frame use, over all its sections."""
     return list(dict.fromkeys(c for cs in confs.attrs["label_columns"].values() for c in cs)) or ["label"]
 
 
-# --- T1 ----------------------------------------------------------------------------------------------------
 def optimizer_table(runs: pd.DataFrame) -> pd.DataFrame:
-    """T1: per configuration (section 01: per optimiser) the test accuracy (%) at the best-validation-loss epoch
-    per σ_w ('diverged' where its runs diverged before any finite epoch: outside the spread), the spread (pp), the
-    paper's spread where it reports one (`paper_spread_pp`, NaN elsewhere), how many runs interpolated and
-    diverged ('k/n'), the median interpolation epoch, the range of the final-to-initial weight-norm ratio
-    and the radial-memory slope (`metrics.radial_memory`)."""
+    """T1: per configuration the test accuracy (%) at the selected epoch per σ_w, the spread and the paper's (pp), runs
+    interpolated and diverged, the median τ_interp, the norm ratio's range and the radial-memory slope."""
     confs = configurations(runs)
     lead, sigmas, multi = label_columns(confs), sorted(confs["sigma_w"].unique()), multi_seed(confs)
     rows = []
@@ -171,16 +138,14 @@ def optimizer_table(runs: pd.DataFrame) -> pd.DataFrame:
 
 
 def radial_slope(g: pd.DataFrame) -> float:
-    """`metrics.radial_memory` slope of final against initial weight norm over one configuration's runs; NaN with
-    fewer than two initial scales."""
+    """`metrics.radial_memory` slope of final against initial norm over a configuration's runs (NaN: < 2 scales)."""
     ok = g[["init_weight_norm", "final_weight_norm"]].dropna().astype(float)
     ok = ok[(ok > 0).all(axis=1)]
     if ok["init_weight_norm"].nunique() < 2:
-        return math.nan  # a slope needs two initial scales
+        return math.nan
     return metrics.radial_memory(ok["init_weight_norm"].to_numpy(), ok["final_weight_norm"].to_numpy())
 
 
-# --- T2 ----------------------------------------------------------------------------------------------------
 def default_marks(max_epoch: int) -> list[int]:
     """1-2-5 epoch marks from max_epoch/50 up, plus max_epoch itself: 200 → [5, 10, 20, 50, 100, 200]."""
     marks = [k * 10**e for e in range(8) for k in (1, 2, 5)]
@@ -199,19 +164,11 @@ def _check_marks(marks: Sequence[int], longest: int) -> list[int]:
 
 def long_training_table(runs: pd.DataFrame, histories: pd.DataFrame | None = None,
                         marks: Sequence[int] | None = None) -> pd.DataFrame:
-    """T2: per configuration and epoch mark m, the test accuracy (%) per σ_w and the spread (pp), as if training
-    had stopped at m: each run's accuracy is `metrics.test_at_best(history, upto=m)` (best validation loss among
-    epochs 1..m), and T_SGD and T_adapt are the clocks reached at m (mean over runs): time in epochs grows, T_SGD
-    stays small.
-
-    `histories` default to the runs' own (`results.load_histories` of each run's `path`). Marks default to
-    `default_marks` of the longest history; given marks must be epochs >= 1 that some run reached (ConfigError
-    otherwise), and a configuration gets the marks up to its own last epoch."""
+    """T2: per configuration and epoch mark m (up to its last epoch), the test accuracy (%) per σ_w and the spread had
+    training stopped at m, and T_SGD and T_adapt at m (mean over runs). Marks default to `default_marks` of the
+    longest history; given ones must be epochs >= 1 some run reached."""
     confs = configurations(runs)
-    histories = run_histories(confs, histories, "long_training_table ")
-    h = histories[histories["run_id"].isin(confs["run_id"]) & (histories["epoch"] >= 1)]
-    if h.empty:
-        raise NoResults("no training history")
+    h = run_histories(confs, histories, "long_training_table ", trained=True)
     by_run = {rid: hh.sort_values("epoch") for rid, hh in h.groupby("run_id")}
     longest = int(h["epoch"].max())
     marks = default_marks(longest) if marks is None else _check_marks(marks, longest)
@@ -222,81 +179,60 @@ def long_training_table(runs: pd.DataFrame, histories: pd.DataFrame | None = Non
         if g.empty:
             continue
         last = max(int(by_run[r]["epoch"].max()) for r in g["run_id"])
-        for m in [m for m in marks if m <= last]:
-            at = g.assign(test_acc_at_best=[_test_at_mark(by_run[r], m) for r in g["run_id"]])
-            row = {**lead_cells(g, lead), "epoch": m, **sigma_cells(at, sigmas, multi), **spread_cells(at, multi)}
-            for clock in ("T_SGD", "T_adapt"):
-                if clock in h.columns:
-                    row[clock] = float(np.mean([by_run[r].loc[by_run[r]["epoch"] <= m, clock].iloc[-1]
-                                                for r in g["run_id"]]))
-            rows.append(row)
+        at_marks = [m for m in marks if m <= last]
+        # `test_at_best(history, upto=m)` at every mark; NaN where no epoch up to m has a finite validation loss
+        acc = {r: metrics.test_at_best_by_epoch(by_run[r]).reindex(at_marks, method="ffill") for r in g["run_id"]}
+        for m in at_marks:
+            at = g.assign(test_acc_at_best=[acc[r][m] for r in g["run_id"]])
+            rows.append({**lead_cells(g, lead), "epoch": m, **sigma_cells(at, sigmas, multi), **spread_cells(at, multi),
+                         **{c: float(np.mean([by_run[r].loc[by_run[r]["epoch"] <= m, c].iloc[-1] for r in g["run_id"]]))
+                            for c in ("T_SGD", "T_adapt") if c in h.columns}})
     return finish(pd.DataFrame(rows))
 
 
-def _test_at_mark(h: pd.DataFrame, m: int) -> float:
-    """`metrics.test_at_best(h, upto=m)`, NaN when no epoch up to m has a finite validation loss (diverged)."""
-    try:
-        return metrics.test_at_best(h, upto=m)
-    except ConfigError:
-        return math.nan
-
-
-# --- per-configuration spreads: T3, T4, F4, F5, F7, F8 ------------------------------------------------------
 def config_spreads(runs: pd.DataFrame) -> pd.DataFrame:
-    """One row per configuration: section, config, label, its config fields, n_runs, n_sigma, n_seeds, spread_pp
-    and spread_pp_std (`point_spread`), n_sigma_in_spread (the σ_w with an accuracy: fewer than n_sigma when a
-    σ_w's runs all diverged), `diverged` ('k/n' runs) and n_diverged, the clocks (T_SGD, T_L2, T_adapt and their
-    momentum-aware `_eff` variants: the median over its runs of the clock at the end of training, identical
-    across σ_w unless a run diverged early), the measured forgetting where the runs have the instruments
-    (`angle_range_deg`: max − min over σ_w of the seed-mean angle from initialisation at the selected epoch, NaN
-    with fewer than two σ_w that have it; `Theta_final`: median over its runs), n_interp and the repair gap in pp
-    over the runs that interpolated (mean, min, max; NaN when none did)."""
+    """A row per configuration: its fields, counts, spread, divergences, the clocks at the end of training (median
+    over its runs), the measured forgetting (`angle_range_deg`: range over σ_w of the seed-mean angle at the selected
+    epoch; `Theta_final`) and the repair gap (pp) over the runs that interpolated."""
     confs = configurations(runs)
     key = [c for c in _config_key() if c in confs.columns]
     rows = []
     for cid, g in confs.groupby("config", sort=True):
-        m, sd = point_spread(g)
-        gap = 100 * g["repair_gap"].dropna().astype(float)
-        row = {"section": g["section"].iloc[0], "config": cid, "label": g["label"].iloc[0],
-               **{c: g[c].iloc[0] for c in key},
-               "n_runs": len(g), "n_sigma": g["sigma_w"].nunique(), "n_seeds": g["seed"].nunique(),
-               "spread_pp": m, "spread_pp_std": sd, "n_sigma_in_spread": len(sigmas_in_spread(g)),
-               "diverged": diverged_count(g), "n_diverged": int(diverged_runs(g).sum()),
-               **{c: run_median(g, c) for c in (*CLOCKS, *EFF_CLOCKS)},
-               "angle_range_deg": _sigma_range(g, "angle_at_best"), "Theta_final": run_median(g, "Theta_final"),
-               "n_interp": int(g["tau_interp"].notna().sum()),
-               "repair_gap_pp": float(gap.mean()) if len(gap) else math.nan,
-               "repair_gap_pp_min": float(gap.min()) if len(gap) else math.nan,
-               "repair_gap_pp_max": float(gap.max()) if len(gap) else math.nan}
-        rows.append(row)
+        m, sd = table_cells.point_spread(g)
+        gap = 100 * g["repair_gap"].dropna().astype(float)  # NaN mean, min and max when none interpolated
+        rows.append({"section": g["section"].iloc[0], "config": cid, "label": g["label"].iloc[0],
+                     **{c: g[c].iloc[0] for c in key},
+                     "n_runs": len(g), "n_sigma": g["sigma_w"].nunique(), "n_seeds": g["seed"].nunique(),
+                     "spread_pp": m, "spread_pp_std": sd, "n_sigma_in_spread": len(table_cells.sigmas_in_spread(g)),
+                     "diverged": diverged_count(g), "n_diverged": int(diverged_runs(g).sum()),
+                     **{c: run_median(g, c) for c in (*CLOCKS, *EFF_CLOCKS)},
+                     "angle_range_deg": _sigma_range(g, "angle_at_best"), "Theta_final": run_median(g, "Theta_final"),
+                     "n_interp": int(g["tau_interp"].notna().sum()), "repair_gap_pp": float(gap.mean()),
+                     "repair_gap_pp_min": float(gap.min()), "repair_gap_pp_max": float(gap.max())})
     out = pd.DataFrame(rows)
     out.attrs["label_columns"] = confs.attrs["label_columns"]
     return out
 
 
 def run_median(g: pd.DataFrame, column: str) -> float:
-    """Median of a numeric column over the non-missing values (NaN when the column or every value is missing)."""
+    """Median of a numeric column's values (NaN when the column or every value is missing)."""
     x = pd.to_numeric(g[column], errors="coerce").dropna() if column in g.columns else ()
     return float(np.median(x)) if len(x) else math.nan
 
 
 def _sigma_range(g: pd.DataFrame, column: str) -> float:
     """max − min over σ_w of the seed-mean of `column`; NaN with fewer than two σ_w that have a value."""
-    if column not in g.columns:
-        return math.nan
-    by = pd.to_numeric(g[column], errors="coerce").groupby(g["sigma_w"]).mean().dropna()
+    by = pd.to_numeric(g[column], errors="coerce").groupby(g["sigma_w"]).mean().dropna() if column in g.columns else ()
     return float(by.max() - by.min()) if len(by) >= 2 else math.nan
 
 
 def spread_pivot(runs: pd.DataFrame, index: str, columns: str) -> pd.DataFrame:
-    """Spreads (pp) with one row per value of the config field `index` (and of any other field that tells the
-    section's configurations apart) and one column per value of `columns` ('wd=0.0001', or the optimiser's name);
-    `_std` companions with several seeds; a last column `diverged`: 'k/n' runs of the row that diverged, followed
-    by the cells whose spread is over fewer σ_w than they ran, e.g. '3/9 (wd=0.1 without σ_w=2.5)'.
-    `attrs["narrowed"]` lists those cells as (row position, column) pairs (F5 stars them)."""
+    """Spreads (pp), a row per value of `index` (and other label fields), a column per value of `columns`, and
+    `diverged`: the row's 'k/n' runs, then the cells over fewer σ_w than they ran ('3/9 (wd=0.1 without σ_w=2.5)'),
+    also in `attrs["narrowed"]` as (row position, column) pairs (F5 stars them)."""
     confs = configurations(runs)
     cs = config_spreads(runs)
-    missing = {cid: sorted(set(map(float, g["sigma_w"])) - set(sigmas_in_spread(g)))
+    missing = {cid: sorted(set(map(float, g["sigma_w"])) - set(table_cells.sigmas_in_spread(g)))
                for cid, g in confs.groupby("config")}
     lead = list(dict.fromkeys([index, *(c for c in label_columns(cs) if c != columns and c in cs.columns)]))
     multi = bool((cs["n_seeds"] > 1).any())
@@ -331,8 +267,7 @@ def spread_pivot(runs: pd.DataFrame, index: str, columns: str) -> pd.DataFrame:
 
 
 def lr_l2_table(runs: pd.DataFrame) -> pd.DataFrame:
-    """T3: SGD spread (pp) over the learning-rate × L2 (weight_decay) grid: rows lr, columns weight decay.
-    Only plain-SGD runs when there are any (the section's subject)."""
+    """T3: the spread over learning rate (rows) × weight decay (columns), of the plain-SGD runs when there are any."""
     sgd = runs[runs["optimizer"] == "sgd"]
     return spread_pivot(sgd if len(sgd) else runs, "lr", "weight_decay")
 
@@ -342,11 +277,8 @@ def batch_size_table(runs: pd.DataFrame) -> pd.DataFrame:
     return spread_pivot(runs, "batch_size", "optimizer")
 
 
-# --- T5 ----------------------------------------------------------------------------------------------------
 def depth_table(runs: pd.DataFrame) -> pd.DataFrame:
-    """T5: per architecture × optimiser and σ_w, 'test acc % / interpolation epoch' ('never' when no seed
-    interpolated; the median epoch and 'k/n seeds' when only some did; 'diverged' when its runs diverged before
-    any finite epoch), with the counts of interpolating and of diverged runs and the spread (pp)."""
+    """T5: per architecture × optimiser and σ_w 'test acc % / interpolation epoch' ('never', '(k/n)'), and counts."""
     confs = configurations(runs)
     lead = list(dict.fromkeys(["arch", "optimizer", *label_columns(confs)]))  # always name both
     sigmas, multi = sorted(confs["sigma_w"].unique()), multi_seed(confs)
@@ -355,16 +287,12 @@ def depth_table(runs: pd.DataFrame) -> pd.DataFrame:
         row = lead_cells(g, lead)
         for s in sigmas:
             r = g[g["sigma_w"] == s]
-            if r.empty:
-                row[sigma_column(s)] = ""
-                continue
             acc = 100 * pd.to_numeric(r["test_acc_at_best"], errors="coerce").mean()
             tau = r["tau_interp"].dropna().astype(float)
             when = "never" if tau.empty else table_text.number(tau.median(), "count")
-            if 0 < len(tau) < len(r):
-                when += f" ({len(tau)}/{len(r)})"
-            row[sigma_column(s)] = (DIVERGED if math.isnan(acc) and diverged_runs(r).any()
-                                    else f"{table_text.number(acc, 'percent')} / {when}")
-        n = int(g["tau_interp"].notna().sum())
-        rows.append({**row, "interpolated": f"{n}/{len(g)}", "diverged": diverged_count(g), **spread_cells(g, multi)})
+            when += f" ({len(tau)}/{len(r)})" if 0 < len(tau) < len(r) else ""
+            row[table_cells.sigma_column(s)] = "" if r.empty else table_cells.DIVERGED if (
+                math.isnan(acc) and diverged_runs(r).any()) else f"{table_text.number(acc, 'percent')} / {when}"
+        rows.append({**row, "interpolated": f"{int(g['tau_interp'].notna().sum())}/{len(g)}",
+                     "diverged": diverged_count(g), **spread_cells(g, multi)})
     return finish(pd.DataFrame(rows))

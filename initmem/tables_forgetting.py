@@ -1,9 +1,5 @@
-"""The forgetting instruments' tables (T6–T8, F12's numbers), built like `initmem.tables`. Runs recorded before the
-instruments (no `angle`/`step_angle` columns, None diagnostics) are skipped; a table with nothing left raises
-`NoResults`. `correlation_sentence` and `collapse_sentence` are the F11 and F12 captions' numbers.
-"""
-
-from __future__ import annotations
+"""The forgetting instruments' tables (T6–T8, F12's numbers), built like `initmem.tables`; runs recorded before the
+instruments are skipped, a table with nothing left raises `NoResults`. The F11/F12 captions' numbers: `*_sentence`."""
 
 import math
 from collections.abc import Sequence
@@ -11,34 +7,23 @@ from collections.abc import Sequence
 import numpy as np
 import pandas as pd
 
-from initmem import metrics, table_cells, tables
+from initmem import metrics, table_cells, table_text, tables
 from initmem.errors import ConfigError, NoResults
-
-__all__ = ["equilibrium_angle", "equilibrium_table", "step_angle_at_end", "clock_correlations",
-           "correlation_sentence", "spearman", "HEAD", "MEASURED"]
 
 HEAD = "head"  # the classifier layer (`models`: `model.head`): no BatchNorm after it, so not scale-invariant
 # the measured forgetting of a configuration (`tables.config_spreads` columns) and how captions name them
 MEASURED = {"angle_range_deg": "σ_w-range of the angle at the selected epoch", "Theta_final": "Θ_final"}
+UNFOLD_CLOCKS = ("T_SGD", "T_adapt", "T_L2", "Theta_slowest")  # F12's x axes, in panel order
 
 
 def equilibrium_angle(optimizer: str, lr: float, weight_decay: float, momentum: float = 0.0,
                       betas: Sequence[float] = (0.9, 0.999)) -> float | None:
-    """The per-step angular update (radians) of a scale-invariant weight (a conv followed by BatchNorm) at the
-    equilibrium that weight decay and the gradient reach, as the literature states it; None where none is stated.
-
-    - SGD with coupled L2 lambda and heavy-ball momentum beta (`sgd`: beta = 0; `sgd_momentum`: beta = momentum):
-      sqrt(2 eta lambda / (1 + beta)) — the angular update of *spherical motion dynamics*, Wan et al. 2021,
-      "Spherical Motion Dynamics: Learning Dynamics of Normalized Neural Network using SGD and Weight Decay"
-      (NeurIPS 2021). Plain SGD, lr 0.1, lambda 0.01: sqrt(0.002) ≈ 0.0447 rad/step.
-    - AdamW with decoupled decay lambda (the step multiplies W by 1 - eta lambda, torch's convention) and beta1:
-      sqrt(2 eta lambda (1 - beta1) / (1 + beta1)) — the *rotational equilibrium* of Kosson et al. 2024,
-      "Rotational Equilibrium: How Weight Decay Balances Learning Across Neural Networks" (ICML 2024).
-    - None without weight decay (no equilibrium: the norm grows and the angular step shrinks), for Adam with
-      coupled L2 (the decay is rescaled per coordinate; no closed form is stated) and for Muon.
-
-    The equilibrium is approached on the time scale 1 / (2 eta lambda) steps (the norm's relaxation), so a run
-    whose T_L2 = lambda sum(eta) is well below 1 has not reached it."""
+    """The per-step angle (radians) of a scale-invariant weight (conv + BatchNorm) at the equilibrium of weight decay
+    and gradient, as the literature states it: SGD with coupled L2 λ and heavy-ball β (0 for `sgd`)
+    sqrt(2ηλ / (1 + β)) (spherical motion dynamics, Wan et al., NeurIPS 2021); AdamW with decoupled λ (torch's
+    W ← (1 − ηλ) W) sqrt(2ηλ (1 − β1) / (1 + β1)) (rotational equilibrium, Kosson et al., ICML 2024). None without
+    weight decay (no equilibrium), for Adam's coupled L2 (no closed form) and Muon. It is reached after ~1 / (2ηλ)
+    steps: a run with T_L2 = λ Σ η well below 1 has not."""
     for name, v in (("lr", lr), ("weight_decay", weight_decay), ("momentum", momentum)):
         if isinstance(v, bool) or not isinstance(v, (int, float, np.number)) or not math.isfinite(v) or v < 0:
             raise ConfigError(f"{name}={v!r} is invalid: a finite real >= 0 is accepted")
@@ -46,25 +31,17 @@ def equilibrium_angle(optimizer: str, lr: float, weight_decay: float, momentum: 
         raise ConfigError(f"momentum={momentum!r} is invalid: a real in [0, 1) is accepted")
     if not weight_decay or not lr:
         return None
-    if optimizer in ("sgd", "sgd_momentum"):
-        beta = float(momentum) if optimizer == "sgd_momentum" else 0.0
-        return math.sqrt(2 * lr * weight_decay / (1 + beta))
+    if optimizer in ("sgd", "sgd_momentum"):  # heavy-ball beta: sgd_momentum's momentum
+        return math.sqrt(2 * lr * weight_decay / (1 + (float(momentum) if optimizer == "sgd_momentum" else 0.0)))
     if optimizer == "adamw":
-        b1 = float(betas[0])
-        return math.sqrt(2 * lr * weight_decay * (1 - b1) / (1 + b1))
+        return math.sqrt(2 * lr * weight_decay * (1 - float(betas[0])) / (1 + float(betas[0])))
     return None
 
 
-def _layer_columns(h: pd.DataFrame) -> list[str]:
-    return [c for c in h.columns if c.startswith("step_angle:") and c != f"step_angle:{HEAD}"]
-
-
 def step_angle_at_end(history: pd.DataFrame, tail: float = 0.1) -> float:
-    """The measured per-step angle (radians) of a run's scale-invariant layers at the end of training: per measured
-    epoch (>= 1) the median over its conv layers (every `step_angle:<layer>` but the head's) of the epoch's mean
-    per-step angle, averaged over the last `tail` fraction of the measured epochs whose values are finite (at least
-    the last one: tail = 0 reads the last measured epoch only). NaN when the history has no instruments."""
-    cols = _layer_columns(history)
+    """A run's measured per-step angle (rad) at the end: the median over its layers but the head of each epoch's, mean
+    over the last `tail` fraction of the epochs with a value (at least the last one); NaN without the instruments."""
+    cols = [c for c in history.columns if c.startswith("step_angle:") and c != f"step_angle:{HEAD}"]
     if not cols:
         return math.nan
     h = history[history["epoch"] >= 1].sort_values("epoch")
@@ -77,18 +54,11 @@ def step_angle_at_end(history: pd.DataFrame, tail: float = 0.1) -> float:
 
 def equilibrium_table(runs: pd.DataFrame, histories: pd.DataFrame | None = None, tail: float = 0.1,
                       tolerance: float = 0.1) -> pd.DataFrame:
-    """T6: for every weight-decay configuration (weight_decay > 0) whose runs have the instruments, the predicted
-    equilibrium per-step angle (`predicted`, rad/step; `equilibrium_angle`, NaN where none is stated) against the
-    measured one (`step_angle_at_end`) per σ_w (mean over seeds; 'diverged' where its runs diverged), the ratio
-    measured / predicted (min and max over σ_w), `sigma_rel_spread` = (max − min) / mean of the measured values
-    across σ_w, `independent_of_sigma` ('yes' when that is <= `tolerance`: the equilibrium forgets the initial
-    scale) and T_L2 (median over its runs; the equilibrium needs T_L2 of order 1 to be reached).
-
-    `histories` default to the runs' own (`results.load_histories` of each run's `path`). NoResults when no
-    weight-decay configuration has `step_angle` columns."""
+    """T6: per weight-decay configuration with the instruments, the `predicted` equilibrium angle against the measured
+    `step_angle_at_end` per σ_w, their ratio, `sigma_rel_spread` ((max − min) / mean over σ_w), `independent_of_sigma`
+    (<= `tolerance`: the equilibrium forgets the initial scale) and T_L2 (it must be of order 1)."""
     confs = tables.configurations(runs)
     h = tables.run_histories(confs, histories)
-    h = h[h["run_id"].isin(confs["run_id"])]
     measured = {rid: step_angle_at_end(hh, tail) for rid, hh in h.groupby("run_id")} if len(h) else {}
     confs = confs.assign(step_angle_end=confs["run_id"].map(measured).astype(float))
     wd = pd.to_numeric(confs["weight_decay"], errors="coerce").fillna(0) > 0
@@ -108,19 +78,16 @@ def equilibrium_table(runs: pd.DataFrame, histories: pd.DataFrame | None = None,
         by = g.groupby("sigma_w")["step_angle_end"].mean().dropna()
         ratio = by / pred if pred else pd.Series(dtype=float)
         rel = float((by.max() - by.min()) / by.mean()) if len(by) >= 2 and by.mean() > 0 else math.nan
-        rows.append({**{c: (first[c] if c in g.columns else first["label"]) for c in lead},
+        rows.append({**table_cells.lead_cells(g, lead),
                      "predicted": math.nan if pred is None else pred,
                      **table_cells.sigma_cells(g, sigmas, False, "step_angle_end", scale=1.0),
-                     "ratio_min": float(ratio.min()) if len(ratio) else math.nan,
-                     "ratio_max": float(ratio.max()) if len(ratio) else math.nan,
-                     "sigma_rel_spread": rel,
+                     "ratio_min": float(ratio.min()), "ratio_max": float(ratio.max()), "sigma_rel_spread": rel,
                      "independent_of_sigma": "–" if math.isnan(rel) else ("yes" if rel <= tolerance else "no"),
                      "T_L2": tables.run_median(g, "T_L2")})
     return table_cells.finish(pd.DataFrame(rows), {"predicted": "fine", "sigma_w=*": "fine", "ratio_*": "fine",
                                                    "sigma_rel_spread": "decimal2"})
 
 
-# --- does memory follow the measured forgetting? ------------------------------------------------------------
 def spearman(x: pd.Series, y: pd.Series) -> float:
     """Spearman's rank correlation (average ranks for ties); NaN with fewer than 3 pairs or a constant side."""
     rx, ry = x.rank(method="average").to_numpy(float), y.rank(method="average").to_numpy(float)
@@ -129,18 +96,20 @@ def spearman(x: pd.Series, y: pd.Series) -> float:
     return float(np.corrcoef(rx, ry)[0, 1])
 
 
-def clock_correlations(runs: pd.DataFrame) -> pd.DataFrame:
-    """Across the configurations (of every section) that have the instruments, the Spearman rank correlation of the
-    spread across σ_w (pp, `tables.config_spreads`) with each measured forgetting (`MEASURED`: the σ_w-range of the
-    angle at the selected epoch, Θ_final) and, on the same configurations for comparison, with F7's clocks
-    (T_SGD, T_L2, T_adapt and, where recorded, their momentum-aware `_eff` variants). One row per x: `x`, `kind`
-    ('measured' | 'clock'), `n_configs` (those with a spread and a finite x), `n_sections` and `spearman` (NaN
-    below 3 configurations or for a constant x). NoResults when no configuration has the instruments."""
-    cs = tables.config_spreads(runs)
-    cs = cs[cs["spread_pp"].notna() & cs[list(MEASURED)].notna().any(axis=1)]
+def instrumented(cs: pd.DataFrame) -> pd.DataFrame:
+    """The `config_spreads` rows with a measured forgetting (`MEASURED`); NoResults when none has."""
+    cs = cs[cs[list(MEASURED)].notna().any(axis=1)]
     if cs.empty:
         raise NoResults("no configuration with the forgetting instruments (angle, Theta: runs recorded before them "
                         "have none)")
+    return cs
+
+
+def clock_correlations(runs: pd.DataFrame) -> pd.DataFrame:
+    """T7: over the configurations with the instruments, the Spearman ρ of the spread with each measured forgetting
+    (`MEASURED`) and, on the same configurations, with F7's clocks (`_eff` ones where recorded): a row per x."""
+    cs = tables.config_spreads(runs)
+    cs = instrumented(cs[cs["spread_pp"].notna()])
     rows = []
     for x in [*MEASURED, *tables.CLOCKS, *tables.EFF_CLOCKS]:
         ok = cs[cs[x].notna()] if x in cs.columns else cs.iloc[:0]
@@ -151,52 +120,35 @@ def clock_correlations(runs: pd.DataFrame) -> pd.DataFrame:
     return table_cells.finish(pd.DataFrame(rows), {"spearman": "signed"})
 
 
+def signed(v: float) -> str:
+    """A correlation as captions show it: '+0.83', '−0.40', '–' when undefined."""
+    return table_text.number(v, "signed").replace("-", "−")
+
+
 def correlation_sentence(corr: pd.DataFrame | str) -> str:
-    """F11's caption from `clock_correlations`: 'Spearman ρ of the spread with: σ_w-range of the angle at the
-    selected epoch +0.83, Θ_final −0.40 (measured) vs T_SGD −0.10, T_L2 −0.35, T_adapt +0.05 (clocks); n = 12
-    configuration(s) of 3 section(s)' ('–' for an undefined ρ). '' for a placeholder (a FigureBook.table message
-    string)."""
+    """F11's caption from `clock_correlations`: 'Spearman ρ of the spread with: … +0.83, Θ_final −0.40 (measured) vs
+    T_SGD −0.10, … (clocks); n = 12 configuration(s) of 3 section(s)'; '' for a placeholder message."""
     if not isinstance(corr, pd.DataFrame) or corr.empty:
         return ""
-
-    def signed(v: float) -> str:
-        return "–" if math.isnan(v) else f"{v:+.2f}".replace("-", "−")
 
     def part(kind: str) -> str:  # the STUDY.md clocks only: the `_eff` variants are in the table
         return ", ".join(f"{MEASURED.get(r.x, r.x)} {signed(r.spearman)}" for r in corr[corr["kind"] == kind]
                          .itertuples() if r.x not in tables.EFF_CLOCKS)
 
-    n = int(corr.loc[corr["kind"] == "measured", "n_configs"].max())
-    k = int(corr.loc[corr["kind"] == "measured", "n_sections"].max())
+    n, k = (int(x) for x in corr.loc[corr["kind"] == "measured", ["n_configs", "n_sections"]].max())
     return (f"Spearman ρ of the spread with: {part('measured')} (measured) vs {part('clock')} (clocks); "
             f"n = {n} configuration(s) of {k} section(s)")
 
 
-# --- F12: forgetting as it unfolds ---------------------------------------------------------------------------
-UNFOLD_CLOCKS = ("T_SGD", "T_adapt", "T_L2", "Theta_slowest")  # F12's x axes, in panel order
-
-
 def unfolding_table(runs: pd.DataFrame, histories: pd.DataFrame | None = None,
                     rules: Sequence[str] = tuple(metrics.SELECTION_RULES)) -> pd.DataFrame:
-    """F12's numbers: for every configuration, every measured epoch e >= 1 and every selection rule
-    (`metrics.SELECTION_RULES`; the paper's lowest validation loss first), the spread across σ_w (pp, with its
-    seed-to-seed std) that a researcher would have reported had training stopped at e: each run's test accuracy at
-    the epoch the rule selects among epochs 1..e (`metrics.test_at_best_by_epoch`), then `metrics.point_summary`'s
-    spread (vectorised over epochs, tested equal to it). A run whose history ended before e (it diverged) keeps its
-    selection among the epochs it has; a σ_w with no accuracy drops out of the spread, counted in
-    `n_sigma_in_spread` (of `n_sigma`). Beside it the clocks at e: T_SGD, T_L2, T_adapt (mean over the runs measured
-    at e; identical across σ_w) and `Theta_slowest`, the measured Θ = Σ per-step angle (rad) of the configuration's
-    slowest-turning σ_w: the smallest over σ_w of the seed-mean Θ at e (usually the largest σ_w's; a spread can
-    vanish only once every σ_w has turned). NaN where the runs lack the instrument (recorded before it).
-
-    Columns: section, config, label, rule, epoch, spread_pp, spread_pp_std, n_sigma_in_spread, n_sigma, the clocks.
-    `histories` default to the runs' own. NoResults without any training history."""
+    """F12's numbers: per configuration, measured epoch e >= 1 and selection rule, `metrics.point_summary`'s spread
+    had training stopped at e (a diverged run keeps its last selection; `n_sigma_in_spread` of `n_sigma`) and the
+    clocks at e (mean over the runs), with `Theta_slowest`: the smallest over σ_w of the seed-mean Θ (a spread can
+    vanish only once every σ_w has turned)."""
     rules = [metrics.check_rule(r) for r in rules]
     confs = tables.configurations(runs)
-    h = tables.run_histories(confs, histories)
-    h = h[h["run_id"].isin(confs["run_id"]) & (h["epoch"] >= 1)]
-    if h.empty:
-        raise NoResults("no training history")
+    h = tables.run_histories(confs, histories, trained=True)
     # one run id can be in two sections (the same config run by both): a history is its section's and run id's
     key = ["section", "run_id"] if "section" in h.columns else ["run_id"]
     h = h[[c for c in (*key, "epoch", "val_loss", "val_acc", "test_acc", "T_SGD", "T_L2", "T_adapt", "Theta")
@@ -234,9 +186,7 @@ def _at_epochs(hs: list[pd.DataFrame], column: str, epochs: list[int]) -> pd.Dat
 
 
 def _spreads(acc: pd.DataFrame, g: pd.DataFrame) -> dict:
-    """`metrics.point_summary`'s spread and seed std for each column (epoch) of `acc` (runs × epochs accuracies):
-    the max − min over σ_w of the per-σ_w mean over seeds (pp); the sample std of the per-seed spreads of the seeds
-    with two or more accuracies, when there are two or more such seeds."""
+    """`metrics.point_summary`'s spread, seed std and σ_w count for each epoch (column) of `acc` (runs × epochs)."""
     sigma, seed = g["sigma_w"].to_numpy(), g["seed"].to_numpy()
     by_sigma = acc.groupby(sigma).mean()
     per_seed = acc.groupby(seed).max() - acc.groupby(seed).min()
@@ -247,17 +197,10 @@ def _spreads(acc: pd.DataFrame, g: pd.DataFrame) -> dict:
 
 
 def collapse_table(unfold: pd.DataFrame, per_decade: int = 4) -> pd.DataFrame:
-    """How well F12's lines fall onto one curve: per selection rule and clock (`UNFOLD_CLOCKS`), over the
-    `unfolding_table` rows with a positive clock, each configuration's mean spread in each log-clock bin
-    (`per_decade` bins per decade); in the bins that two or more configurations reach (`n_bins`; `configs_per_bin`
-    on average), the std across configurations of those means (`dispersion_pp`, averaged over the bins: the
-    spread's disagreement at equal clock) and its ratio to the std of every such mean of those bins
-    (`collapse_ratio`: ~0 when the lines collapse, ~1 or more when the clock says nothing about the spread).
-    `n_configs` counts the configurations with the clock. The clocks reach different configurations (T_L2 only
-    those with weight decay, Θ only those with the instruments), so `ratio_theta_configs` is the ratio over the
-    configurations that have Θ: the same set in every column but T_L2's (those with weight decay among them). A
-    clock that spreads the configurations apart shares few bins, each with few of them: read n_bins and
-    configs_per_bin beside the ratio. NaN where no bin is shared."""
+    """T8, how well F12's lines fall onto one curve: per rule and clock, over the log-clock bins (`per_decade` a
+    decade) two or more configurations share, the std across configurations of their mean spread (`dispersion_pp`)
+    and its ratio to the std of all those means (`collapse_ratio`: ~0 one curve, ~1 the clock says nothing);
+    `ratio_theta_configs` over the configurations with Θ (one set in every column but T_L2's). NaN: no shared bin."""
     with_theta = unfold.loc[unfold["Theta_slowest"] > 0, "config"].unique()
     rows = []
     for rule in dict.fromkeys(unfold["rule"]):
@@ -287,10 +230,8 @@ def _collapse(ok: pd.DataFrame, clock: str, per_decade: int) -> tuple[int, float
 
 
 def collapse_sentence(collapse: pd.DataFrame | str, rule: str = metrics.DEFAULT_RULE) -> str:
-    """F12's caption from `collapse_table`: 'collapse ratio under lowest validation loss selection (0 = one curve,
-    1 = the clock says nothing; 23 configurations): T_SGD 0.91 (0.53 on Θ's 11), T_adapt 0.89 (0.59 on Θ's 11),
-    T_L2 0.70 (5 configuration(s)), Θ 0.69 (11 configuration(s))' ('–' where no bin is shared). '' for a placeholder
-    message string."""
+    """F12's caption from `collapse_table`: 'collapse ratio under … selection (…; 23 configurations): T_SGD 0.91 (0.53
+    on Θ's 11), …, T_L2 0.70 (5 configuration(s)), Θ 0.69 (11 configuration(s))'; '' for a placeholder message."""
     if not isinstance(collapse, pd.DataFrame) or collapse.empty:
         return ""
     c = collapse[collapse["rule"] == rule]
@@ -298,15 +239,11 @@ def collapse_sentence(collapse: pd.DataFrame | str, rule: str = metrics.DEFAULT_
     k = int(c.loc[c["clock"] == "Theta_slowest", "n_configs"].max())
     parts = []
     for r in c.itertuples():
-        part = f"{'Θ' if r.clock == 'Theta_slowest' else r.clock} {_ratio(r.collapse_ratio)}"
+        part = f"{'Θ' if r.clock == 'Theta_slowest' else r.clock} {table_text.number(r.collapse_ratio, 'decimal2')}"
         if r.n_configs < n:
             part += f" ({r.n_configs} configuration(s))"
         elif 0 < k < n and r.clock != "T_L2":
-            part += f" ({_ratio(r.ratio_theta_configs)} on Θ's {k})"
+            part += f" ({table_text.number(r.ratio_theta_configs, 'decimal2')} on Θ's {k})"
         parts.append(part)
     return (f"collapse ratio under {metrics.SELECTION_RULES[rule][1]} selection (0 = one curve, 1 = the clock says "
             f"nothing; {n} configurations): " + ", ".join(parts))
-
-
-def _ratio(x: float) -> str:
-    return "–" if math.isnan(x) else f"{x:.2f}"

@@ -32,20 +32,18 @@ results_dir = "results/cpu"
 out_dir = "figures"
 
 # %%
-from initmem import plots, plots_forgetting, table_text, tables
+from initmem import plots, plots_forgetting, tables
 from initmem.figures import FigureBook
 
 s = FigureBook(results_dir, out_dir, "01_optimizers")
-s.stamp.caption()
 
 # %%
-t1 = s.table("T1_optimizers", lambda: tables.optimizer_table(s.runs),
+s.show_table("T1_optimizers", lambda: tables.optimizer_table(s.runs),
              "Test accuracy (%) at the best-validation-loss epoch by optimiser and σ_w, spread across σ_w (pp; mean ± "
-             "std over seeds when several), the paper's spread where it reports one (paper spread: arXiv 2605.29152, "
+             f"std over seeds when several), the paper's spread where it reports one (paper spread: {tables.PAPER}, "
              "ResNet-9, b = 128; Muon 'about 4'), runs that interpolated and that diverged ('diverged' in a σ_w cell: "
              "its runs have no accuracy and are outside the spread), median interpolation epoch, final/initial "
              "weight-norm ratio and radial-memory slope")
-table_text.display_frame(t1)
 
 # %%
 s.figure("F1_accuracy_vs_sigma", lambda: plots.accuracy_vs_sigma(s.runs),

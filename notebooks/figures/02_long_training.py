@@ -28,15 +28,13 @@ results_dir = "results/cpu"
 out_dir = "figures"
 
 # %%
-from initmem import table_text, tables
+from initmem import tables
 from initmem.figures import FigureBook
 
 s = FigureBook(results_dir, out_dir, "02_long_training")
-s.stamp.caption()
 
 # %%
-t2 = s.table("T2_long_training",
+s.show_table("T2_long_training",
              lambda: tables.long_training_table(s.runs, s.histories, marks=s.param("epoch_marks")),
              "Long training: test accuracy (%) per σ_w and spread across σ_w (pp) at the best-validation epoch up to "
              "each epoch mark, with the clocks T_SGD and T_adapt reached there")
-table_text.display_frame(t2)

@@ -30,7 +30,6 @@ from initmem import plots, table_text, tables
 from initmem.figures import FigureBook
 
 s = FigureBook(results_dir, out_dir, "03_lr_l2")
-s.stamp.caption()
 
 # %%
 t3 = s.table("T3_lr_l2", lambda: tables.lr_l2_table(s.runs),
@@ -39,5 +38,5 @@ t3 = s.table("T3_lr_l2", lambda: tables.lr_l2_table(s.runs),
 table_text.display_frame(t3)
 
 # %%
-s.figure("F5_spread_lr_l2", lambda: plots.spread_heatmap(s.runs),
+s.figure("F5_spread_lr_l2", lambda: plots.spread_heatmap(s.runs, table=t3),
          "SGD spread across σ_w (pp) over learning rate × L2")

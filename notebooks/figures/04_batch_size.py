@@ -26,17 +26,15 @@ results_dir = "results/cpu"
 out_dir = "figures"
 
 # %%
-from initmem import plots, table_text, tables
+from initmem import plots, tables
 from initmem.figures import FigureBook
 
 s = FigureBook(results_dir, out_dir, "04_batch_size")
-s.stamp.caption()
 
 # %%
-t4 = s.table("T4_batch_size", lambda: tables.batch_size_table(s.runs),
+s.show_table("T4_batch_size", lambda: tables.batch_size_table(s.runs),
              "Test-accuracy spread across σ_w (pp) by batch size (rows) and optimiser (columns); 'diverged': runs of "
              "the row that diverged, and the cells whose spread lacks a σ_w because they did")
-table_text.display_frame(t4)
 
 # %%
 s.figure("F4_spread_vs_batch_size", lambda: plots.spread_vs_batch_size(s.runs),

@@ -26,18 +26,16 @@ results_dir = "results/cpu"
 out_dir = "figures"
 
 # %%
-from initmem import plots, table_text, tables
+from initmem import plots, tables
 from initmem.figures import FigureBook
 
 s = FigureBook(results_dir, out_dir, "05_depth")
-s.stamp.caption()
 
 # %%
-t5 = s.table("T5_depth", lambda: tables.depth_table(s.runs),
+s.show_table("T5_depth", lambda: tables.depth_table(s.runs),
              "Depth: test accuracy (%) / interpolation epoch ('never': no interpolation) per architecture, optimiser "
              "and σ_w ('diverged': no accuracy, outside the spread), with the runs that interpolated and that "
              "diverged and the spread across σ_w (pp)")
-table_text.display_frame(t5)
 
 # %%
 s.figure("F6_depth_interpolation", lambda: plots.depth_interpolation_map(s.runs),

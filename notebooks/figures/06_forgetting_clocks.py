@@ -51,7 +51,6 @@ from initmem import plots, plots_forgetting, table_text, tables_forgetting
 from initmem.figures import FigureBook
 
 s = FigureBook(results_dir, out_dir)
-s.stamp.caption()
 
 # %%
 s.figure("F7_spread_vs_clocks", lambda: plots.spread_vs_clocks(s.runs),
@@ -62,13 +61,12 @@ s.figure("F8_repair_gap", lambda: plots.repair_gap_bars(s.runs),
          "repair gap (val. accuracy final − at interpolation, pp) per configuration")
 
 # %%
-t6 = s.table("T6_equilibrium", lambda: tables_forgetting.equilibrium_table(s.runs, s.histories),
+s.show_table("T6_equilibrium", lambda: tables_forgetting.equilibrium_table(s.runs, s.histories),
              "weight decay: the predicted equilibrium per-step angle (rad/step; SGD sqrt(2ηλ/(1+β)), Wan et al. 2021; "
              "AdamW sqrt(2ηλ(1−β1)/(1+β1)), Kosson et al. 2024; – where none is stated) against the measured one (median "
              "over conv layers of the per-step angle, mean over the last 10 % of epochs) per σ_w, their ratio, whether "
              "the measured values are independent of σ_w (spread ≤ 10 % of their mean) and T_L2 = λ Σ η (the "
              "equilibrium needs it of order 1)")
-table_text.display_frame(t6)
 
 # %%
 corr = s.table("T7_clock_correlations", lambda: tables_forgetting.clock_correlations(s.runs),
