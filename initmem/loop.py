@@ -1,14 +1,7 @@
-"""The engine's loop as one small type. `Loop` holds everything a training step and a measurement read or change:
-the population and what the loop calls (`runtime.network`), the optimiser, the forgetting instruments, the clocks,
-the data-order and augmentation generators, the live mask, the members' statuses and histories, the epoch and step
-counters and the wall clock. Its named steps: `Loop.build`, `check_device`, `run_epoch` (one epoch of optimiser
-steps), `measure` (every member's row, read from the device in one sync), `record` (rows into the histories,
-diverged members silenced), and `state_dict` / `load_state_dict` (a checkpoint's state; loading is all or nothing).
-
-Every tensor here is made on the run's device or taken from one that is. Two things are on the CPU by design, and
-`check_device` knows them: the data-order generators (so the minibatch order is the same on every device) and
-torch's own Adam/AdamW step counters (0-dim host tensors unless `capturable`). On torch's `meta` device (the harness
-of tests/test_meta_device.py) the augmentation generators live on the CPU, since torch has no meta generator.
+"""The engine's loop as one type: `Loop` holds what a training step and a measurement read or change, and its
+steps (`build`, `check_device`, `run_epoch`, `measure`, `record`, `state_dict` / `load_state_dict`, all or nothing).
+Every tensor is on the run's device, except by design the data-order generators (the same minibatch order on every
+device), torch's Adam/AdamW step counters (host scalars) and, on `meta` (no meta generator), the augmentation ones.
 """
 
 from __future__ import annotations
@@ -116,14 +109,6 @@ class Loop:
     def steps_per_epoch(self) -> int:
         return _data.steps_per_epoch(self.n, self.cfg.batch_size, self.cfg.drop_last)
 
-    @property
-    def total_steps(self) -> int:
-        return self.steps_per_epoch * self.cfg.epochs
-
-    @property
-    def warmup_steps(self) -> int:
-        return min(self.total_steps, round(self.cfg.warmup_epochs * self.steps_per_epoch))
-
     def columns(self) -> list[str]:
         """The history's columns, in order."""
         return [*record.HISTORY_COLUMNS, *metrics.EXTRA_CLOCKS, *(f"norm:{n}" for n in self.pop.layers),
@@ -160,31 +145,23 @@ class Loop:
 
     def check_device(self) -> None:
         """DeviceMismatch (one line, naming it) for the first tensor or generator the step uses that is not where it
-        belongs: every tensor on the run's device, the data-order generators on the CPU, the augmentation
-        generators on `generator_device`. Reads only metadata: no host sync."""
-        def bad(what: str, where: torch.device, want: torch.device) -> DeviceMismatch:
-            return DeviceMismatch(f"{what} is on {where}, not on {want}: every tensor the training step uses must be "
-                                  f"made on the run's device {self.dev} (a factory without device=, or a module "
-                                  "built elsewhere)")
-
-        for what, t in self._tensors():
-            if not _same(t.device, self.dev):
-                raise bad(what, t.device, self.dev)
-        for kind, gens, want in (("data-order", self.order_gen, torch.device("cpu")),
-                                 ("augmentation", self.aug_gen, generator_device(self.dev))):
-            for seed, g in gens.items():
-                if not _same(g.device, want):
-                    raise bad(f"{kind} generator of seed {seed}", g.device, want)
+        belongs (see the module docstring). Reads only metadata: no host sync."""
+        gens = [(f"{kind} generator of seed {seed}", g, want) for kind, gs, want in (
+            ("data-order", self.order_gen, torch.device("cpu")),
+            ("augmentation", self.aug_gen, generator_device(self.dev))) for seed, g in gs.items()]
+        for what, t, want in [*((what, t, self.dev) for what, t in self._tensors()), *gens]:
+            if not _same(t.device, want):
+                raise DeviceMismatch(f"{what} is on {t.device}, not on {want}: every tensor the training step uses "
+                                     f"must be made on the run's device {self.dev} (a factory without device=, or a "
+                                     "module built elsewhere)")
 
     # ------------------------------------------------------------------------------------------------ training
     def _batch(self, idxs: tuple[torch.Tensor, ...]) -> tuple[torch.Tensor, torch.Tensor]:
         """The step's input (augmented per seed) and labels ([b] or [b, K] when the seeds differ)."""
-        cfg, seeds, x = self.cfg, self.seeds, self.splits.train_x
-        xs = {}
-        for s, idx in zip(seeds, idxs, strict=True):
-            xs[s] = x[idx]
-            if cfg.augment:
-                xs[s] = _data.augment_batch(xs[s], self.aug_gen[s])
+        cfg, seeds = self.cfg, self.seeds
+        xs = {s: self.splits.train_x[idx] for s, idx in zip(seeds, idxs, strict=True)}
+        if cfg.augment:  # each seed's own stream
+            xs = {s: _data.augment_batch(x, self.aug_gen[s]) for s, x in xs.items()}
         xb = self.pop.inputs([xs[c.seed] for c in self.configs] if len(seeds) > 1 else [xs[seeds[0]]])
         y = self.splits.train_y
         yb = y[idxs[0]] if len(seeds) == 1 else torch.stack([y[idxs[seeds.index(c.seed)]] for c in self.configs], 1)
@@ -200,9 +177,10 @@ class Loop:
     def train_step(self, idxs: tuple[torch.Tensor, ...], sums: torch.Tensor) -> float:
         """One optimiser step on the minibatch `idxs` (one index tensor per seed); adds the members' [loss * batch,
         correct] to `sums` on the device; returns the step's lr."""
-        cfg, pop = self.cfg, self.pop
-        factor = optim.lr_factor(cfg.schedule, self.step, self.total_steps, self.warmup_steps, cfg.step_milestones,
-                                 cfg.step_gamma)
+        cfg, pop, per_epoch = self.cfg, self.pop, self.steps_per_epoch
+        total = per_epoch * cfg.epochs
+        factor = optim.lr_factor(cfg.schedule, self.step, total, min(total, round(cfg.warmup_epochs * per_epoch)),
+                                 cfg.step_milestones, cfg.step_gamma)
         optim.set_lr_factor(self.opt, factor)
         lr = cfg.lr * factor  # the clocks run on the main lr (muon's aux AdamW lr is not a clock)
         x, y = self._batch(idxs)
@@ -223,8 +201,8 @@ class Loop:
         return lr
 
     def run_epoch(self, on_step: Callable[[int], None] | None = None) -> tuple[torch.Tensor, float]:
-        """One epoch of optimiser steps; the members' [loss * batch, correct] sums (device) and the last step's lr.
-        After this process's first step, `check_device` (the optimiser's state exists by then)."""
+        """One epoch of optimiser steps: the members' [loss * batch, correct] sums (device) and the last step's lr.
+        `check_device` after this process's first step (when the optimiser's state exists)."""
         self.pop.model.train()
         sums = torch.zeros(self.k, 2, dtype=torch.float64, device=self.dev)
         lr = math.nan
@@ -279,8 +257,8 @@ class Loop:
         return rows
 
     def record(self, rows: list[dict]) -> list[int]:
-        """Append each alive member's row; a member whose row is not finite is diverged and silenced. Returns the
-        members that were alive (whose rows were recorded)."""
+        """Append each alive member's row (those members are returned); one whose row is not finite is diverged and
+        silenced."""
         recorded = list(self.alive)
         for j in recorded:
             self.histories[j].append(rows[j])
@@ -302,10 +280,8 @@ class Loop:
                 "epoch": self.epoch, "step": self.step, "wall_time": self.elapsed()}
 
     def load_state_dict(self, state: dict, rng: dict | None = None) -> None:
-        """Apply `state` (a `state_dict`) and, with `rng`, the process-wide generators (`checkpoint.rng_state`): all
-        or nothing. When any part fails (a missing key, a shape, a device, a type), everything it had set is rolled
-        back (model, optimiser, instruments, generators, clocks, live mask, histories, counters, wall clock and
-        global generators exactly as before) and the error propagates. The wall clock restarts at a success."""
+        """Apply `state` (a `state_dict`) and, with `rng`, the global generators (`checkpoint.rng_state`), all or
+        nothing: when any part fails, every part is rolled back exactly and the error propagates."""
         before, clock, global_rng = copy.deepcopy(self.state_dict()), (self.wall_time, self.t0), _ckpt.rng_state()
         try:
             self._apply(state)

@@ -1,29 +1,18 @@
 """The members of a population: K networks that differ only in sigma_w and seed, held so that one training step
-serves all of them. `population(nets)` returns a `PlainPopulation` (or its grouped form) on the members' device; the
-training loop calls only its methods (forward, per-member losses and correct counts, per-member views of the
-weights, silencing a diverged member), so it does not know which implementation it runs.
-
-- K = 1: the plain network (`PlainPopulation`), exactly what a single run trains.
-- K > 1: **grouped modules** (`GroupedPopulation`). The K members become one "wide" network whose channels are K
-  groups: every conv has groups=K, every BatchNorm K*C channels (batch statistics and running stats per member by
-  construction), ReLU, pools and residual adds are channel-wise, option-A shortcuts zero-pad each group, and the head
-  is a batched matmul over a [K, 10, C] weight. It is made by module surgery on member 0's network, so every layer
-  keeps its module name (`norm:<layer>` columns match a single run's). The loss is the sum of the members' mean
-  cross-entropies, so each member's gradient is exactly its own. Member k sees its own minibatch (its seed fixes its
-  data order and augmentation); when every member has the same seed the stem conv takes the one shared 3-channel
-  batch with groups=1 (the same arithmetic, without K copies of the input); evaluation always does that.
-  Why grouped modules and not torch.func (`stack_module_state` + `functional_call` + `vmap`, which would batch any
-  architecture without surgery): measured on this CPU, `benchmarks/bench_members.py`, see docs/performance.md.
-
-Members share no arithmetic (every op is per channel group), so a NaN in one never reaches another; a diverged
-member is silenced (`silence`: parameters, BatchNorm stats and optimiser state zeroed, its loss masked out) and the
-others train on unchanged.
+serves all of them. `population(nets)` gives a `PlainPopulation` (K = 1: the plain network) or a `GroupedPopulation`;
+the loop calls only their methods. Grouped modules: member 0's network by module surgery (every layer keeps its
+name), every conv with groups=K, BatchNorm with K*C channels, option-A shortcuts padding each group, the head a
+batched matmul over [K, 10, C]; the loss is the sum of the members' mean losses, so each gradient is its member's.
+Members share no arithmetic, so a NaN in one reaches no other; a diverged member is silenced. Why not torch.func's
+vmap: measured slower here (`benchmarks/bench_members.py`, docs/performance.md).
 """
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import ctypes
+import functools
 import os
 import platform
 
@@ -201,25 +190,16 @@ def population(nets: list[nn.Module], same_input: bool = True) -> PlainPopulatio
 
 
 # ---------------------------------------------------------------------------------------------------- CPU memory
-_MALLOC_TUNED: list[bool] = []
-
-
+@functools.cache
 def tune_malloc() -> bool:
-    """Make glibc keep freed memory for reuse: every block from the heap (M_MMAP_MAX=0), no trimming below 2 GiB
-    (M_TRIM_THRESHOLD). Why: glibc serves a block above its mmap threshold (at most 32 MiB) by a fresh mmap and
-    unmaps it on free, so each large activation of each step is page-faulted in anew. A K-member population's
-    activations are K times larger and cross that size at width 0.25 already (timings: docs/performance.md). The
-    price: the process keeps its peak memory. Process-wide and once; a no-op
-    off glibc and under `INITMEM_MALLOC=default`. Returns whether the setting is in force."""
-    if not _MALLOC_TUNED:
-        ok = False
-        if os.environ.get("INITMEM_MALLOC", "") != "default" and platform.libc_ver()[0] == "glibc":
-            try:
-                libc = ctypes.CDLL("libc.so.6")
-                ok = libc.mallopt(-4, 0) == 1 and libc.mallopt(-1, 2**31 - 1) == 1  # M_MMAP_MAX, M_TRIM_THRESHOLD
-            except (OSError, AttributeError):
-                ok = False
-        _MALLOC_TUNED.append(ok)
-    return _MALLOC_TUNED[0]
+    """Make glibc keep freed memory (M_MMAP_MAX=0, M_TRIM_THRESHOLD 2 GiB): otherwise each activation above the mmap
+    threshold, as a population's are, is mapped and page-faulted anew every step (docs/performance.md); the price is
+    the peak memory kept. Once per process; a no-op off glibc and under `INITMEM_MALLOC=default`. Whether in force."""
+    ok = False
+    if os.environ.get("INITMEM_MALLOC", "") != "default" and platform.libc_ver()[0] == "glibc":
+        with contextlib.suppress(OSError, AttributeError):
+            libc = ctypes.CDLL("libc.so.6")
+            ok = libc.mallopt(-4, 0) == 1 and libc.mallopt(-1, 2**31 - 1) == 1  # M_MMAP_MAX, M_TRIM_THRESHOLD
+    return ok
 
 
