@@ -31,9 +31,8 @@ _CACHE_VERSION = 1  # bump when the decoded layout changes: old cache files are 
 
 # An entry is (split, class, file name, bytes); `origin` names the file in error messages.
 def _decode_into(out: np.ndarray, data: bytes, origin: str) -> None:
-    """One image file → `out` (uint8 [32, 32, 3]) with PIL, in this process: paid once per archive (cached). A fork
-    pool gained nothing on 2 shared cores and forking a process that holds torch's thread pools is unsafe;
-    torchvision.io's decoders are deprecated since 0.29."""
+    """One image file → `out` (uint8 [32, 32, 3]) with PIL, in this process (paid once per archive: a fork pool
+    gained nothing on 2 cores and is unsafe under torch's thread pools; torchvision.io's decoders are deprecated)."""
     try:  # only image folders need Pillow: a stock PyTorch image may lack it
         from PIL import Image
     except ImportError:
@@ -126,14 +125,6 @@ def _scan_folder(root: Path) -> list[tuple[str, str, str, Path]]:
     return files
 
 
-def _sha256_file(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 22), b""):
-            h.update(chunk)
-    return h.hexdigest()
-
-
 def default_cache_dir() -> Path:
     """`$INITMEM_CACHE`, else `~/.cache/initmem`."""
     return Path(os.environ.get("INITMEM_CACHE") or Path.home() / ".cache" / "initmem").expanduser()
@@ -168,8 +159,8 @@ def _save_cache(path: Path, key: str, data: Cifar10) -> None:
 
 
 def _check_cache_dir(cache: Path, from_env: bool) -> None:
-    """DataError (one line) unless `cache` is a folder this process can write, checked before decoding: a cache
-    that is a file or read-only is a mistake of the setup, better fixed once than paid for on every load."""
+    """DataError unless `cache` is a folder this process can write, checked before decoding: a setup mistake is
+    better fixed once than paid for on every load."""
     what = f"INITMEM_CACHE={str(cache)!r}" if from_env else f"cache_dir={str(cache)!r}"
     fix = "set INITMEM_CACHE to a writable folder, or unset it for ~/.cache/initmem" if from_env else \
         "a writable folder is accepted"
@@ -201,7 +192,8 @@ def load_imagefolder(root: Path, cache_dir: Path | None, progress: bool) -> Cifa
         listing = "\n".join(f"{s}/{c}/{n}\t{(st := f.stat()).st_size}\t{st.st_mtime_ns}" for s, c, n, f in files)
         key = hashlib.sha256(listing.encode()).hexdigest()
     else:
-        key = _sha256_file(path)
+        with open(path, "rb") as f:
+            key = hashlib.file_digest(f, "sha256").hexdigest()
     cache = Path(cache_dir).expanduser() if cache_dir is not None else default_cache_dir()
     cache_file = cache / f"cifar10-{kind}-{key[:24]}-v{_CACHE_VERSION}.pt"
     if (hit := _load_cache(cache_file, key)) is not None:

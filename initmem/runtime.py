@@ -29,10 +29,9 @@ def run_device(config: TrainConfig) -> torch.device:
 
 
 def engine_settings(config: TrainConfig, dev: torch.device) -> dict:
-    """Set the process-wide numerics `config` asks for and return them (recorded in the run's provenance): fp32 is
-    strict IEEE (PyTorch's default lets cuDNN convolutions run in TF32), tf32 allows TF32 matmuls and convolutions
-    (`set_tf32`); `deterministic` turns on deterministic algorithms (the cuBLAS workspace they need is set when this
-    module is imported), otherwise cuDNN may benchmark its algorithms on CUDA."""
+    """Set the process-wide numerics `config` asks for and return them (for the provenance): fp32 strict IEEE
+    (PyTorch's default lets cuDNN convolutions use TF32), tf32 TF32 matmuls and convolutions; `deterministic`
+    algorithms, otherwise cuDNN benchmarking on CUDA."""
     tf32 = config.precision == "tf32"
     set_tf32(tf32)
     torch.use_deterministic_algorithms(config.deterministic)
@@ -43,9 +42,8 @@ def engine_settings(config: TrainConfig, dev: torch.device) -> dict:
 
 
 def set_tf32(on: bool) -> str:
-    """TF32 for matmuls and cuDNN convolutions on or off; returns the API used. torch >= 2.9 has `fp32_precision`
-    ("tf32" | "ieee") and deprecates the `allow_tf32` setters, and the two must not be mixed in one process: the
-    new API where torch has it, the legacy setters only where it does not."""
+    """TF32 for matmuls and cuDNN convolutions on or off; the API used: torch >= 2.9's `fp32_precision` where it
+    exists (it deprecates `allow_tf32`, and the two must not be mixed in a process), else `allow_tf32`."""
     matmul, cudnn = torch.backends.cuda.matmul, torch.backends.cudnn
     if hasattr(matmul, "fp32_precision") and hasattr(getattr(cudnn, "conv", None), "fp32_precision"):
         matmul.fp32_precision = cudnn.conv.fp32_precision = "tf32" if on else "ieee"
@@ -65,18 +63,16 @@ _COMPILED: dict[tuple, tuple[members.PlainPopulation, object]] = {}  # one netwo
 
 
 def reset_compiled() -> None:
-    """Forget every compiled network: torch's dynamo caches and this module's together (call this, not
-    `torch._dynamo.reset()` alone: a cached population outliving dynamo's reset keeps its model in memory)."""
+    """Forget every compiled network, dynamo's caches and this module's together (a cached population outliving
+    `torch._dynamo.reset()` alone would keep its model in memory)."""
     torch._dynamo.reset()
     _COMPILED.clear()
 
 
 def network(configs: list[TrainConfig], dev: torch.device) -> tuple[members.PlainPopulation, object]:
-    """The population of `configs` on `dev`: the members initialised exactly as separate runs initialise them, and what
-    the loop calls (the population's
-    network, or with `compile` its compiled form). With `compile`, a process compiles a network shape once: the next
-    population of the same shape gets the same module re-initialised in place (bitwise the fresh weights) and the
-    same compiled callable, whose guards still hold."""
+    """The population of `configs` on `dev`, initialised exactly as separate runs are, and what the loop calls: its
+    network or, with `compile`, the compiled form, made once per process and shape (a later population of that
+    shape gets the same module, its weights set bitwise to the fresh ones, and the same callable)."""
     cfg = configs[0]
     nets = []
     for c in configs:
@@ -88,12 +84,13 @@ def network(configs: list[TrainConfig], dev: torch.device) -> tuple[members.Plai
                 raise
             raise _bad("width", cfg.width, f"the network does not fit in memory on {dev} ({type(exc).__name__}); a "
                                            "smaller width is accepted") from None
-    pop = members.population(nets, same_input=len({c.seed for c in configs}) == 1)
+    same_input = len({c.seed for c in configs}) == 1
+    pop = members.population(nets, same_input)
     if cfg.channels_last:
         pop.model.to(memory_format=torch.channels_last)
     if not cfg.compile:
         return pop, pop.model
-    key = (cfg.arch, cfg.width, len(configs), len({c.seed for c in configs}) == 1, str(dev), cfg.channels_last)
+    key = (cfg.arch, cfg.width, len(configs), same_input, str(dev), cfg.channels_last)
     if key not in _COMPILED:
         _COMPILED.clear()
         # dynamic=False: one graph per shape (the full batch, the epoch's partial last batch, the padded eval batch:
