@@ -120,7 +120,6 @@ def load_latest(folder: str | Path, use: Callable[[dict[str, Any]], None],
     return None
 
 
-# --- process-wide RNG states ---------------------------------------------------------------------------------
 def rng_state() -> dict[str, Any]:
     """Every global generator's state (torch's CPU and initialised CUDA ones, `random`, numpy's legacy one): a
     resume restores them all, so the process continues exactly as an uninterrupted one."""

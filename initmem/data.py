@@ -43,7 +43,6 @@ class Splits:
                 f"train_eval={n_eval}, device={self.train_x.device}, source={self.source!r})")
 
 
-# -------------------------------------------------------------------------------------------------------- splits
 def _allocate(counts: torch.Tensor, n: int) -> torch.Tensor:
     """Per-class sizes summing exactly to n, proportional to `counts`: largest remainder (the floor of each quota,
     +1 to the largest fractional parts, ties to the lower class)."""
@@ -141,7 +140,6 @@ def channel_stats(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return mean.float(), var.sqrt().float()
 
 
-# ------------------------------------------------------------------------------------------ augmentation, batches
 def augment_batch(x: torch.Tensor, generator: torch.Generator | None, crop_pad: int = 4,
                   flip: bool = True) -> torch.Tensor:
     """Random crop after `crop_pad` pixels of zero padding (the train mean colour) and random horizontal flip, per

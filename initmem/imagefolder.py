@@ -88,11 +88,8 @@ def _entry_key(parts: tuple[str, ...]) -> tuple[str, str, str, str] | None:
     """(top, split, class, file) for an image at `[top/]split/class/file`, else None."""
     if any(p.startswith(".") for p in parts) or not parts[-1].lower().endswith(IMAGE_EXTS):
         return None
-    if len(parts) == 3 and parts[0] in ("train", "test"):
-        return ("", *parts)
-    if len(parts) == 4 and parts[1] in ("train", "test"):
-        return parts  # type: ignore[return-value]
-    return None
+    parts = ("", *parts) if len(parts) == 3 else parts
+    return parts if len(parts) == 4 and parts[1] in ("train", "test") else None  # type: ignore[return-value]
 
 
 def _read_tar(path: Path) -> list[tuple[str, str, str, bytes]]:

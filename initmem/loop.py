@@ -47,6 +47,11 @@ class Loop:
     """The loop's state and its steps (see the module docstring). Build it with `Loop.build`."""
 
     configs: list[TrainConfig]
+    cfg: TrainConfig  # configs[0]: every setting but sigma_w and seed
+    k: int  # members
+    seeds: list[int]  # the members' distinct seeds, sorted; the generators are per seed
+    n: int  # training images
+    steps_per_epoch: int
     dev: torch.device
     splits: _data.Splits
     evals: list[tuple[torch.Tensor, torch.Tensor]]  # (x, y) of the train-eval subset, validation, test
@@ -85,29 +90,10 @@ class Loop:
                    for s in seeds}
         clocks = [metrics.ClockAccumulator(c.batch_size, c.weight_decay, metrics.lr_scale(c.optimizer, c.momentum))
                   for c in configs]
-        return cls(configs, dev, splits, evals, pop, net, opt, forgetting.Instruments(pop.weights, k, pop.layers),
-                   clocks, order_gen, aug_gen, torch.ones(k, device=dev), list(range(k)), ["complete"] * k,
-                   [[] for _ in range(k)])
-
-    @property
-    def cfg(self) -> TrainConfig:
-        return self.configs[0]
-
-    @property
-    def k(self) -> int:
-        return len(self.configs)
-
-    @property
-    def seeds(self) -> list[int]:
-        return sorted(self.order_gen)
-
-    @property
-    def n(self) -> int:
-        return len(self.splits.train_y)
-
-    @property
-    def steps_per_epoch(self) -> int:
-        return _data.steps_per_epoch(self.n, self.cfg.batch_size, self.cfg.drop_last)
+        n = len(splits.train_y)
+        return cls(configs, cfg, k, seeds, n, _data.steps_per_epoch(n, cfg.batch_size, cfg.drop_last), dev, splits,
+                   evals, pop, net, opt, forgetting.Instruments(pop.weights, k, pop.layers), clocks, order_gen,
+                   aug_gen, torch.ones(k, device=dev), list(range(k)), ["complete"] * k, [[] for _ in range(k)])
 
     def columns(self) -> list[str]:
         """The history's columns, in order."""
@@ -120,10 +106,8 @@ class Loop:
 
     # ------------------------------------------------------------------------------------------------ devices
     def _tensors(self) -> Iterator[tuple[str, torch.Tensor]]:
-        s = self.splits
-        for name in ("train_x", "train_y", "val_x", "val_y", "test_x", "test_y", "train_eval_idx"):
-            if getattr(s, name) is not None:
-                yield f"data {name}", getattr(s, name)
+        yield from ((f"data {name}", t) for name in ("train_x", "train_y", "val_x", "val_y", "test_x", "test_y",
+                                                     "train_eval_idx") if (t := getattr(self.splits, name)) is not None)
         for i, (x, y) in enumerate(self.evals):
             yield f"evaluation split {i} images", x
             yield f"evaluation split {i} labels", y

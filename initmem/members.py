@@ -26,7 +26,6 @@ from initmem.errors import ConfigError
 _CHANNELWISE = (nn.MaxPool2d, nn.Identity, nn.ReLU, models.SpatialMax, models.SpatialMean)
 
 
-# ---------------------------------------------------------------------------------------------------- grouped layers
 class StemConv(nn.Conv2d):
     """The first conv of K members, weight [K*c_out, 3, k, k]. A 3-channel input (shared by all members) runs with
     groups=1, a 3K-channel input (member k's images in channels 3k..3k+2) with groups=K: the same weight either way."""
@@ -115,7 +114,7 @@ def member_state_dict(grouped: nn.Module, template: nn.Module, member: int) -> d
     return {key: (t.reshape(-1, *shapes[key])[member] if t.ndim else t).clone()
             for key, t in grouped.state_dict().items()}
 
-# ---------------------------------------------------------------------------------------------------- populations
+
 class PlainPopulation:
     """One member: the plain network. Outputs [b, C]; per-member quantities are length-1 tensors."""
 
@@ -135,9 +134,6 @@ class PlainPopulation:
     def correct(self, out: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         return (out.argmax(1) == y).sum()[None]
 
-    def member_state_dict(self, member: int) -> dict[str, torch.Tensor]:
-        return {k: v.clone() for k, v in self.model.state_dict().items()}
-
     def silence(self, optimizer: torch.optim.Optimizer, member: int) -> None:
         """Nothing to do: a diverged single run stops."""
 
@@ -146,7 +142,6 @@ class GroupedPopulation(PlainPopulation):
     """K members as channel groups of one network (see the module docstring). Outputs [b, K, C]."""
 
     def __init__(self, nets: list[nn.Module], same_input: bool):
-        self.template = copy.deepcopy(nets[0])
         super().__init__(build_grouped(nets), models.layer_names(nets[0]))  # GroupedHead is the member's Linear
         self.k, self.same_input = len(nets), same_input
 
@@ -163,9 +158,6 @@ class GroupedPopulation(PlainPopulation):
 
     def correct(self, out: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         return (out.argmax(2) == self._labels(y)).sum(0)
-
-    def member_state_dict(self, member: int) -> dict[str, torch.Tensor]:
-        return member_state_dict(self.model, self.template, member)
 
     @torch.no_grad()
     def silence(self, optimizer: torch.optim.Optimizer, member: int) -> None:
@@ -189,7 +181,6 @@ def population(nets: list[nn.Module], same_input: bool = True) -> PlainPopulatio
     return PlainPopulation(nets[0]) if len(nets) == 1 else GroupedPopulation(nets, same_input)
 
 
-# ---------------------------------------------------------------------------------------------------- CPU memory
 @functools.cache
 def tune_malloc() -> bool:
     """Make glibc keep freed memory (M_MMAP_MAX=0, M_TRIM_THRESHOLD 2 GiB): otherwise each activation above the mmap

@@ -130,7 +130,6 @@ def radial_memory(initial_norms: Sequence[float], final_norms: Sequence[float]) 
     return float((lx * (ly - ly.mean())).sum() / (lx * lx).sum())
 
 
-# ---------------------------------------------------------------------------------------------------- clocks
 def lr_scale(optimizer: str, momentum: float) -> float:
     """lr -> the *effective* step size of the momentum-aware clocks: 1 / (1 - beta) for heavy-ball SGD (steady-state
     step eta g / (1 - beta)); 1 for the others (Adam's and Muon's momentum is an average)."""
@@ -189,7 +188,6 @@ def _neumaier(s: float, c: float, x: float) -> tuple[float, float]:
     return t, c
 
 
-# ---------------------------------------------------------------------------------------------------- summary
 def _num(x) -> float | None:
     """A finite Python float, or None (NaN/inf/missing are not valid JSON numbers)."""
     return None if x is None or not math.isfinite(x := float(x)) else x
@@ -212,20 +210,15 @@ def summarize_history(history: pd.DataFrame, threshold: float = 0.995) -> dict:
     w1 = _num(last["weight_norm"])
     return {
         "best_epoch": None if best is None else int(trained["epoch"].iloc[best]),
-        "test_acc_at_best": at_best("test_acc"),
-        "val_loss_at_best": at_best("val_loss"),
-        "val_acc_at_best": at_best("val_acc"),
+        **{f"{c}_at_best": at_best(c) for c in ("test_acc", "val_loss", "val_acc")},
         "tau_interp": None if tau is None else int(trained["epoch"].iloc[tau - 1]),
         "interpolated": tau is not None,
         "repair_gap": None if tau is None else repair_gap(h, threshold),
         "init_weight_norm": w0,
         "final_weight_norm": w1,
         "norm_ratio": _num(w1 / w0) if w0 and w1 is not None else None,
-        "final_train_acc": _num(last["train_acc"]),
-        "final_test_acc": _num(last["test_acc"]),
-        "T_SGD": _num(last["T_SGD"]),
-        "T_L2": _num(last["T_L2"]),
-        "T_adapt": _num(last["T_adapt"]),
+        **{f"final_{c}": _num(last[c]) for c in ("train_acc", "test_acc")},
+        **{c: _num(last[c]) for c in ("T_SGD", "T_L2", "T_adapt")},
         "diverged_epoch": int(bad["epoch"].iloc[0]) if len(bad) else None,
         "epochs_run": int(h["epoch"].max()),
         "steps": int(last["step"]),
@@ -236,7 +229,6 @@ def summarize_history(history: pd.DataFrame, threshold: float = 0.995) -> dict:
     }
 
 
-# ---------------------------------------------------------------------------------------------------- a point
 def point_summary(df: pd.DataFrame) -> dict:
     """The point's numbers from its `point.run_point` rows: the spread across sigma_w of the per-sigma_w mean test
     accuracy (pp), its seed-to-seed std (spreads within each seed), best and worst sigma_w, counts. A sigma_w whose
@@ -261,6 +253,5 @@ def point_summary(df: pd.DataFrame) -> dict:
         "sigma_ws_missing": sorted(float(x) for x in set(df["sigma_w"]) - set(by_sigma.index)),
         "diverged_sigma_ws": sorted(float(x) for x in df.loc[df["status"] == "diverged", "sigma_w"].unique()),
         "n_interpolated": int(df["interpolated"].eq(True).sum()),
-        "n_diverged": int((df["status"] == "diverged").sum()),
-        "n_complete": int((df["status"] == "complete").sum()),
+        **{f"n_{status}": int((df["status"] == status).sum()) for status in ("diverged", "complete")},
     }

@@ -20,7 +20,6 @@ from .config import ARCHS
 from .errors import ConfigError
 
 
-# ---------------------------------------------------------------------------------------------------- validation
 def _positive(name: str, x: object) -> float:
     if isinstance(x, bool) or not isinstance(x, (int, float)) or not math.isfinite(x) or x <= 0:
         raise ConfigError(f"{name}={x!r} is invalid: a finite positive real number is accepted")
@@ -35,7 +34,6 @@ def _channels(base: int, width: float) -> int:
     return c
 
 
-# ---------------------------------------------------------------------------------------------------- global pools
 class SpatialMax(nn.Module):
     """Global max-pool as a max over the spatial dimensions: the function of AdaptiveMaxPool2d(1), whose CUDA backward
     is not deterministic; amax's backward is (it splits the gradient between exact ties, which ReLU outputs leave
@@ -46,14 +44,12 @@ class SpatialMax(nn.Module):
 
 
 class SpatialMean(nn.Module):
-    """Global average pool as a mean over the spatial dimensions (adaptive_avg_pool2d's CUDA backward is not
-    deterministic; the mean's is)."""
+    """Global average pool as a mean (adaptive_avg_pool2d's CUDA backward is not deterministic; the mean's is)."""
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return x.mean(dim=(2, 3))
 
 
-# ---------------------------------------------------------------------------------------------------- ResNet-9
 class ConvBN(nn.Module):
     """3x3 bias-free conv -> BatchNorm -> ReLU."""
 
@@ -96,12 +92,9 @@ class ResNet9(nn.Module):
         return self.head(self.pool(self.layer3(self.layer2(self.layer1(self.prep(x))))))
 
 
-# ---------------------------------------------------------------------------------------------------- He ResNets
 class ShortcutA(nn.Module):
-    """Option-A shortcut: subsample by `stride`, zero-pad channels from c_in to c_out (no parameters).
-
-    A module rather than a lambda so that models pickle (multiprocessing, deepcopy, torch.save of the whole model).
-    """
+    """Option-A shortcut: subsample by `stride`, zero-pad channels from c_in to c_out (a module, not a lambda, so
+    that models pickle)."""
 
     def __init__(self, c_in: int, c_out: int, stride: int):
         super().__init__()
@@ -131,12 +124,9 @@ class CifarResNet(nn.Module):
         c = [_channels(b, width) for b in (16, 32, 64)]
         self.conv1 = nn.Conv2d(3, c[0], 3, padding=1, bias=False)
         self.bn1 = nn.BatchNorm2d(c[0])
-        stages, c_in = [], c[0]
-        for i, c_out in enumerate(c):
-            blocks = [BasicBlock(c_in if j == 0 else c_out, c_out, 2 if (i > 0 and j == 0) else 1) for j in range(n)]
-            stages.append(nn.Sequential(*blocks))
-            c_in = c_out
-        self.layer1, self.layer2, self.layer3 = stages
+        self.layer1, self.layer2, self.layer3 = (  # each stage's first block changes the width and stride
+            nn.Sequential(BasicBlock(c_in, c_out, stride), *(BasicBlock(c_out, c_out) for _ in range(n - 1)))
+            for c_in, c_out, stride in zip((c[0], c[0], c[1]), c, (1, 2, 2), strict=True))
         self.pool = SpatialMean()
         self.head = nn.Linear(c[2], num_classes)
 
@@ -144,7 +134,6 @@ class CifarResNet(nn.Module):
         return self.head(self.pool(self.layer3(self.layer2(self.layer1(F.relu(self.bn1(self.conv1(x))))))))
 
 
-# ---------------------------------------------------------------------------------------------------- factories
 _FACTORIES = {"resnet9": ResNet9, "resnet20": functools.partial(CifarResNet, 3),
               "resnet56": functools.partial(CifarResNet, 9), "resnet110": functools.partial(CifarResNet, 18)}
 
@@ -161,7 +150,6 @@ def build_model(arch: str, sigma_w: float = 1.0, width: float = 1.0, num_classes
     return model
 
 
-# ---------------------------------------------------------------------------------------------------- init & norms
 def _unwrap(model: nn.Module) -> nn.Module:
     return getattr(model, "_orig_mod", model)  # torch.compile wrapper: keep the plain layer names
 

@@ -18,7 +18,6 @@ from .errors import ConfigError, check_int, invalid
 from .models import head_parameters
 
 
-# ---------------------------------------------------------------------------------------------------- Muon maths
 def newton_schulz(G: torch.Tensor, steps: int = 5, eps: float = 1e-7) -> torch.Tensor:
     """U V^T of each G = U S V^T of a [..., m, n] stack (leading dimensions: the K members, or none), approximately:
     `steps` quintic Newton-Schulz iterations in bfloat16 as torch.optim.Muon does. The singular values land in
@@ -47,7 +46,6 @@ def muon_update(grad: torch.Tensor, momentum_buf: torch.Tensor, beta: float = 0.
     return newton_schulz(u.reshape(members, len(u) // members, -1), ns_steps).reshape(grad.shape).to(grad.dtype)
 
 
-# ---------------------------------------------------------------------------------------------------- optimisers
 def _check_real(name: str, x: object, lo: float = 0.0, lo_open: bool = False, hi: float = math.inf,
                 hi_open: bool = True) -> float:
     ok = not isinstance(x, bool) and isinstance(x, (int, float)) and math.isfinite(x)
@@ -231,7 +229,6 @@ def set_lr_factor(optimizer: torch.optim.Optimizer, factor: float) -> None:
         g["lr"] = g.setdefault("initial_lr", g["lr"]) * factor
 
 
-# ---------------------------------------------------------------------------------------------------- schedules
 def lr_factor(schedule: str, step: int, total_steps: int, warmup_steps: int = 0,
               milestones: tuple[float, ...] = (0.5, 0.75), gamma: float = 0.1) -> float:
     """Multiplier of the base lr at 0-based `step` of `total_steps`: (step + 1) / W during a warm-up of W steps,

@@ -54,9 +54,7 @@ def set_tf32(on: bool) -> str:
 
 def autocast(config: TrainConfig, dev: torch.device):
     """bf16 autocast (weights, loss, norms and metrics stay fp32) or nothing."""
-    if config.precision == "bf16":
-        return torch.autocast(dev.type, dtype=torch.bfloat16)
-    return contextlib.nullcontext()
+    return torch.autocast(dev.type, dtype=torch.bfloat16) if config.precision == "bf16" else contextlib.nullcontext()
 
 
 _COMPILED: dict[tuple, tuple[members.PlainPopulation, object]] = {}  # one network shape per process
@@ -100,9 +98,7 @@ def network(configs: list[TrainConfig], dev: torch.device) -> tuple[members.Plai
         _COMPILED[key] = (pop, torch.compile(pop.model, dynamic=False, mode=mode))
         return _COMPILED[key]
     cached, net = _COMPILED[key]
-    with torch.no_grad():
-        cached.model.load_state_dict(pop.model.state_dict())  # weights, BatchNorm running stats and counters
-    for p in cached.model.parameters():
-        p.grad = None
+    cached.model.load_state_dict(pop.model.state_dict())  # weights, BatchNorm running stats and counters
+    cached.model.zero_grad(set_to_none=True)
     cached.model.train()
     return cached, net

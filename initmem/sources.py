@@ -19,7 +19,6 @@ from .errors import ConfigError, DataError, check_int
 from .imagefolder import ARCHIVE_EXTS, archives, load_imagefolder
 
 
-# --------------------------------------------------------------------------------------------------- torchvision
 def _unpickle(path: Path) -> dict:
     if not path.is_file():
         raise DataError(f"CIFAR-10 batch file {path} is missing")
@@ -76,7 +75,6 @@ def _load_torchvision(root: Path, download: bool) -> Cifar10:
     return check_dataset(Cifar10(train_x, train_y, test_x, test_y, classes, f"torchvision:{folder}"), str(folder))
 
 
-# ----------------------------------------------------------------------------------------------------- synthetic
 def make_synthetic(n_train: int = 2000, n_test: int = 500, seed: int = 0) -> Cifar10:
     """Deterministic class-structured 32x32 images for tests: per class a fixed low-frequency colour pattern at a
     random contrast, plus a per-image distractor, pixel noise and a circular shift; balanced labels. Measured: a
@@ -108,7 +106,6 @@ def make_synthetic(n_train: int = 2000, n_test: int = 500, seed: int = 0) -> Cif
     return Cifar10(train_x, train_y, test_x, test_y, CIFAR10_CLASSES, f"synthetic:{n_train}+{n_test}:seed{seed}")
 
 
-# ------------------------------------------------------------------------------------------------------- loading
 def _find(base: Path, tried: list[str]) -> tuple[str, Path] | None:
     """The first real source under `base` (`cifar-10-batches-py/`, `train/`+`test/`, `base` as a .tar.gz, one
     `*.tar.gz` in it); every path looked at is appended to `tried`."""

@@ -67,21 +67,14 @@ class _Run:
     """What the loop of one call does not change: who trains, where it is recorded, how it reports."""
 
     configs: list[TrainConfig]
+    rids: list[str]
+    pid: str  # the population's id (a single run's too)
     dev: torch.device
     prov: dict
     started_at: str
     owner: RunFolders
     folder: Path | None  # of the checkpoints
     mode: str | None  # progress: None, "bar" or "lines"
-    data_source: str
-
-    @property
-    def rids(self) -> list[str]:
-        return [run_id(c) for c in self.configs]
-
-    @property
-    def pid(self) -> str:
-        return population_id(self.configs)
 
     def say(self, line: str) -> None:
         if self.mode is not None:
@@ -95,7 +88,7 @@ def _train(configs: list[TrainConfig], owner: RunFolders, progress: bool, on_ste
     what = _label(cfg) if k == 1 else f"population of {k}: " + ", ".join(map(_label, configs))
     run.say(f"run {run.pid}: {what}; {cfg.arch} width={cfg.width:g} {cfg.optimizer} lr={cfg.lr:g} "
             f"b={cfg.batch_size}, {cfg.epochs} epochs x {loop.steps_per_epoch} steps on "
-            f"{run.dev} ({run.data_source}, {cfg.precision})")
+            f"{run.dev} ({run.prov['data_source']}, {cfg.precision})")
     loop.t0 = time.perf_counter()  # wall_time counts training and evaluation, not data loading or set-up
     if not _resume(run, loop):
         for history, row in zip(loop.histories, loop.measure(None, math.nan), strict=True):
@@ -134,8 +127,8 @@ def _build(configs: list[TrainConfig], owner: RunFolders, progress: bool, notes:
         raise _bad("batch_size", cfg.batch_size, f"at most the training split's size {n} (n_train) is accepted")
     loop = Loop.build(configs, dev, splits)
     loop.check_device()
-    return _Run(configs, dev, prov, started_at, owner, owner.checkpoint_folder(configs), _progress_mode(progress),
-                data.source), loop
+    return _Run(configs, [run_id(c) for c in configs], population_id(configs), dev, prov, started_at, owner,
+                owner.checkpoint_folder(configs), _progress_mode(progress)), loop
 
 
 def _resume(run: _Run, loop: Loop) -> bool:
@@ -175,7 +168,11 @@ def _epoch(run: _Run, loop: Loop, on_step, bar) -> None:
         rows = loop.measure(sums, lr)
         for j in loop.record(rows):
             if run.mode == "lines":
-                _report_line(rows[j], run.configs[j], loop.status[j], k)
+                r, c = rows[j], run.configs[j]
+                print(f"run {run.rids[j]}" + (f" ({_label(c)})" if k > 1 else "") + f" epoch {r['epoch']}/{c.epochs} "
+                      f"loss {r['train_loss']:.4g} train {r['train_acc']:.4f} val {r['val_acc']:.4f} test "
+                      f"{r['test_acc']:.4f} norm {r['weight_norm']:.4g} angle {r['angle']:.1f} {r['wall_time']:.1f}s"
+                      + ("  DIVERGED" if loop.status[j] == "diverged" else ""), flush=True)
         if run.folder is not None and cfg.checkpoint_every and loop.epoch % cfg.checkpoint_every == 0 and loop.alive:
             _ckpt.save(run.folder, loop.epoch, {
                 "population": run.pid, "run_ids": run.rids, "config": shared_fields(cfg), "epoch": loop.epoch,
@@ -205,13 +202,6 @@ def _finish(run: _Run, loop: Loop) -> list[RunResult]:
         out.append(result)
     run.owner.finish(run.configs)
     return out
-
-
-def _report_line(row: dict, config: TrainConfig, status: str, k: int) -> None:
-    who = f"run {run_id(config)}" + (f" ({_label(config)})" if k > 1 else "")
-    print(f"{who} epoch {row['epoch']}/{config.epochs} loss {row['train_loss']:.4g} train {row['train_acc']:.4f} "
-          f"val {row['val_acc']:.4f} test {row['test_acc']:.4f} norm {row['weight_norm']:.4g} angle "
-          f"{row['angle']:.1f} {row['wall_time']:.1f}s" + ("  DIVERGED" if status == "diverged" else ""), flush=True)
 
 
 def time_steps(config: TrainConfig, steps: int = 5, warmup: int = 2, population: int = 1) -> float:
