@@ -1,11 +1,7 @@
-"""Checkpoint files: atomic, checksummed, rotated; and the process-wide RNG states a resume must restore.
-
-A checkpoint `epoch-NNNNNN.ckpt` (in the folder `initmem.run_folders` gives) is MAGIC, a JSON header line
-`{"format", "sha256", "size"}` and a `torch.save` payload read with `weights_only=True`; the header is checked before
-unpickling, so a truncated or bit-flipped file is a `CheckpointError`, never a wrong resume. Writes are atomic
-(`files.atomic_write`); a failed one leaves the older checkpoints. Test-only: `INITMEM_FAULT=
-kill_during_checkpoint_write[@E]` SIGKILLs `save` after half the file is written and synced (a power cut).
-"""
+"""Checkpoint files (atomic, checksummed, rotated) and the process-wide RNG states a resume restores. A file is MAGIC,
+a JSON header `{"format", "sha256", "size"}` checked before the `torch.save` payload is read (`weights_only`): a
+damaged file is a `CheckpointError`, never a wrong resume. Test-only: `INITMEM_FAULT=kill_during_checkpoint_write[@E]`
+SIGKILLs `save` with half the file written and synced (a power cut)."""
 
 from __future__ import annotations
 
@@ -40,8 +36,7 @@ def _fault(epoch: int) -> bool:
 
 
 def save(folder: str | Path, epoch: int, payload: dict[str, Any], *, keep: int = KEEP) -> Path:
-    """Write `payload` as `folder/epoch-<epoch>.ckpt`, then delete all but the `keep` newest checkpoints and any
-    temp file a killed writer left; the path."""
+    """Write `payload` as `folder/epoch-<epoch>.ckpt`; delete all but the `keep` newest and a killed writer's temp."""
     folder = Path(folder)
     path = _folders.checkpoint_file(folder, epoch)
     buf = io.BytesIO()
@@ -121,8 +116,7 @@ def load_latest(folder: str | Path, use: Callable[[dict[str, Any]], None],
 
 
 def rng_state() -> dict[str, Any]:
-    """Every global generator's state (torch's CPU and initialised CUDA ones, `random`, numpy's legacy one): a
-    resume restores them all, so the process continues exactly as an uninterrupted one."""
+    """Every global generator's state (torch CPU and initialised CUDA, `random`, numpy): a resume restores them all."""
     kind, keys, pos, has_gauss, gauss = np.random.get_state(legacy=True)
     state = {"torch": torch.get_rng_state(), "python": random.getstate(),
              "numpy": {"kind": kind, "keys": torch.from_numpy(keys.astype(np.int64)), "pos": int(pos),

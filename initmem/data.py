@@ -44,8 +44,7 @@ class Splits:
 
 
 def _allocate(counts: torch.Tensor, n: int) -> torch.Tensor:
-    """Per-class sizes summing exactly to n, proportional to `counts`: largest remainder (the floor of each quota,
-    +1 to the largest fractional parts, ties to the lower class)."""
+    """Per-class sizes summing to n, proportional to `counts` by largest remainder (ties to the lower class)."""
     quota = counts.double() * n / counts.sum()
     k = quota.floor().long()
     order = torch.sort(-(quota - k), stable=True).indices
@@ -90,9 +89,8 @@ def resolve_device(device: str | torch.device) -> torch.device:
 def make_splits(data: Cifar10, n_val: int = 5000, n_train: int | None = None, n_test: int | None = None,
                 split_seed: int = 0, device: str | torch.device = "cpu",
                 train_eval_size: int | None = None) -> Splits:
-    """Split the training images into train and validation (stratified, by `split_seed`), take the stratified
-    subsets asked (`n_train` of the train part, `n_test` of the test set, `train_eval_size` of the train split for
-    clean train accuracy), normalise all with the train split's per-channel mean/std, on `device`."""
+    """Stratified train/validation split by `split_seed`, stratified subsets (`n_train`, `n_test`, `train_eval_size` of
+    the train split for clean train accuracy), all normalised by the train split's channel mean/std, on `device`."""
     if not isinstance(data, Cifar10):
         raise ConfigError(f"data={type(data).__name__} is invalid: a Cifar10 from load_cifar10 is accepted")
     check_int("split_seed", split_seed, -(2**63), 2**63 - 1)
@@ -142,9 +140,8 @@ def channel_stats(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
 
 def augment_batch(x: torch.Tensor, generator: torch.Generator | None, crop_pad: int = 4,
                   flip: bool = True) -> torch.Tensor:
-    """Random crop after `crop_pad` pixels of zero padding (the train mean colour) and random horizontal flip, per
-    image of a normalised batch [B, C, H, W]; a new tensor. Two gathers with per-image offsets (a flip reverses the
-    column indices); random numbers are drawn on the generator's device in a fixed order (offsets, flips)."""
+    """Random crop after `crop_pad` zero pixels (the mean colour) and random flip per image of a normalised [B, C, H, W]
+    batch, as two gathers; random numbers drawn on the generator's device in a fixed order (offsets, flips)."""
     if not isinstance(x, torch.Tensor) or x.ndim != 4:
         raise ConfigError(f"x={getattr(x, 'shape', type(x).__name__)} is invalid: a [B, C, H, W] tensor is accepted")
     check_int("crop_pad", crop_pad, 0, min(x.shape[2], x.shape[3]))
@@ -164,9 +161,8 @@ def augment_batch(x: torch.Tensor, generator: torch.Generator | None, crop_pad: 
 
 def batches(n: int, batch_size: int, generator: torch.Generator | None, drop_last: bool = False,
             device: str | torch.device | None = None) -> Iterator[torch.Tensor]:
-    """Minibatch index tensors of one epoch over `n` items, from `torch.randperm(n, generator=generator)`: the one
-    place minibatch order is decided. The last partial batch is kept unless `drop_last` (the clocks count it like any
-    other step). `device`: where the indices live (default: the generator's)."""
+    """One epoch's minibatch indices over `n` items from `torch.randperm(n, generator=generator)`, the one place the
+    order is decided; the last partial batch kept unless `drop_last`. `device`: theirs (default: the generator's)."""
     check_int("n", n, 1, 2**62)
     check_int("batch_size", batch_size, 1, 2**62)
     gdev = generator.device if generator is not None else torch.device("cpu")

@@ -1,12 +1,8 @@
-"""Forgetting instruments: how far each layer of each population member has turned from its initialisation.
-
-A conv before a BatchNorm is scale-invariant, so its state is its direction: `angle:<layer>` (degrees from W_0),
-`disp:<layer>` = |W_t - W_0| / |W_0| at every measured epoch, `step_angle:<layer>` the epoch's mean angle between W
-before and after a step (radians, accumulated on the device) and `Theta` its cumulative whole-network sum: a
-*measured* clock beside T_SGD, T_L2 and T_adapt. Columns without a layer treat all weights as one vector.
-Numerics: cos(1e-4 rad) = 1 - 5e-9 is below float32's resolution, so an angle is atan2(|t|, |b| + rho) from the
-difference d = a - b (rho = <d, b> / |b|, t^2 = |d|^2 - rho^2), with products and sums in float64.
-"""
+"""Forgetting instruments: how far each layer of each member has turned from its initialisation (a conv before a
+BatchNorm is scale-invariant: its state is its direction). `angle:<layer>` (degrees from W_0), `disp:<layer>` =
+|W_t - W_0| / |W_0|, `step_angle:<layer>` (the epoch's mean per-step angle, radians) and `Theta` (its cumulative
+whole-network sum: a *measured* clock); no layer: all weights as one vector. cos(1e-4 rad) is 1 in float32, so an
+angle is atan2(|t|, |b| + rho) from d = a - b (rho = <d, b> / |b|, t^2 = |d|^2 - rho^2), in float64."""
 
 from __future__ import annotations
 
@@ -16,8 +12,7 @@ import torch
 
 
 def _parts(d: list[torch.Tensor], b: list[torch.Tensor], k: int) -> torch.Tensor:
-    """[3, L + 1, K]: per layer and member <d, b>, |d|^2, |b|^2 (float64, each tensor viewed as [K, -1]), after
-    their sums over layers (row 0: the whole network as one vector)."""
+    """[3, L + 1, K] float64: <d, b>, |d|^2, |b|^2 per member, of all layers together (row 0) and of each."""
     def dots(xs: list[torch.Tensor], ys: list[torch.Tensor]) -> torch.Tensor:
         return torch.stack([(x.reshape(k, -1).double() * y.reshape(k, -1).double()).sum(1)
                             for x, y in zip(xs, ys, strict=True)])

@@ -1,7 +1,6 @@
-"""CIFAR-10 as image files: `root/{train,test}/<class>/*.{png,jpg,jpeg}` or a `.tar.gz` of such a tree (the tree may
-sit under one top-level folder). Sorted class folders give the label order. Decoded once with PIL and cached as a
-tensor file keyed by the content hash (`default_cache_dir`), so later loads take about a second; a corrupt cache is
-named and rebuilt, a corrupt or truncated archive is named and refused (timings: docs/performance.md)."""
+"""CIFAR-10 as image files: `root/{train,test}/<class>/*.{png,jpg,jpeg}` or a `.tar.gz` of it (maybe under one
+top folder); sorted class folders give the labels. Decoded once with PIL and cached by content hash (later loads
+take about a second); a corrupt cache is named and rebuilt, a corrupt archive named and refused."""
 
 from __future__ import annotations
 
@@ -95,9 +94,8 @@ def _entry_key(parts: tuple[str, ...]) -> tuple[str, str, str, str] | None:
 def _read_tar(path: Path) -> list[tuple[str, str, str, bytes]]:
     found: dict[str, list[tuple[str, str, str, bytes]]] = {}
     try:
-        # Streaming: one pass over the gzip, no random access needed. tarfile's own "r|gz" never reads the gzip
-        # trailer, so an archive cut inside its last bytes would load as if whole: drain the stream to make gzip
-        # check its length and CRC.
+        # One streaming pass. tarfile's own "r|gz" never reads the gzip trailer (an archive cut in its last bytes
+        # would load as if whole): the stream is drained so that gzip checks its length and CRC.
         with gzip.open(path) as gz, tarfile.open(fileobj=gz, mode="r|") as tf:
             for m in tf:
                 key = _entry_key(PurePosixPath(m.name).parts) if m.isfile() else None
@@ -156,8 +154,7 @@ def _save_cache(path: Path, key: str, data: Cifar10) -> None:
 
 
 def _check_cache_dir(cache: Path, from_env: bool) -> None:
-    """DataError unless `cache` is a folder this process can write, checked before decoding: a setup mistake is
-    better fixed once than paid for on every load."""
+    """DataError unless `cache` is a writable folder, checked before decoding (a setup mistake, fixed once)."""
     what = f"INITMEM_CACHE={str(cache)!r}" if from_env else f"cache_dir={str(cache)!r}"
     fix = "set INITMEM_CACHE to a writable folder, or unset it for ~/.cache/initmem" if from_env else \
         "a writable folder is accepted"
@@ -170,8 +167,7 @@ def _check_cache_dir(cache: Path, from_env: bool) -> None:
 
 
 def load_imagefolder(root: Path, cache_dir: Path | None, progress: bool) -> Cifar10:
-    """CIFAR-10 from `root`: a tree with train/ and test/, a .tar.gz, or a folder with exactly one .tar.gz; from the
-    cache when its content hash is there, else decoded and cached."""
+    """CIFAR-10 from a train/+test/ tree, a .tar.gz or a folder with one; from the cache when its hash is there."""
     if root.is_dir() and (root / "train").is_dir() and (root / "test").is_dir():
         kind, path = "imagefolder", root
     elif root.is_file() and root.name.endswith(ARCHIVE_EXTS):

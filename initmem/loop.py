@@ -1,8 +1,6 @@
-"""The engine's loop as one type: `Loop` holds what a training step and a measurement read or change, and its
-steps (`build`, `check_device`, `run_epoch`, `measure`, `record`, `state_dict` / `load_state_dict`, all or nothing).
-Every tensor is on the run's device, except by design the data-order generators (the same minibatch order on every
-device), torch's Adam/AdamW step counters (host scalars) and, on `meta` (no meta generator), the augmentation ones.
-"""
+"""The engine's loop as one type, `Loop`: what a training step and a measurement read or change, and its steps.
+Every tensor is on the run's device except, by design, the data-order generators (one minibatch order on every
+device), torch's Adam/AdamW step counters (host scalars) and, on `meta` (no meta generator), the augmentation ones."""
 
 from __future__ import annotations
 
@@ -128,8 +126,7 @@ class Loop:
         yield "live mask", self.live
 
     def check_device(self) -> None:
-        """DeviceMismatch (one line, naming it) for the first tensor or generator the step uses that is not where it
-        belongs (see the module docstring). Reads only metadata: no host sync."""
+        """DeviceMismatch naming the first tensor or generator not where it belongs (metadata only: no host sync)."""
         gens = [(f"{kind} generator of seed {seed}", g, want) for kind, gs, want in (
             ("data-order", self.order_gen, torch.device("cpu")),
             ("augmentation", self.aug_gen, generator_device(self.dev))) for seed, g in gs.items()]
@@ -159,8 +156,7 @@ class Loop:
             torch.compiler.cudagraph_mark_step_begin()
 
     def train_step(self, idxs: tuple[torch.Tensor, ...], sums: torch.Tensor) -> float:
-        """One optimiser step on the minibatch `idxs` (one index tensor per seed); adds the members' [loss * batch,
-        correct] to `sums` on the device; returns the step's lr."""
+        """One optimiser step on `idxs` (an index tensor per seed), adding [loss * batch, correct] to `sums`; its lr."""
         cfg, pop, per_epoch = self.cfg, self.pop, self.steps_per_epoch
         total = per_epoch * cfg.epochs
         factor = optim.lr_factor(cfg.schedule, self.step, total, min(total, round(cfg.warmup_epochs * per_epoch)),
@@ -185,8 +181,7 @@ class Loop:
         return lr
 
     def run_epoch(self, on_step: Callable[[int], None] | None = None) -> tuple[torch.Tensor, float]:
-        """One epoch of optimiser steps: the members' [loss * batch, correct] sums (device) and the last step's lr.
-        `check_device` after this process's first step (when the optimiser's state exists)."""
+        """One epoch of steps: the members' [loss * batch, correct] sums and its last lr (`check_device` once)."""
         self.pop.model.train()
         sums = torch.zeros(self.k, 2, dtype=torch.float64, device=self.dev)
         lr = math.nan
@@ -205,8 +200,7 @@ class Loop:
     # ------------------------------------------------------------------------------------------------ measuring
     @torch.no_grad()
     def readings(self, sums: torch.Tensor | None) -> torch.Tensor:
-        """[K, values] float64 on the device: train loss and running accuracy, (loss, accuracy) of each evaluation
-        split, the total and per-layer weight norms, the instruments: every measured number but the clocks."""
+        """[K, values] float64 on the device: every measured number of the members' rows but the clocks."""
         cfg, pop, k = self.cfg, self.pop, self.k
         pop.model.eval()
         parts = [torch.full((k, 2), math.nan, dtype=torch.float64, device=self.dev) if sums is None else sums / self.n]
@@ -241,8 +235,7 @@ class Loop:
         return rows
 
     def record(self, rows: list[dict]) -> list[int]:
-        """Append each alive member's row (those members are returned); one whose row is not finite is diverged and
-        silenced."""
+        """Append each alive member's row (those members are returned); a non-finite row silences its member."""
         recorded = list(self.alive)
         for j in recorded:
             self.histories[j].append(rows[j])

@@ -1,11 +1,7 @@
-"""The members of a population: K networks that differ only in sigma_w and seed, held so that one training step
-serves all of them. `population(nets)` gives a `PlainPopulation` (K = 1: the plain network) or a `GroupedPopulation`;
-the loop calls only their methods. Grouped modules: member 0's network by module surgery (every layer keeps its
-name), every conv with groups=K, BatchNorm with K*C channels, option-A shortcuts padding each group, the head a
-batched matmul over [K, 10, C]; the loss is the sum of the members' mean losses, so each gradient is its member's.
-Members share no arithmetic, so a NaN in one reaches no other; a diverged member is silenced. Why not torch.func's
-vmap: measured slower here (`benchmarks/bench_members.py`, docs/performance.md).
-"""
+"""A population's members: K networks differing only in sigma_w and seed, trained by one step. `population(nets)` is
+a `PlainPopulation` (K = 1) or a `GroupedPopulation`: member 0's network by module surgery (layer names kept), every
+conv with groups=K, BatchNorm K*C channels, the head a batched matmul; members share no arithmetic, so a NaN stays
+in its member. Not torch.func's vmap: slower here (`benchmarks/bench_members.py`, docs/performance.md)."""
 
 from __future__ import annotations
 
@@ -58,8 +54,7 @@ class GroupedShortcutA(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x = x[:, :, ::self.stride, ::self.stride]
         b, _, h, w = x.shape
-        x = F.pad(x.reshape(b, self.members, -1, h, w), (0, 0, 0, 0, self.pad_lo, self.pad_hi))
-        return x.reshape(b, -1, h, w)
+        return F.pad(x.reshape(b, self.members, -1, h, w), (0, 0, 0, 0, self.pad_lo, self.pad_hi)).reshape(b, -1, h, w)
 
 
 def _grouped_leaf(m: nn.Module, k: int, arch: str, name: str, stem: bool, dev: torch.device) -> nn.Module:
@@ -87,8 +82,7 @@ def _grouped_leaf(m: nn.Module, k: int, arch: str, name: str, stem: bool, dev: t
 
 @torch.no_grad()
 def build_grouped(members: list[nn.Module], arch: str = "?") -> nn.Module:
-    """One wide network holding `members` (same architecture, any weights) as channel groups, with their weights,
-    biases and BatchNorm buffers copied in. Module names are the members', so `norm:<layer>` columns match."""
+    """`members` (one architecture) as channel groups of one network, weights and buffers copied; layer names kept."""
     k, template = len(members), members[0]
     dev = next(template.parameters()).device  # every grouped tensor is made where the members live
     grouped = copy.deepcopy(template)  # keeps the container classes, so their forward() runs unchanged
@@ -99,17 +93,13 @@ def build_grouped(members: list[nn.Module], arch: str = "?") -> nn.Module:
             setattr(grouped.get_submodule(parent), child, _grouped_leaf(m, k, arch, name, name == first, dev))
     sources = [dict(m.state_dict()) for m in members]
     for key, target in grouped.state_dict().items():
-        parts = [s[key] for s in sources]
-        if target.numel() == k * parts[0].numel():
-            target.copy_(torch.stack(parts).reshape(target.shape))
-        else:  # scalar buffers (BatchNorm's num_batches_tracked): identical across members
-            target.copy_(parts[0])
+        parts = [s[key] for s in sources]  # a scalar buffer (num_batches_tracked) is the same in every member
+        target.copy_(torch.stack(parts).reshape(target.shape) if target.numel() == k * parts[0].numel() else parts[0])
     return grouped
 
 
 def member_state_dict(grouped: nn.Module, template: nn.Module, member: int) -> dict[str, torch.Tensor]:
-    """One member's weights and buffers from `grouped`, shaped as the separate model `template`'s state_dict (so
-    `models.build_model(...).load_state_dict(...)` gives that member as a plain network)."""
+    """Member `member` of `grouped` as a state_dict of the plain network `template`."""
     shapes = {key: t.shape for key, t in template.state_dict().items()}
     return {key: (t.reshape(-1, *shapes[key])[member] if t.ndim else t).clone()
             for key, t in grouped.state_dict().items()}
@@ -183,9 +173,8 @@ def population(nets: list[nn.Module], same_input: bool = True) -> PlainPopulatio
 
 @functools.cache
 def tune_malloc() -> bool:
-    """Make glibc keep freed memory (M_MMAP_MAX=0, M_TRIM_THRESHOLD 2 GiB): otherwise each activation above the mmap
-    threshold, as a population's are, is mapped and page-faulted anew every step (docs/performance.md); the price is
-    the peak memory kept. Once per process; a no-op off glibc and under `INITMEM_MALLOC=default`. Whether in force."""
+    """Make glibc keep freed memory (M_MMAP_MAX=0, M_TRIM_THRESHOLD 2 GiB), else a population's large activations are
+    mapped anew every step (docs/performance.md); once, off under `INITMEM_MALLOC=default` or off glibc. Whether on."""
     ok = False
     if os.environ.get("INITMEM_MALLOC", "") != "default" and platform.libc_ver()[0] == "glibc":
         with contextlib.suppress(OSError, AttributeError):

@@ -81,8 +81,7 @@ test_at_best.__test__ = False  # a metric, not a test: stops pytest collecting i
 
 
 def test_at_best_by_epoch(history: pd.DataFrame, rule: str = DEFAULT_RULE) -> pd.Series:
-    """`test_at_best(history, upto=e, rule=rule)` for every measured epoch e >= 1 (what had been reported had training
-    stopped at e), indexed by epoch; NaN where no epoch up to e has a usable value."""
+    """`test_at_best(history, upto=e, rule=rule)` at every measured epoch e >= 1 (NaN where none is usable)."""
     h = _trained(history)
     values = _rule_values(h, rule)
     test = h["test_acc"].to_numpy(dtype=float)
@@ -95,8 +94,7 @@ test_at_best_by_epoch.__test__ = False
 
 
 def spread(values: Sequence[float]) -> float:
-    """max - min over the non-NaN values, x 100 (percentage points) when every value is in [0, 1] (accuracies);
-    ConfigError when empty or all NaN."""
+    """max - min of the non-NaN values, x 100 (pp) when all are in [0, 1]; ConfigError when there is none."""
     a = _floats("spread values", values)
     a = a[~np.isnan(a)]
     if a.size == 0:
@@ -146,8 +144,7 @@ def forgetting_clocks(lrs: Sequence[float], batch_size: int, l2: float = 0.0) ->
 
 
 class ClockAccumulator:
-    """The forgetting clocks, one `update(lr)` per optimiser step, in Python floats: Neumaier-compensated sums, so
-    10^6+ steps of tiny lr^2 keep full double precision."""
+    """The forgetting clocks, one `update(lr)` a step: Neumaier sums in Python floats, exact over 10^6+ steps."""
 
     def __init__(self, batch_size: int, l2: float = 0.0, scale: float = 1.0):
         if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
@@ -194,10 +191,9 @@ def _num(x) -> float | None:
 
 
 def summarize_history(history: pd.DataFrame, threshold: float = 0.995) -> dict:
-    """The run's summary (SUMMARY_KEYS, DIAGNOSTIC_KEYS) from its history: best epoch (the default rule) and
-    tau_interp over epochs >= 1, the angle at the best epoch, the other diagnostics at the last finite epoch (None
-    where the history lacks the column), final values from the last row, diverged_epoch the first with a non-finite
-    train_loss. Python int/float/bool/None; a non-finite float is None."""
+    """The run's summary (SUMMARY_KEYS, DIAGNOSTIC_KEYS): the best epoch (default rule) and tau_interp over epochs >= 1,
+    the diagnostics at the best and last finite epochs (None without their column), finals from the last row,
+    diverged_epoch the first non-finite train_loss. Python int/float/bool/None; a non-finite float is None."""
     h = history.sort_values("epoch")
     trained, last = _trained(h), h.iloc[-1]
     init = h[h["epoch"] == 0]
@@ -230,9 +226,8 @@ def summarize_history(history: pd.DataFrame, threshold: float = 0.995) -> dict:
 
 
 def point_summary(df: pd.DataFrame) -> dict:
-    """The point's numbers from its `point.run_point` rows: the spread across sigma_w of the per-sigma_w mean test
-    accuracy (pp), its seed-to-seed std (spreads within each seed), best and worst sigma_w, counts. A sigma_w whose
-    runs have no accuracy is never dropped silently: `sigma_ws_missing` lists it."""
+    """The point's numbers from its `point.run_point` rows: the spread of the per-sigma_w mean test accuracy (pp), its
+    std over seeds, best and worst sigma_w, counts; a sigma_w without accuracy is listed in `sigma_ws_missing`."""
     need = {"sigma_w", "seed", "status", "test_acc_at_best", "interpolated"}
     missing = sorted(need - set(df.columns)) if isinstance(df, pd.DataFrame) else sorted(need)
     if missing:

@@ -1,11 +1,7 @@
-"""BatchNorm ResNets for CIFAR-10 with a controllable initialisation scale sigma_w.
-
-Every conv is bias-free and followed by BatchNorm, so the loss is invariant to each filter's scale: sigma_w only
-changes the *effective* step size of those layers; the head (`model.head`) is not scale-invariant. resnet9 is David
-Page's DAWNBench layout (without his 0.125 logit scale; with a head bias: 6,573,130 parameters at width 1);
-resnet20/56/110 are He et al.'s CIFAR ResNets with option-A shortcuts (269,722 / 853,018 / 1,727,962). `width`
-multiplies every channel count (rounded); the input (3) and output (num_classes) sizes are fixed.
-"""
+"""BatchNorm ResNets for CIFAR-10 with an initialisation scale sigma_w. Every conv is bias-free before a BatchNorm, so
+the loss is invariant to each filter's scale (sigma_w changes only the effective step size); the head is not.
+resnet9: Page's DAWNBench layout (no 0.125 logit scale; a head bias: 6,573,130 parameters); resnet20/56/110: He et
+al.'s, option-A shortcuts (269,722 / 853,018 / 1,727,962). `width` multiplies every channel count (rounded)."""
 
 from __future__ import annotations
 
@@ -35,9 +31,8 @@ def _channels(base: int, width: float) -> int:
 
 
 class SpatialMax(nn.Module):
-    """Global max-pool as a max over the spatial dimensions: the function of AdaptiveMaxPool2d(1), whose CUDA backward
-    is not deterministic; amax's backward is (it splits the gradient between exact ties, which ReLU outputs leave
-    only at 0, where the gradient is 0 anyway)."""
+    """Global max-pool as amax over the spatial dimensions: AdaptiveMaxPool2d(1)'s function, whose CUDA backward is not
+    deterministic (amax splits the gradient between exact ties, which ReLU leaves only at 0, where it is 0)."""
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return x.amax(dim=(2, 3))
@@ -93,8 +88,7 @@ class ResNet9(nn.Module):
 
 
 class ShortcutA(nn.Module):
-    """Option-A shortcut: subsample by `stride`, zero-pad channels from c_in to c_out (a module, not a lambda, so
-    that models pickle)."""
+    """Option-A shortcut: subsample, zero-pad c_in to c_out channels (a module, not a lambda: models pickle)."""
 
     def __init__(self, c_in: int, c_out: int, stride: int):
         super().__init__()

@@ -1,9 +1,6 @@
-"""Optimisers of the study (SGD, SGD+momentum, Adam, AdamW, Muon) and learning-rate schedules.
-
-Muon is torch.optim.Muon's (KellerJordan/Muon) step for step, but takes conv kernels (flattened) and, as
-`MuonWithAuxAdam`, carries the AdamW part for what Muon must not touch, so the loop sees one optimiser. Schedules
-scale every group's `initial_lr` by one factor (`set_lr_factor`), so Muon's and AdamW's lrs stay in ratio.
-"""
+"""The study's optimisers (SGD, SGD+momentum, Adam, AdamW, Muon) and lr schedules. Muon is torch.optim.Muon's step
+for step but takes conv kernels and, as `MuonWithAuxAdam`, carries the AdamW part for what Muon must not touch.
+Schedules scale every group's `initial_lr` by one factor (`set_lr_factor`), so the two parts' lrs stay in ratio."""
 
 from __future__ import annotations
 
@@ -19,9 +16,8 @@ from .models import head_parameters
 
 
 def newton_schulz(G: torch.Tensor, steps: int = 5, eps: float = 1e-7) -> torch.Tensor:
-    """U V^T of each G = U S V^T of a [..., m, n] stack (leading dimensions: the K members, or none), approximately:
-    `steps` quintic Newton-Schulz iterations in bfloat16 as torch.optim.Muon does. The singular values land in
-    roughly [0.7, 1.2]: the coefficients trade convergence for slope at zero. Returns bfloat16."""
+    """U V^T of each G = U S V^T of a [..., m, n] stack (leading dims: the members), by `steps` quintic Newton-Schulz
+    iterations in bfloat16 as torch.optim.Muon does: singular values land in roughly [0.7, 1.2]. Returns bfloat16."""
     if G.ndim < 2:
         raise ConfigError(f"newton_schulz got a tensor of shape {tuple(G.shape)}: a [..., m, n] stack of matrices "
                           "is accepted")
@@ -195,10 +191,9 @@ def _resolve(name: str, lr: float | None, hparams: dict) -> dict:
 
 def build_optimizer(name: str, model: nn.Module, lr: float | None = None, members: int = 1,
                     **hparams) -> torch.optim.Optimizer:
-    """The optimiser `name` over `model`'s parameters, STUDY.md's default for every hyper-parameter left None (one
-    that `name` does not use, OPTIMIZER_HPARAMS, only at its neutral value). weight_decay is coupled L2 for sgd,
-    sgd_momentum and adam, decoupled for adamw and muon. Muon takes every >= 2-D parameter but the head's; the rest
-    go to its AdamW part at muon_aux_lr. Every group gets `initial_lr` (`set_lr_factor`)."""
+    """The optimiser `name` over `model`'s parameters, STUDY.md's default for a hyper-parameter left None (one `name`
+    does not use only at its neutral value). weight_decay: coupled L2 for sgd, sgd_momentum and adam, decoupled for
+    adamw and muon; muon's AdamW part (BatchNorm, biases, the head) runs at muon_aux_lr. Groups keep `initial_lr`."""
     hp = _resolve(name, lr, hparams)
     params = [p for p in model.parameters() if p.requires_grad]
     if name in ("sgd", "sgd_momentum"):

@@ -1,7 +1,5 @@
-"""Where and how a run computes: its device (`run_device`), the process-wide numerics it asks for
-(`engine_settings`: precision, TF32, deterministic algorithms, cuDNN benchmarking; recorded with the run), bf16
-autocast (`autocast`), and the network the engine's loop calls (`network`: the population built on the device and,
-with `compile`, compiled once per process and network shape)."""
+"""Where and how a run computes: `run_device`, the process-wide numerics (`engine_settings`, recorded with the run),
+bf16 `autocast`, and the network the loop calls (`network`: compiled once per process and shape with `compile`)."""
 
 from __future__ import annotations
 
@@ -29,9 +27,8 @@ def run_device(config: TrainConfig) -> torch.device:
 
 
 def engine_settings(config: TrainConfig, dev: torch.device) -> dict:
-    """Set the process-wide numerics `config` asks for and return them (for the provenance): fp32 strict IEEE
-    (PyTorch's default lets cuDNN convolutions use TF32), tf32 TF32 matmuls and convolutions; `deterministic`
-    algorithms, otherwise cuDNN benchmarking on CUDA."""
+    """Set and return (for the provenance) the numerics `config` asks: fp32 strict IEEE (PyTorch lets cuDNN convolutions
+    use TF32), tf32 TF32 matmuls and convolutions; `deterministic` algorithms, else cuDNN benchmarking on CUDA."""
     tf32 = config.precision == "tf32"
     set_tf32(tf32)
     torch.use_deterministic_algorithms(config.deterministic)
@@ -61,16 +58,14 @@ _COMPILED: dict[tuple, tuple[members.PlainPopulation, object]] = {}  # one netwo
 
 
 def reset_compiled() -> None:
-    """Forget every compiled network, dynamo's caches and this module's together (a cached population outliving
-    `torch._dynamo.reset()` alone would keep its model in memory)."""
+    """Forget every compiled network: dynamo's caches and this module's (after dynamo's alone, a model stays held)."""
     torch._dynamo.reset()
     _COMPILED.clear()
 
 
 def network(configs: list[TrainConfig], dev: torch.device) -> tuple[members.PlainPopulation, object]:
-    """The population of `configs` on `dev`, initialised exactly as separate runs are, and what the loop calls: its
-    network or, with `compile`, the compiled form, made once per process and shape (a later population of that
-    shape gets the same module, its weights set bitwise to the fresh ones, and the same callable)."""
+    """The population of `configs` on `dev`, initialised as separate runs are, and what the loop calls: its network or,
+    with `compile`, its compiled form, once per process and shape (a later population reuses it, its weights reset)."""
     cfg = configs[0]
     nets = []
     for c in configs:
@@ -91,9 +86,8 @@ def network(configs: list[TrainConfig], dev: torch.device) -> tuple[members.Plai
     key = (cfg.arch, cfg.width, len(configs), same_input, str(dev), cfg.channels_last)
     if key not in _COMPILED:
         _COMPILED.clear()
-        # dynamic=False: one graph per shape (the full batch, the epoch's partial last batch, the padded eval batch:
-        # three compilations per process and network shape, never one per epoch). On CUDA the graphs are replayed as
-        # CUDA graphs (mode "reduce-overhead"): one launch per step instead of ~100-1,000 kernel launches.
+        # dynamic=False: one graph per shape (full, partial last and padded eval batch: three per process and network
+        # shape). On CUDA replayed as CUDA graphs ("reduce-overhead"): one launch per step instead of ~100-1,000.
         mode = "reduce-overhead" if dev.type == "cuda" else None
         _COMPILED[key] = (pop, torch.compile(pop.model, dynamic=False, mode=mode))
         return _COMPILED[key]

@@ -1,7 +1,5 @@
-"""CIFAR-10 from disk, every source `load_cifar10` reads, as uint8 CPU tensors: `torchvision` (the pickled
-`cifar-10-batches-py`, read with numpy; `download=True` fetches it), `imagefolder` (a class-folder tree or its
-`.tar.gz`, by `initmem.imagefolder`), `synthetic` (made in code: tests and smoke runs) and `auto` (the first real
-source found; never synthetic)."""
+"""CIFAR-10 from disk as uint8 CPU tensors, every source `load_cifar10` reads: `torchvision` (`cifar-10-batches-py`,
+read with numpy), `imagefolder` (`initmem.imagefolder`), `synthetic` (tests, smoke runs), `auto` (the first real)."""
 
 from __future__ import annotations
 
@@ -76,9 +74,8 @@ def _load_torchvision(root: Path, download: bool) -> Cifar10:
 
 
 def make_synthetic(n_train: int = 2000, n_test: int = 500, seed: int = 0) -> Cifar10:
-    """Deterministic class-structured 32x32 images for tests: per class a fixed low-frequency colour pattern at a
-    random contrast, plus a per-image distractor, pixel noise and a circular shift; balanced labels. Measured: a
-    ResNet-9 of width 0.125 reaches ~50-70 % test accuracy in 2 epochs, depending on sigma_w."""
+    """Deterministic class-structured 32x32 images for tests (per class a low-frequency colour pattern, plus contrast,
+    distractor, noise, shift; balanced labels): a ResNet-9 of width 0.125 reaches ~50-70 % in 2 epochs."""
     if isinstance(n_train, bool) or not isinstance(n_train, int) or not NUM_CLASSES <= n_train <= 10**6:
         raise ConfigError(f"synthetic data of {n_train!r} training images (TrainConfig's n_train + n_val) is invalid: "
                           f"an integer in [{NUM_CLASSES}, {10**6}] is accepted (n_train + n_val <= {10**6})")
@@ -129,9 +126,8 @@ def _find(base: Path, tried: list[str]) -> tuple[str, Path] | None:
 def load_cifar10(root: str | Path = "data", source: str = "auto", download: bool = False,
                  cache_dir: str | Path | None = None, progress: bool = False,
                  synthetic_sizes: tuple[int, int] = (2000, 500)) -> Cifar10:
-    """CIFAR-10 from `source` (SOURCES). `auto` tries under `root`, then `$INITMEM_DATA` (`_find`), and with
-    `download=True` finally downloads into `root`; DataError when nothing usable is found. `cache_dir`: image
-    folders' (`imagefolder.default_cache_dir`); `synthetic_sizes`: the synthetic source's (train, test) sizes."""
+    """CIFAR-10 from `source` (SOURCES); `auto` looks under `root`, then `$INITMEM_DATA` (`_find`), then downloads if
+    `download`; DataError when nothing is found. `synthetic_sizes`: the synthetic source's (train, test) sizes."""
     if source not in SOURCES:
         raise ConfigError(f"source={source!r} is invalid: one of {SOURCES} is accepted")
     if source == "synthetic":

@@ -1,7 +1,6 @@
-"""The training engine: one loop for a single run and for a population of K runs that differ only in sigma_w and
-seed (`initmem.members`), each member equal to its separate run. The loop's state is `initmem.loop.Loop`; here are
-the named steps of one call: `_build`, `_resume`, `_epoch` (with its measurement and checkpoint) and `_finish`.
-"""
+"""The training engine: one loop for a run and for a population of K runs differing only in sigma_w and seed, each
+member equal to its separate run. Airbench-style: the splits live on the device, minibatches are index gathers, and
+an epoch reads nothing back to the host but its one measurement. The state is `initmem.loop.Loop`; here, the steps."""
 
 from __future__ import annotations
 
@@ -46,11 +45,10 @@ def _label(c: TrainConfig) -> str:
 def train(configs: TrainConfig | list[TrainConfig], *, out_dir: str | Path | None = None, section: str = "adhoc",
           progress: bool = True, locked: bool = False, on_step=None,
           notes: dict | None = None) -> RunResult | list[RunResult]:
-    """Train one run, or a population (configs differing only in sigma_w and seed) as one computation; its
-    RunResult, or one per member. A member whose row is not finite is "diverged" there, the others go on. With
-    `out_dir`, member j goes to `out_dir/section/run_id_j/` under its run lock (`locked=True`: the caller holds
-    them), checkpointed every `checkpoint_every` epochs and resumed from the newest valid checkpoint. `on_step(step)`
-    runs before every optimiser step (`time_steps`); `notes`: extra provenance for every member."""
+    """Train one run, or a population (configs differing only in sigma_w and seed) as one computation: its RunResult,
+    or one per member; a member whose row is not finite is "diverged" there, the others go on. With `out_dir`, member j
+    is written to `out_dir/section/run_id_j/` under its lock (`locked`: the caller holds it), checkpointed, resumed.
+    `on_step(step)` runs before every optimiser step (`time_steps`); `notes`: extra provenance of every member."""
     single = isinstance(configs, TrainConfig)
     configs = check_members([configs] if single else configs)
     owner = RunFolders(out_dir, section)  # out_dir None: an owner that keeps nothing
@@ -116,8 +114,7 @@ def _build(configs: list[TrainConfig], owner: RunFolders, progress: bool, notes:
         members.tune_malloc()
     started_at, prov = utcnow(), provenance(str(dev))
     prov.update(runtime.engine_settings(cfg, dev))
-    # data: synthetic data is made exactly as large as the splits ask (its default sizes suit no particular split)
-    synthetic_sizes = (cfg.n_val + (cfg.n_train or 2000), cfg.n_test or 500)
+    synthetic_sizes = (cfg.n_val + (cfg.n_train or 2000), cfg.n_test or 500)  # synthetic data: as the splits ask
     data = _data.load_cifar10(cfg.data_root, cfg.data, progress=progress, synthetic_sizes=synthetic_sizes)
     splits = _data.make_splits(data, cfg.n_val, cfg.n_train, cfg.n_test, cfg.split_seed, dev, cfg.train_eval_size)
     prov.update(data_source=data.source, data_hash=data.content_hash, **({"population": k} if k > 1 else {}),
@@ -132,8 +129,7 @@ def _build(configs: list[TrainConfig], owner: RunFolders, progress: bool, notes:
 
 
 def _resume(run: _Run, loop: Loop) -> bool:
-    """Continue from the newest usable checkpoint of this member set (all or nothing: a damaged or foreign one
-    leaves the loop exactly as built); whether one was used."""
+    """Continue from the newest usable checkpoint of this member set (all or nothing); whether one was used."""
     if run.folder is None:
         return False
     pid, rids, shared, k = run.pid, run.rids, shared_fields(run.configs[0]), len(run.configs)
@@ -160,8 +156,7 @@ def _resume(run: _Run, loop: Loop) -> bool:
 
 
 def _epoch(run: _Run, loop: Loop, on_step, bar) -> None:
-    """One epoch; at a measured one (every eval_every-th, the last, or a non-finite loss) the rows, progress and a
-    checkpoint every checkpoint_every epochs."""
+    """One epoch; at a measured one (eval_every, the last, a non-finite loss) its rows, progress and checkpoint."""
     cfg, k = loop.cfg, loop.k
     sums, lr = loop.run_epoch(on_step)
     if not loop.epoch % cfg.eval_every or loop.epoch >= cfg.epochs or not torch.isfinite(sums).all():
