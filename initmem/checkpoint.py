@@ -104,8 +104,7 @@ def load_latest(folder: str | Path, use: Callable[[dict[str, Any]], None],
     CheckpointError for a foreign one; each refused one is warned and `report`ed): its (epoch, path), or None."""
     for path in _folders.checkpoints(folder):
         try:
-            payload = load(path)
-            use(payload)
+            use(payload := load(path))
             return int(payload["epoch"]), path
         except CheckpointError as exc:
             line = f"{exc}; falling back to an earlier checkpoint or a fresh start"

@@ -17,8 +17,7 @@ from .imagefolder import default_cache_dir
 from .sources import load_cifar10, make_synthetic
 
 __all__ = ["CIFAR10_CLASSES", "Cifar10", "Splits", "augment_batch", "batches", "channel_stats", "default_cache_dir",
-           "load_cifar10", "make_splits", "make_synthetic", "resolve_device", "steps_per_epoch",
-           "stratified_indices"]
+           "load_cifar10", "make_splits", "make_synthetic", "resolve_device", "steps_per_epoch", "stratified_indices"]
 
 
 @dataclass(frozen=True, repr=False)

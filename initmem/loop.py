@@ -70,7 +70,6 @@ class Loop:
     t0: float = field(default_factory=time.perf_counter)  # when this process's clock started
     checked: bool = False  # check_device ran after a step (the optimiser's state exists from the first step on)
 
-    # ------------------------------------------------------------------------------------------------ building
     @classmethod
     def build(cls, configs: list[TrainConfig], dev: torch.device, splits: _data.Splits) -> Loop:
         """The loop of `configs` (one point's members) on `dev`, at epoch 0, before any measurement."""
@@ -102,7 +101,6 @@ class Loop:
         """Seconds of training and evaluation so far (this process's and those before it)."""
         return self.wall_time + time.perf_counter() - self.t0
 
-    # ------------------------------------------------------------------------------------------------ devices
     def _tensors(self) -> Iterator[tuple[str, torch.Tensor]]:
         yield from ((f"data {name}", t) for name in ("train_x", "train_y", "val_x", "val_y", "test_x", "test_y",
                                                      "train_eval_idx") if (t := getattr(self.splits, name)) is not None)
@@ -136,7 +134,6 @@ class Loop:
                                      f"must be made on the run's device {self.dev} (a factory without device=, or a "
                                      "module built elsewhere)")
 
-    # ------------------------------------------------------------------------------------------------ training
     def _batch(self, idxs: tuple[torch.Tensor, ...]) -> tuple[torch.Tensor, torch.Tensor]:
         """The step's input (augmented per seed) and labels ([b] or [b, K] when the seeds differ)."""
         cfg, seeds = self.cfg, self.seeds
@@ -197,7 +194,6 @@ class Loop:
         self.epoch += 1
         return sums, lr
 
-    # ------------------------------------------------------------------------------------------------ measuring
     @torch.no_grad()
     def readings(self, sums: torch.Tensor | None) -> torch.Tensor:
         """[K, values] float64 on the device: every measured number of the members' rows but the clocks."""
@@ -246,7 +242,6 @@ class Loop:
                 self.pop.silence(self.opt, j)
         return recorded
 
-    # ------------------------------------------------------------------------------------------------ state
     def state_dict(self) -> dict:
         """What a checkpoint holds of the loop (tensors and plain values; `torch.save`-able)."""
         return {"model": self.pop.model.state_dict(), "optimizer": self.opt.state_dict(),

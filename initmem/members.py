@@ -23,8 +23,7 @@ _CHANNELWISE = (nn.MaxPool2d, nn.Identity, nn.ReLU, models.SpatialMax, models.Sp
 
 
 class StemConv(nn.Conv2d):
-    """The first conv of K members, weight [K*c_out, 3, k, k]. A 3-channel input (shared by all members) runs with
-    groups=1, a 3K-channel input (member k's images in channels 3k..3k+2) with groups=K: the same weight either way."""
+    """The first conv, weight [K*c_out, 3, k, k]: groups=1 on a shared 3-channel input, groups=K on 3K channels."""
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         groups = x.shape[1] // self.weight.shape[1]

@@ -32,8 +32,7 @@ def interpolation_epoch(train_acc: Sequence[float], threshold: float = 0.995) ->
     return int(hit[0]) + 1 if hit.size else None
 
 
-# Which epoch of a run a researcher reports: name -> (the history column it reads, what it picks). "val_loss" is the
-# paper's and the default; "last" is the last epoch with a finite validation loss (a diverged epoch is no result).
+# Which epoch a researcher reports: name -> (the column read, what it picks); "last" needs a finite val_loss there.
 SELECTION_RULES = {"val_loss": ("val_loss", "lowest validation loss"),
                    "val_acc": ("val_acc", "highest validation accuracy"),
                    "last": ("val_loss", "last epoch")}
@@ -129,8 +128,7 @@ def radial_memory(initial_norms: Sequence[float], final_norms: Sequence[float]) 
 
 
 def lr_scale(optimizer: str, momentum: float) -> float:
-    """lr -> the *effective* step size of the momentum-aware clocks: 1 / (1 - beta) for heavy-ball SGD (steady-state
-    step eta g / (1 - beta)); 1 for the others (Adam's and Muon's momentum is an average)."""
+    """lr -> the effective step of the momentum-aware clocks: 1 / (1 - beta) for heavy-ball SGD, else 1 (an average)."""
     return 1.0 / (1.0 - momentum) if optimizer == "sgd_momentum" else 1.0
 
 

@@ -155,8 +155,7 @@ def init_weights(model: nn.Module, sigma_w: float) -> None:
     sigma_w = _positive("sigma_w", sigma_w)
     for m in _unwrap(model).modules():
         if isinstance(m, (nn.Conv2d, nn.Linear)):
-            fan_in = m.weight[0].numel()  # c_in/groups * k * k, or in_features
-            m.weight.normal_(0.0, sigma_w / math.sqrt(fan_in))
+            m.weight.normal_(0.0, sigma_w / math.sqrt(m.weight[0].numel()))  # fan_in: c_in/groups*k*k, in_features
             if m.bias is not None:
                 m.bias.zero_()
         elif isinstance(m, nn.modules.batchnorm._BatchNorm):

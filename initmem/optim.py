@@ -79,10 +79,9 @@ def _check_group(group: dict) -> None:
         _check_real("momentum", group["momentum"], hi=1.0)
         _check_bool("nesterov", group["nesterov"])
         check_int("ns_steps", group["ns_steps"], 1, 99)
-        for p in group["params"]:
-            if p.ndim < 2:
-                raise ConfigError(f"Muon got a parameter of shape {tuple(p.shape)}: only >= 2-D parameters are "
-                                  "accepted (give BatchNorm, biases and the head to AdamW: use_muon=False)")
+        if flat := [p for p in group["params"] if p.ndim < 2]:
+            raise ConfigError(f"Muon got a parameter of shape {tuple(flat[0].shape)}: only >= 2-D parameters are "
+                              "accepted (give BatchNorm, biases and the head to AdamW: use_muon=False)")
     else:
         _check_betas(group["betas"])
         _check_real("eps", group["eps"], lo_open=True)

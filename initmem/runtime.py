@@ -12,8 +12,7 @@ from initmem import data as _data
 from initmem import members, models
 from initmem.config import TrainConfig, _bad
 
-# cuBLAS reads its workspace setting once, when the process makes its first cuBLAS call, and deterministic
-# algorithms need it set: so it is set when the engine is imported, before any run (a value of the user's is kept).
+# cuBLAS reads its workspace setting at its first call and deterministic algorithms need it: set at import (or kept).
 os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
 
 
