@@ -1,21 +1,7 @@
-"""Checkpoint files: atomic, checksummed, rotated; and the process-wide RNG states a resume must restore.
-
-A checkpoint is `epoch-NNNNNN.ckpt` in the folder `initmem.run_folders` gives a member set:
-    b"INITMEM-CHECKPOINT\\n" + b'{"format": 1, "sha256": "<hex>", "size": N}\\n' + payload
-where the payload is `torch.save` of a dict of tensors and plain values (loaded with `weights_only=True`, so a
-checkpoint can hold no code). The header's sha256 and size are checked before the payload is unpickled: a
-truncated, bit-flipped or half-written file is a `CheckpointError`, never a silently wrong resume.
-
-Writes are atomic: temp file in the same folder, flush, fsync, `os.replace`, fsync of the folder; a reader (or a
-process that resumes after a SIGKILL) sees the old set of files or the new one, never half a file under a real
-name. A write that fails (a full disk: ENOSPC) removes its temp file and raises a one-line CheckpointError naming
-the file; the older checkpoints are untouched, so the run resumes from the newest of them. The caller holds the
-run's lock (`initmem.run_folders`), so only one process writes a run's checkpoints.
-
-Test-only fault hook: `INITMEM_FAULT=kill_during_checkpoint_write` (or `...@E`: only at epoch E's checkpoint)
-makes `save` SIGKILL its own process after half of the temp file is written and synced — what a power cut or an
-OOM kill at the worst moment leaves behind.
-"""
+"""Checkpoint files (atomic, checksummed, rotated) and the process-wide RNG states a resume restores. A file is MAGIC,
+a JSON header `{"format", "sha256", "size"}` checked before the `torch.save` payload is read (`weights_only`): a
+damaged file is a `CheckpointError`, never a wrong resume. Test-only: `INITMEM_FAULT=kill_during_checkpoint_write[@E]`
+SIGKILLs `save` with half the file written and synced (a power cut)."""
 
 from __future__ import annotations
 
@@ -45,22 +31,14 @@ FAULT_ENV = "INITMEM_FAULT"
 
 
 def _fault(epoch: int) -> bool:
-    spec = os.environ.get(FAULT_ENV, "")
-    name, _, at = spec.partition("@")
+    name, _, at = os.environ.get(FAULT_ENV, "").partition("@")
     return name == "kill_during_checkpoint_write" and (not at or int(at) == epoch)
 
 
 def save(folder: str | Path, epoch: int, payload: dict[str, Any], *, keep: int = KEEP) -> Path:
-    """Write `payload` as `folder/epoch-<epoch>.ckpt` atomically with its checksum, then delete all but the
-    `keep` newest checkpoints and any temp file an earlier, killed writer left. Returns the path."""
+    """Write `payload` as `folder/epoch-<epoch>.ckpt`; delete all but the `keep` newest and a killed writer's temp."""
     folder = Path(folder)
     path = _folders.checkpoint_file(folder, epoch)
-    try:
-        folder.mkdir(parents=True, exist_ok=True)
-        for stale in folder.glob(".epoch-*.tmp"):  # a writer killed mid-write (we hold the run lock: not a live one)
-            stale.unlink(missing_ok=True)
-    except OSError as exc:
-        raise _write_error(path, exc) from None
     buf = io.BytesIO()
     torch.save(payload, buf)
     body = buf.getvalue()
@@ -75,24 +53,22 @@ def save(folder: str | Path, epoch: int, payload: dict[str, Any], *, keep: int =
         f.write(data)
 
     try:
+        folder.mkdir(parents=True, exist_ok=True)
+        for stale in folder.glob(".epoch-*.tmp"):  # a writer killed mid-write (we hold the run lock: not a live one)
+            stale.unlink(missing_ok=True)
         atomic_write(path, write)
     except OSError as exc:  # a full disk, a quota, a folder gone read-only: the older checkpoints stay
-        raise _write_error(path, exc) from None
+        fix = "free disk space" if exc.errno in (errno.ENOSPC, errno.EDQUOT) else "make the folder writable"
+        raise CheckpointError(f"checkpoint {str(path)!r} could not be written: {exc.strerror or exc}; the earlier "
+                              f"checkpoints are kept and the run resumes from the newest of them: {fix} and run it "
+                              "again") from None
     for old in _folders.checkpoints(folder)[keep:]:
         old.unlink(missing_ok=True)
     return path
 
 
-def _write_error(path: Path, exc: OSError) -> CheckpointError:
-    fix = "free disk space" if exc.errno in (errno.ENOSPC, errno.EDQUOT) else "make the folder writable"
-    return CheckpointError(f"checkpoint {str(path)!r} could not be written: {exc.strerror or exc}; the earlier "
-                           f"checkpoints are kept and the run resumes from the newest of them: {fix} and run it "
-                           "again")
-
-
 def load(path: str | Path) -> dict[str, Any]:
-    """The verified payload of one checkpoint (tensors on the CPU); CheckpointError naming the file and what is
-    wrong when it is truncated, corrupt or not a checkpoint."""
+    """The verified payload of one checkpoint (tensors on the CPU); else CheckpointError naming the file and why."""
     path = Path(path)
     try:
         data = path.read_bytes()
@@ -124,14 +100,11 @@ def load(path: str | Path) -> dict[str, Any]:
 
 def load_latest(folder: str | Path, use: Callable[[dict[str, Any]], None],
                 report: Callable[[str], None] | None = None) -> tuple[int, Path] | None:
-    """Try the checkpoints in `folder`, newest first: `load` each and call `use(payload)` (which applies it, or
-    raises CheckpointError when it does not belong to the run). A damaged or foreign checkpoint is reported —
-    `warnings.warn` and `report(line)` — and the next older one is tried. Returns (epoch, path) of the one used,
-    or None when none is usable (the run starts afresh)."""
+    """`use(payload)` of the newest checkpoint in `folder` that loads and that `use` accepts (it raises
+    CheckpointError for a foreign one; each refused one is warned and `report`ed): its (epoch, path), or None."""
     for path in _folders.checkpoints(folder):
         try:
-            payload = load(path)
-            use(payload)
+            use(payload := load(path))
             return int(payload["epoch"]), path
         except CheckpointError as exc:
             line = f"{exc}; falling back to an earlier checkpoint or a fresh start"
@@ -141,11 +114,8 @@ def load_latest(folder: str | Path, use: Callable[[dict[str, Any]], None],
     return None
 
 
-# --- process-wide RNG states ---------------------------------------------------------------------------------
 def rng_state() -> dict[str, Any]:
-    """Every global generator's state: torch CPU (and CUDA when initialised), Python's `random`, numpy's legacy
-    global. Training draws only from torch's (the initialisation) and from its own seeded generators, but a resume
-    restores them all so the process continues exactly as an uninterrupted one would."""
+    """Every global generator's state (torch CPU and initialised CUDA, `random`, numpy): a resume restores them all."""
     kind, keys, pos, has_gauss, gauss = np.random.get_state(legacy=True)
     state = {"torch": torch.get_rng_state(), "python": random.getstate(),
              "numpy": {"kind": kind, "keys": torch.from_numpy(keys.astype(np.int64)), "pos": int(pos),

@@ -35,7 +35,6 @@ class Cifar10:
                 f"source={self.source!r})")
 
 
-# ------------------------------------------------------------------------------------------------------ checks
 def check_dataset(d: Cifar10, where: str) -> Cifar10:
     """Shapes, dtypes and label ranges; DataError naming `where` on the first problem."""
     if not d.classes:

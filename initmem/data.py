@@ -1,10 +1,5 @@
-"""CIFAR-10 in memory: split by a fixed seed, normalised on the device, augmented and batched on it.
-
-`load_cifar10` (every source: torchvision batches, image folders and archives, synthetic) lives in
-`initmem.sources` and is re-exported here, so `from initmem.data import load_cifar10` reads the data and this module
-turns it into what the engine trains on: `make_splits` → `Splits` (device tensors), `augment_batch`, `batches`,
-`steps_per_epoch`.
-"""
+"""CIFAR-10 as the engine trains on it: `make_splits` → `Splits` (stratified, normalised device tensors),
+`augment_batch`, `batches`, `steps_per_epoch`; `load_cifar10` (`initmem.sources`) is re-exported."""
 
 from __future__ import annotations
 
@@ -22,8 +17,7 @@ from .imagefolder import default_cache_dir
 from .sources import load_cifar10, make_synthetic
 
 __all__ = ["CIFAR10_CLASSES", "Cifar10", "Splits", "augment_batch", "batches", "channel_stats", "default_cache_dir",
-           "load_cifar10", "make_splits", "make_synthetic", "resolve_device", "steps_per_epoch",
-           "stratified_indices"]
+           "load_cifar10", "make_splits", "make_synthetic", "resolve_device", "steps_per_epoch", "stratified_indices"]
 
 
 @dataclass(frozen=True, repr=False)
@@ -42,21 +36,14 @@ class Splits:
     source: str
     classes: tuple[str, ...] = CIFAR10_CLASSES
 
-    @property
-    def num_classes(self) -> int:
-        return len(self.classes)
-
     def __repr__(self) -> str:
         n_eval = "all" if self.train_eval_idx is None else len(self.train_eval_idx)
         return (f"Splits(train={len(self.train_y)}, val={len(self.val_y)}, test={len(self.test_y)}, "
                 f"train_eval={n_eval}, device={self.train_x.device}, source={self.source!r})")
 
 
-# -------------------------------------------------------------------------------------------------------- splits
 def _allocate(counts: torch.Tensor, n: int) -> torch.Tensor:
-    """Per-class sizes summing exactly to n, proportional to `counts` (largest remainder: floor of each quota,
-    then +1 to the largest fractional parts, ties to the lower class). Balanced classes and n divisible by their
-    number give exactly n / classes each."""
+    """Per-class sizes summing to n, proportional to `counts` by largest remainder (ties to the lower class)."""
     quota = counts.double() * n / counts.sum()
     k = quota.floor().long()
     order = torch.sort(-(quota - k), stable=True).indices
@@ -65,9 +52,8 @@ def _allocate(counts: torch.Tensor, n: int) -> torch.Tensor:
 
 
 def stratified_indices(labels: torch.Tensor, n: int, generator: torch.Generator | None) -> torch.Tensor:
-    """`n` positions in `labels`, drawn without replacement by `generator`, with each class's share as in `labels`
-    (see `_allocate`); returned sorted ascending (LongTensor, CPU). ConfigError if n is below the number of classes
-    present or above len(labels)."""
+    """`n` positions in `labels` drawn without replacement by `generator`, each class's share as in `labels`
+    (`_allocate`), sorted ascending (CPU). ConfigError unless classes present <= n <= len(labels)."""
     labels = labels.cpu()
     counts = torch.bincount(labels)
     present = int((counts > 0).sum())
@@ -102,13 +88,8 @@ def resolve_device(device: str | torch.device) -> torch.device:
 def make_splits(data: Cifar10, n_val: int = 5000, n_train: int | None = None, n_test: int | None = None,
                 split_seed: int = 0, device: str | torch.device = "cpu",
                 train_eval_size: int | None = None) -> Splits:
-    """Split the training images once into train and validation (stratified, by `split_seed`), optionally take
-    stratified subsets (`n_train` of the train part, `n_test` of the test set, `train_eval_size` of the train split
-    for clean train accuracy), normalise everything with the train split's per-channel mean/std, move to `device`.
-
-    Stratified sizes are exact: each class gets floor(n * share) and the remainder goes to the classes with the
-    largest fractional parts (so n = 4,999 on balanced CIFAR-10 gives nine classes 500 and one 499).
-    """
+    """Stratified train/validation split by `split_seed`, stratified subsets (`n_train`, `n_test`, `train_eval_size` of
+    the train split for clean train accuracy), all normalised by the train split's channel mean/std, on `device`."""
     if not isinstance(data, Cifar10):
         raise ConfigError(f"data={type(data).__name__} is invalid: a Cifar10 from load_cifar10 is accepted")
     check_int("split_seed", split_seed, -(2**63), 2**63 - 1)
@@ -146,9 +127,8 @@ def make_splits(data: Cifar10, n_val: int = 5000, n_train: int | None = None, n_
 
 
 def channel_stats(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Per-channel mean and population std of uint8 images [N, C, H, W], in [0, 1] units, float32 [C] on the CPU.
-    Exact: from a 256-bin histogram per channel summed in float64 (faster than a float std_mean here, and the
-    same numbers on every device)."""
+    """Per-channel mean and population std of uint8 images [N, C, H, W] in [0, 1] units, float32 [C] on the CPU:
+    from a 256-bin histogram per channel in float64 (exact, faster than std_mean, the same on every device)."""
     hist = torch.stack([torch.bincount(x[:, c].reshape(-1), minlength=256) for c in range(x.shape[1])]).cpu().double()
     v = torch.arange(256, dtype=torch.float64, device=hist.device) / 255
     n = hist.sum(1)
@@ -157,15 +137,10 @@ def channel_stats(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return mean.float(), var.sqrt().float()
 
 
-# ------------------------------------------------------------------------------------------ augmentation, batches
 def augment_batch(x: torch.Tensor, generator: torch.Generator | None, crop_pad: int = 4,
                   flip: bool = True) -> torch.Tensor:
-    """Random crop after `crop_pad` pixels of zero padding, and random horizontal flip (probability 1/2), per image,
-    on a normalised float batch [B, C, H, W] on its own device; returns a new tensor. Zero padding (in normalised
-    units: the train mean colour) as in the common CIFAR recipe. Vectorised: pad once, then two gathers with
-    per-image offsets; a flip is the same gather with reversed column indices. Random numbers are drawn on the
-    generator's device (the global CPU generator if None) in a fixed order (offsets, then flips), so a seeded
-    generator gives the same augmentation on any device."""
+    """Random crop after `crop_pad` zero pixels (the mean colour) and random flip per image of a normalised [B, C, H, W]
+    batch, as two gathers; random numbers drawn on the generator's device in a fixed order (offsets, flips)."""
     if not isinstance(x, torch.Tensor) or x.ndim != 4:
         raise ConfigError(f"x={getattr(x, 'shape', type(x).__name__)} is invalid: a [B, C, H, W] tensor is accepted")
     check_int("crop_pad", crop_pad, 0, min(x.shape[2], x.shape[3]))
@@ -185,23 +160,15 @@ def augment_batch(x: torch.Tensor, generator: torch.Generator | None, crop_pad: 
 
 def batches(n: int, batch_size: int, generator: torch.Generator | None, drop_last: bool = False,
             device: str | torch.device | None = None) -> Iterator[torch.Tensor]:
-    """Minibatch index tensors for one epoch over `n` items, from `torch.randperm(n, generator=generator)`: the
-    one place minibatch order is decided. The last partial batch is kept by default, so every training image is
-    seen once per epoch and the forgetting clocks count that step like any other. `device`: where the index
-    tensors live (default: the generator's device, CPU for None)."""
+    """One epoch's minibatch indices over `n` items from `torch.randperm(n, generator=generator)`, the one place the
+    order is decided; the last partial batch kept unless `drop_last`. `device`: theirs (default: the generator's)."""
     check_int("n", n, 1, 2**62)
     check_int("batch_size", batch_size, 1, 2**62)
     gdev = generator.device if generator is not None else torch.device("cpu")
     perm = torch.randperm(n, generator=generator, device=gdev)
     if device is not None:
         perm = perm.to(resolve_device(device))
-    stop = n - n % batch_size if drop_last else n
-
-    def it() -> Iterator[torch.Tensor]:
-        for i in range(0, stop, batch_size):
-            yield perm[i : i + batch_size]
-
-    return it()
+    return (perm[i : i + batch_size] for i in range(0, n - n % batch_size if drop_last else n, batch_size))
 
 
 def steps_per_epoch(n: int, batch_size: int, drop_last: bool = False) -> int:

@@ -1,7 +1,6 @@
-"""CIFAR-10 as image files: `root/{train,test}/<class>/*.{png,jpg,jpeg}` or a `.tar.gz` of such a tree (the tree may
-sit under one top-level folder). Sorted class folders give the label order. Decoded once with PIL and cached as a
-tensor file keyed by the content hash (`default_cache_dir`), so later loads take about a second; a corrupt cache is
-named and rebuilt, a corrupt or truncated archive is named and refused (timings: docs/performance.md)."""
+"""CIFAR-10 as image files: `root/{train,test}/<class>/*.{png,jpg,jpeg}` or a `.tar.gz` of it (maybe under one
+top folder); sorted class folders give the labels. Decoded once with PIL and cached by content hash (later loads
+take about a second); a corrupt cache is named and rebuilt, a corrupt archive named and refused."""
 
 from __future__ import annotations
 
@@ -31,9 +30,8 @@ _CACHE_VERSION = 1  # bump when the decoded layout changes: old cache files are 
 
 # An entry is (split, class, file name, bytes); `origin` names the file in error messages.
 def _decode_into(out: np.ndarray, data: bytes, origin: str) -> None:
-    """One image file → `out` (uint8 [32, 32, 3]) with PIL, in this process: paid once per archive (cached). A fork
-    pool gained nothing on 2 shared cores and forking a process that holds torch's thread pools is unsafe;
-    torchvision.io's decoders are deprecated since 0.29."""
+    """One image file → `out` (uint8 [32, 32, 3]) with PIL, in this process (paid once per archive: a fork pool
+    gained nothing on 2 cores and is unsafe under torch's thread pools; torchvision.io's decoders are deprecated)."""
     try:  # only image folders need Pillow: a stock PyTorch image may lack it
         from PIL import Image
     except ImportError:
@@ -89,19 +87,15 @@ def _entry_key(parts: tuple[str, ...]) -> tuple[str, str, str, str] | None:
     """(top, split, class, file) for an image at `[top/]split/class/file`, else None."""
     if any(p.startswith(".") for p in parts) or not parts[-1].lower().endswith(IMAGE_EXTS):
         return None
-    if len(parts) == 3 and parts[0] in ("train", "test"):
-        return ("", *parts)
-    if len(parts) == 4 and parts[1] in ("train", "test"):
-        return parts  # type: ignore[return-value]
-    return None
+    parts = ("", *parts) if len(parts) == 3 else parts
+    return parts if len(parts) == 4 and parts[1] in ("train", "test") else None  # type: ignore[return-value]
 
 
 def _read_tar(path: Path) -> list[tuple[str, str, str, bytes]]:
     found: dict[str, list[tuple[str, str, str, bytes]]] = {}
     try:
-        # Streaming: one pass over the gzip, no random access needed. tarfile's own "r|gz" never reads the gzip
-        # trailer, so an archive cut inside its last bytes would load as if whole: drain the stream to make gzip
-        # check its length and CRC.
+        # One streaming pass. tarfile's own "r|gz" never reads the gzip trailer (an archive cut in its last bytes
+        # would load as if whole): the stream is drained so that gzip checks its length and CRC.
         with gzip.open(path) as gz, tarfile.open(fileobj=gz, mode="r|") as tf:
             for m in tf:
                 key = _entry_key(PurePosixPath(m.name).parts) if m.isfile() else None
@@ -124,14 +118,6 @@ def _scan_folder(root: Path) -> list[tuple[str, str, str, Path]]:
                 files += [(split, cdir.name, f.name, f) for f in sorted(cdir.iterdir())
                           if f.is_file() and _entry_key((split, cdir.name, f.name)) is not None]
     return files
-
-
-def _sha256_file(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 22), b""):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def default_cache_dir() -> Path:
@@ -168,8 +154,7 @@ def _save_cache(path: Path, key: str, data: Cifar10) -> None:
 
 
 def _check_cache_dir(cache: Path, from_env: bool) -> None:
-    """DataError (one line) unless `cache` is a folder this process can write, checked before decoding: a cache
-    that is a file or read-only is a mistake of the setup, better fixed once than paid for on every load."""
+    """DataError unless `cache` is a writable folder, checked before decoding (a setup mistake, fixed once)."""
     what = f"INITMEM_CACHE={str(cache)!r}" if from_env else f"cache_dir={str(cache)!r}"
     fix = "set INITMEM_CACHE to a writable folder, or unset it for ~/.cache/initmem" if from_env else \
         "a writable folder is accepted"
@@ -182,8 +167,7 @@ def _check_cache_dir(cache: Path, from_env: bool) -> None:
 
 
 def load_imagefolder(root: Path, cache_dir: Path | None, progress: bool) -> Cifar10:
-    """CIFAR-10 from `root`: a tree with train/ and test/, a .tar.gz, or a folder with exactly one .tar.gz; from the
-    cache when its content hash is there, else decoded and cached."""
+    """CIFAR-10 from a train/+test/ tree, a .tar.gz or a folder with one; from the cache when its hash is there."""
     if root.is_dir() and (root / "train").is_dir() and (root / "test").is_dir():
         kind, path = "imagefolder", root
     elif root.is_file() and root.name.endswith(ARCHIVE_EXTS):
@@ -201,7 +185,8 @@ def load_imagefolder(root: Path, cache_dir: Path | None, progress: bool) -> Cifa
         listing = "\n".join(f"{s}/{c}/{n}\t{(st := f.stat()).st_size}\t{st.st_mtime_ns}" for s, c, n, f in files)
         key = hashlib.sha256(listing.encode()).hexdigest()
     else:
-        key = _sha256_file(path)
+        with open(path, "rb") as f:
+            key = hashlib.file_digest(f, "sha256").hexdigest()
     cache = Path(cache_dir).expanduser() if cache_dir is not None else default_cache_dir()
     cache_file = cache / f"cifar10-{kind}-{key[:24]}-v{_CACHE_VERSION}.pt"
     if (hit := _load_cache(cache_file, key)) is not None:

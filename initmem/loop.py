@@ -1,15 +1,6 @@
-"""The engine's loop as one small type. `Loop` holds everything a training step and a measurement read or change:
-the population and what the loop calls (`runtime.network`), the optimiser, the forgetting instruments, the clocks,
-the data-order and augmentation generators, the live mask, the members' statuses and histories, the epoch and step
-counters and the wall clock. Its named steps: `Loop.build`, `check_device`, `run_epoch` (one epoch of optimiser
-steps), `measure` (every member's row, read from the device in one sync), `record` (rows into the histories,
-diverged members silenced), and `state_dict` / `load_state_dict` (a checkpoint's state; loading is all or nothing).
-
-Every tensor here is made on the run's device or taken from one that is. Two things are on the CPU by design, and
-`check_device` knows them: the data-order generators (so the minibatch order is the same on every device) and
-torch's own Adam/AdamW step counters (0-dim host tensors unless `capturable`). On torch's `meta` device (the harness
-of tests/test_meta_device.py) the augmentation generators live on the CPU, since torch has no meta generator.
-"""
+"""The engine's loop as one type, `Loop`: what a training step and a measurement read or change, and its steps.
+Every tensor is on the run's device except, by design, the data-order generators (one minibatch order on every
+device), torch's Adam/AdamW step counters (host scalars) and, on `meta` (no meta generator), the augmentation ones."""
 
 from __future__ import annotations
 
@@ -54,6 +45,11 @@ class Loop:
     """The loop's state and its steps (see the module docstring). Build it with `Loop.build`."""
 
     configs: list[TrainConfig]
+    cfg: TrainConfig  # configs[0]: every setting but sigma_w and seed
+    k: int  # members
+    seeds: list[int]  # the members' distinct seeds, sorted; the generators are per seed
+    n: int  # training images
+    steps_per_epoch: int
     dev: torch.device
     splits: _data.Splits
     evals: list[tuple[torch.Tensor, torch.Tensor]]  # (x, y) of the train-eval subset, validation, test
@@ -74,7 +70,6 @@ class Loop:
     t0: float = field(default_factory=time.perf_counter)  # when this process's clock started
     checked: bool = False  # check_device ran after a step (the optimiser's state exists from the first step on)
 
-    # ------------------------------------------------------------------------------------------------ building
     @classmethod
     def build(cls, configs: list[TrainConfig], dev: torch.device, splits: _data.Splits) -> Loop:
         """The loop of `configs` (one point's members) on `dev`, at epoch 0, before any measurement."""
@@ -92,37 +87,10 @@ class Loop:
                    for s in seeds}
         clocks = [metrics.ClockAccumulator(c.batch_size, c.weight_decay, metrics.lr_scale(c.optimizer, c.momentum))
                   for c in configs]
-        return cls(configs, dev, splits, evals, pop, net, opt, forgetting.Instruments(pop.weights, k, pop.layers),
-                   clocks, order_gen, aug_gen, torch.ones(k, device=dev), list(range(k)), ["complete"] * k,
-                   [[] for _ in range(k)])
-
-    @property
-    def cfg(self) -> TrainConfig:
-        return self.configs[0]
-
-    @property
-    def k(self) -> int:
-        return len(self.configs)
-
-    @property
-    def seeds(self) -> list[int]:
-        return sorted(self.order_gen)
-
-    @property
-    def n(self) -> int:
-        return len(self.splits.train_y)
-
-    @property
-    def steps_per_epoch(self) -> int:
-        return _data.steps_per_epoch(self.n, self.cfg.batch_size, self.cfg.drop_last)
-
-    @property
-    def total_steps(self) -> int:
-        return self.steps_per_epoch * self.cfg.epochs
-
-    @property
-    def warmup_steps(self) -> int:
-        return min(self.total_steps, round(self.cfg.warmup_epochs * self.steps_per_epoch))
+        n = len(splits.train_y)
+        return cls(configs, cfg, k, seeds, n, _data.steps_per_epoch(n, cfg.batch_size, cfg.drop_last), dev, splits,
+                   evals, pop, net, opt, forgetting.Instruments(pop.weights, k, pop.layers), clocks, order_gen,
+                   aug_gen, torch.ones(k, device=dev), list(range(k)), ["complete"] * k, [[] for _ in range(k)])
 
     def columns(self) -> list[str]:
         """The history's columns, in order."""
@@ -133,12 +101,9 @@ class Loop:
         """Seconds of training and evaluation so far (this process's and those before it)."""
         return self.wall_time + time.perf_counter() - self.t0
 
-    # ------------------------------------------------------------------------------------------------ devices
     def _tensors(self) -> Iterator[tuple[str, torch.Tensor]]:
-        s = self.splits
-        for name in ("train_x", "train_y", "val_x", "val_y", "test_x", "test_y", "train_eval_idx"):
-            if getattr(s, name) is not None:
-                yield f"data {name}", getattr(s, name)
+        yield from ((f"data {name}", t) for name in ("train_x", "train_y", "val_x", "val_y", "test_x", "test_y",
+                                                     "train_eval_idx") if (t := getattr(self.splits, name)) is not None)
         for i, (x, y) in enumerate(self.evals):
             yield f"evaluation split {i} images", x
             yield f"evaluation split {i} labels", y
@@ -159,32 +124,22 @@ class Loop:
         yield "live mask", self.live
 
     def check_device(self) -> None:
-        """DeviceMismatch (one line, naming it) for the first tensor or generator the step uses that is not where it
-        belongs: every tensor on the run's device, the data-order generators on the CPU, the augmentation
-        generators on `generator_device`. Reads only metadata: no host sync."""
-        def bad(what: str, where: torch.device, want: torch.device) -> DeviceMismatch:
-            return DeviceMismatch(f"{what} is on {where}, not on {want}: every tensor the training step uses must be "
-                                  f"made on the run's device {self.dev} (a factory without device=, or a module "
-                                  "built elsewhere)")
+        """DeviceMismatch naming the first tensor or generator not where it belongs (metadata only: no host sync)."""
+        gens = [(f"{kind} generator of seed {seed}", g, want) for kind, gs, want in (
+            ("data-order", self.order_gen, torch.device("cpu")),
+            ("augmentation", self.aug_gen, generator_device(self.dev))) for seed, g in gs.items()]
+        for what, t, want in [*((what, t, self.dev) for what, t in self._tensors()), *gens]:
+            if not _same(t.device, want):
+                raise DeviceMismatch(f"{what} is on {t.device}, not on {want}: every tensor the training step uses "
+                                     f"must be made on the run's device {self.dev} (a factory without device=, or a "
+                                     "module built elsewhere)")
 
-        for what, t in self._tensors():
-            if not _same(t.device, self.dev):
-                raise bad(what, t.device, self.dev)
-        for kind, gens, want in (("data-order", self.order_gen, torch.device("cpu")),
-                                 ("augmentation", self.aug_gen, generator_device(self.dev))):
-            for seed, g in gens.items():
-                if not _same(g.device, want):
-                    raise bad(f"{kind} generator of seed {seed}", g.device, want)
-
-    # ------------------------------------------------------------------------------------------------ training
     def _batch(self, idxs: tuple[torch.Tensor, ...]) -> tuple[torch.Tensor, torch.Tensor]:
         """The step's input (augmented per seed) and labels ([b] or [b, K] when the seeds differ)."""
-        cfg, seeds, x = self.cfg, self.seeds, self.splits.train_x
-        xs = {}
-        for s, idx in zip(seeds, idxs, strict=True):
-            xs[s] = x[idx]
-            if cfg.augment:
-                xs[s] = _data.augment_batch(xs[s], self.aug_gen[s])
+        cfg, seeds = self.cfg, self.seeds
+        xs = {s: self.splits.train_x[idx] for s, idx in zip(seeds, idxs, strict=True)}
+        if cfg.augment:  # each seed's own stream
+            xs = {s: _data.augment_batch(x, self.aug_gen[s]) for s, x in xs.items()}
         xb = self.pop.inputs([xs[c.seed] for c in self.configs] if len(seeds) > 1 else [xs[seeds[0]]])
         y = self.splits.train_y
         yb = y[idxs[0]] if len(seeds) == 1 else torch.stack([y[idxs[seeds.index(c.seed)]] for c in self.configs], 1)
@@ -198,11 +153,11 @@ class Loop:
             torch.compiler.cudagraph_mark_step_begin()
 
     def train_step(self, idxs: tuple[torch.Tensor, ...], sums: torch.Tensor) -> float:
-        """One optimiser step on the minibatch `idxs` (one index tensor per seed); adds the members' [loss * batch,
-        correct] to `sums` on the device; returns the step's lr."""
-        cfg, pop = self.cfg, self.pop
-        factor = optim.lr_factor(cfg.schedule, self.step, self.total_steps, self.warmup_steps, cfg.step_milestones,
-                                 cfg.step_gamma)
+        """One optimiser step on `idxs` (an index tensor per seed), adding [loss * batch, correct] to `sums`; its lr."""
+        cfg, pop, per_epoch = self.cfg, self.pop, self.steps_per_epoch
+        total = per_epoch * cfg.epochs
+        factor = optim.lr_factor(cfg.schedule, self.step, total, min(total, round(cfg.warmup_epochs * per_epoch)),
+                                 cfg.step_milestones, cfg.step_gamma)
         optim.set_lr_factor(self.opt, factor)
         lr = cfg.lr * factor  # the clocks run on the main lr (muon's aux AdamW lr is not a clock)
         x, y = self._batch(idxs)
@@ -223,8 +178,7 @@ class Loop:
         return lr
 
     def run_epoch(self, on_step: Callable[[int], None] | None = None) -> tuple[torch.Tensor, float]:
-        """One epoch of optimiser steps; the members' [loss * batch, correct] sums (device) and the last step's lr.
-        After this process's first step, `check_device` (the optimiser's state exists by then)."""
+        """One epoch of steps: the members' [loss * batch, correct] sums and its last lr (`check_device` once)."""
         self.pop.model.train()
         sums = torch.zeros(self.k, 2, dtype=torch.float64, device=self.dev)
         lr = math.nan
@@ -240,11 +194,9 @@ class Loop:
         self.epoch += 1
         return sums, lr
 
-    # ------------------------------------------------------------------------------------------------ measuring
     @torch.no_grad()
     def readings(self, sums: torch.Tensor | None) -> torch.Tensor:
-        """[K, values] float64 on the device: train loss and running accuracy, (loss, accuracy) of each evaluation
-        split, the total and per-layer weight norms, the instruments: every measured number but the clocks."""
+        """[K, values] float64 on the device: every measured number of the members' rows but the clocks."""
         cfg, pop, k = self.cfg, self.pop, self.k
         pop.model.eval()
         parts = [torch.full((k, 2), math.nan, dtype=torch.float64, device=self.dev) if sums is None else sums / self.n]
@@ -279,8 +231,7 @@ class Loop:
         return rows
 
     def record(self, rows: list[dict]) -> list[int]:
-        """Append each alive member's row; a member whose row is not finite is diverged and silenced. Returns the
-        members that were alive (whose rows were recorded)."""
+        """Append each alive member's row (those members are returned); a non-finite row silences its member."""
         recorded = list(self.alive)
         for j in recorded:
             self.histories[j].append(rows[j])
@@ -291,7 +242,6 @@ class Loop:
                 self.pop.silence(self.opt, j)
         return recorded
 
-    # ------------------------------------------------------------------------------------------------ state
     def state_dict(self) -> dict:
         """What a checkpoint holds of the loop (tensors and plain values; `torch.save`-able)."""
         return {"model": self.pop.model.state_dict(), "optimizer": self.opt.state_dict(),
@@ -302,10 +252,8 @@ class Loop:
                 "epoch": self.epoch, "step": self.step, "wall_time": self.elapsed()}
 
     def load_state_dict(self, state: dict, rng: dict | None = None) -> None:
-        """Apply `state` (a `state_dict`) and, with `rng`, the process-wide generators (`checkpoint.rng_state`): all
-        or nothing. When any part fails (a missing key, a shape, a device, a type), everything it had set is rolled
-        back (model, optimiser, instruments, generators, clocks, live mask, histories, counters, wall clock and
-        global generators exactly as before) and the error propagates. The wall clock restarts at a success."""
+        """Apply `state` (a `state_dict`) and, with `rng`, the global generators (`checkpoint.rng_state`), all or
+        nothing: when any part fails, every part is rolled back exactly and the error propagates."""
         before, clock, global_rng = copy.deepcopy(self.state_dict()), (self.wall_time, self.t0), _ckpt.rng_state()
         try:
             self._apply(state)

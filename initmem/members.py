@@ -1,29 +1,14 @@
-"""The members of a population: K networks that differ only in sigma_w and seed, held so that one training step
-serves all of them. `population(nets)` returns a `PlainPopulation` (or its grouped form) on the members' device; the
-training loop calls only its methods (forward, per-member losses and correct counts, per-member views of the
-weights, silencing a diverged member), so it does not know which implementation it runs.
-
-- K = 1: the plain network (`PlainPopulation`), exactly what a single run trains.
-- K > 1: **grouped modules** (`GroupedPopulation`). The K members become one "wide" network whose channels are K
-  groups: every conv has groups=K, every BatchNorm K*C channels (batch statistics and running stats per member by
-  construction), ReLU, pools and residual adds are channel-wise, option-A shortcuts zero-pad each group, and the head
-  is a batched matmul over a [K, 10, C] weight. It is made by module surgery on member 0's network, so every layer
-  keeps its module name (`norm:<layer>` columns match a single run's). The loss is the sum of the members' mean
-  cross-entropies, so each member's gradient is exactly its own. Member k sees its own minibatch (its seed fixes its
-  data order and augmentation); when every member has the same seed the stem conv takes the one shared 3-channel
-  batch with groups=1 (the same arithmetic, without K copies of the input); evaluation always does that.
-  Why grouped modules and not torch.func (`stack_module_state` + `functional_call` + `vmap`, which would batch any
-  architecture without surgery): measured on this CPU, `benchmarks/bench_members.py`, see docs/performance.md.
-
-Members share no arithmetic (every op is per channel group), so a NaN in one never reaches another; a diverged
-member is silenced (`silence`: parameters, BatchNorm stats and optimiser state zeroed, its loss masked out) and the
-others train on unchanged.
-"""
+"""A population's members: K networks differing only in sigma_w and seed, trained by one step. `population(nets)` is
+a `PlainPopulation` (K = 1) or a `GroupedPopulation`: member 0's network by module surgery (layer names kept), every
+conv with groups=K, BatchNorm K*C channels, the head a batched matmul; members share no arithmetic, so a NaN stays
+in its member. Not torch.func's vmap: slower here (`benchmarks/bench_members.py`, docs/performance.md)."""
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import ctypes
+import functools
 import os
 import platform
 
@@ -37,10 +22,8 @@ from initmem.errors import ConfigError
 _CHANNELWISE = (nn.MaxPool2d, nn.Identity, nn.ReLU, models.SpatialMax, models.SpatialMean)
 
 
-# ---------------------------------------------------------------------------------------------------- grouped layers
 class StemConv(nn.Conv2d):
-    """The first conv of K members, weight [K*c_out, 3, k, k]. A 3-channel input (shared by all members) runs with
-    groups=1, a 3K-channel input (member k's images in channels 3k..3k+2) with groups=K: the same weight either way."""
+    """The first conv, weight [K*c_out, 3, k, k]: groups=1 on a shared 3-channel input, groups=K on 3K channels."""
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         groups = x.shape[1] // self.weight.shape[1]
@@ -70,8 +53,7 @@ class GroupedShortcutA(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x = x[:, :, ::self.stride, ::self.stride]
         b, _, h, w = x.shape
-        x = F.pad(x.reshape(b, self.members, -1, h, w), (0, 0, 0, 0, self.pad_lo, self.pad_hi))
-        return x.reshape(b, -1, h, w)
+        return F.pad(x.reshape(b, self.members, -1, h, w), (0, 0, 0, 0, self.pad_lo, self.pad_hi)).reshape(b, -1, h, w)
 
 
 def _grouped_leaf(m: nn.Module, k: int, arch: str, name: str, stem: bool, dev: torch.device) -> nn.Module:
@@ -99,8 +81,7 @@ def _grouped_leaf(m: nn.Module, k: int, arch: str, name: str, stem: bool, dev: t
 
 @torch.no_grad()
 def build_grouped(members: list[nn.Module], arch: str = "?") -> nn.Module:
-    """One wide network holding `members` (same architecture, any weights) as channel groups, with their weights,
-    biases and BatchNorm buffers copied in. Module names are the members', so `norm:<layer>` columns match."""
+    """`members` (one architecture) as channel groups of one network, weights and buffers copied; layer names kept."""
     k, template = len(members), members[0]
     dev = next(template.parameters()).device  # every grouped tensor is made where the members live
     grouped = copy.deepcopy(template)  # keeps the container classes, so their forward() runs unchanged
@@ -111,22 +92,18 @@ def build_grouped(members: list[nn.Module], arch: str = "?") -> nn.Module:
             setattr(grouped.get_submodule(parent), child, _grouped_leaf(m, k, arch, name, name == first, dev))
     sources = [dict(m.state_dict()) for m in members]
     for key, target in grouped.state_dict().items():
-        parts = [s[key] for s in sources]
-        if target.numel() == k * parts[0].numel():
-            target.copy_(torch.stack(parts).reshape(target.shape))
-        else:  # scalar buffers (BatchNorm's num_batches_tracked): identical across members
-            target.copy_(parts[0])
+        parts = [s[key] for s in sources]  # a scalar buffer (num_batches_tracked) is the same in every member
+        target.copy_(torch.stack(parts).reshape(target.shape) if target.numel() == k * parts[0].numel() else parts[0])
     return grouped
 
 
 def member_state_dict(grouped: nn.Module, template: nn.Module, member: int) -> dict[str, torch.Tensor]:
-    """One member's weights and buffers from `grouped`, shaped as the separate model `template`'s state_dict (so
-    `models.build_model(...).load_state_dict(...)` gives that member as a plain network)."""
+    """Member `member` of `grouped` as a state_dict of the plain network `template`."""
     shapes = {key: t.shape for key, t in template.state_dict().items()}
     return {key: (t.reshape(-1, *shapes[key])[member] if t.ndim else t).clone()
             for key, t in grouped.state_dict().items()}
 
-# ---------------------------------------------------------------------------------------------------- populations
+
 class PlainPopulation:
     """One member: the plain network. Outputs [b, C]; per-member quantities are length-1 tensors."""
 
@@ -146,9 +123,6 @@ class PlainPopulation:
     def correct(self, out: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         return (out.argmax(1) == y).sum()[None]
 
-    def member_state_dict(self, member: int) -> dict[str, torch.Tensor]:
-        return {k: v.clone() for k, v in self.model.state_dict().items()}
-
     def silence(self, optimizer: torch.optim.Optimizer, member: int) -> None:
         """Nothing to do: a diverged single run stops."""
 
@@ -157,7 +131,6 @@ class GroupedPopulation(PlainPopulation):
     """K members as channel groups of one network (see the module docstring). Outputs [b, K, C]."""
 
     def __init__(self, nets: list[nn.Module], same_input: bool):
-        self.template = copy.deepcopy(nets[0])
         super().__init__(build_grouped(nets), models.layer_names(nets[0]))  # GroupedHead is the member's Linear
         self.k, self.same_input = len(nets), same_input
 
@@ -174,9 +147,6 @@ class GroupedPopulation(PlainPopulation):
 
     def correct(self, out: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         return (out.argmax(2) == self._labels(y)).sum(0)
-
-    def member_state_dict(self, member: int) -> dict[str, torch.Tensor]:
-        return member_state_dict(self.model, self.template, member)
 
     @torch.no_grad()
     def silence(self, optimizer: torch.optim.Optimizer, member: int) -> None:
@@ -200,26 +170,15 @@ def population(nets: list[nn.Module], same_input: bool = True) -> PlainPopulatio
     return PlainPopulation(nets[0]) if len(nets) == 1 else GroupedPopulation(nets, same_input)
 
 
-# ---------------------------------------------------------------------------------------------------- CPU memory
-_MALLOC_TUNED: list[bool] = []
-
-
+@functools.cache
 def tune_malloc() -> bool:
-    """Make glibc keep freed memory for reuse: every block from the heap (M_MMAP_MAX=0), no trimming below 2 GiB
-    (M_TRIM_THRESHOLD). Why: glibc serves a block above its mmap threshold (at most 32 MiB) by a fresh mmap and
-    unmaps it on free, so each large activation of each step is page-faulted in anew. A K-member population's
-    activations are K times larger and cross that size at width 0.25 already (timings: docs/performance.md). The
-    price: the process keeps its peak memory. Process-wide and once; a no-op
-    off glibc and under `INITMEM_MALLOC=default`. Returns whether the setting is in force."""
-    if not _MALLOC_TUNED:
-        ok = False
-        if os.environ.get("INITMEM_MALLOC", "") != "default" and platform.libc_ver()[0] == "glibc":
-            try:
-                libc = ctypes.CDLL("libc.so.6")
-                ok = libc.mallopt(-4, 0) == 1 and libc.mallopt(-1, 2**31 - 1) == 1  # M_MMAP_MAX, M_TRIM_THRESHOLD
-            except (OSError, AttributeError):
-                ok = False
-        _MALLOC_TUNED.append(ok)
-    return _MALLOC_TUNED[0]
+    """Make glibc keep freed memory (M_MMAP_MAX=0, M_TRIM_THRESHOLD 2 GiB), else a population's large activations are
+    mapped anew every step (docs/performance.md); once, off under `INITMEM_MALLOC=default` or off glibc. Whether on."""
+    ok = False
+    if os.environ.get("INITMEM_MALLOC", "") != "default" and platform.libc_ver()[0] == "glibc":
+        with contextlib.suppress(OSError, AttributeError):
+            libc = ctypes.CDLL("libc.so.6")
+            ok = libc.mallopt(-4, 0) == 1 and libc.mallopt(-1, 2**31 - 1) == 1  # M_MMAP_MAX, M_TRIM_THRESHOLD
+    return ok
 
 

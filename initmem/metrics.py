@@ -1,7 +1,5 @@
 """The study's metrics, each computable from a run's history (one row per epoch; epoch 0 = at initialisation).
-
-Epochs are 1-based: in a per-epoch sequence, element i is epoch i + 1. Accuracies are fractions in [0, 1].
-"""
+Epochs are 1-based: in a per-epoch sequence, element i is epoch i + 1. Accuracies are fractions in [0, 1]."""
 
 from __future__ import annotations
 
@@ -34,9 +32,7 @@ def interpolation_epoch(train_acc: Sequence[float], threshold: float = 0.995) ->
     return int(hit[0]) + 1 if hit.size else None
 
 
-# The selection rules: which epoch of a run a researcher reports. name -> (the history column it reads, what it
-# picks). "val_loss" (the paper's, the default everywhere) is the first lowest validation loss; "val_acc" the first
-# highest validation accuracy; "last" the last epoch (with a finite validation loss: a diverged epoch is no result).
+# Which epoch a researcher reports: name -> (the column read, what it picks); "last" needs a finite val_loss there.
 SELECTION_RULES = {"val_loss": ("val_loss", "lowest validation loss"),
                    "val_acc": ("val_acc", "highest validation accuracy"),
                    "last": ("val_loss", "last epoch")}
@@ -51,10 +47,8 @@ def check_rule(rule: str) -> str:
 
 
 def best_epoch(val_loss: Sequence[float], rule: str = DEFAULT_RULE) -> int:
-    """The selected 1-based position in a per-epoch sequence of the rule's column (`SELECTION_RULES`), NaN ignored:
-    rule "val_loss" argmin (the first on ties; `val_loss` is the validation losses), "val_acc" argmax of the
-    validation accuracies passed (the first on ties), "last" the last non-NaN value. No usable value (all NaN, or
-    empty) raises ConfigError."""
+    """The 1-based position `rule` selects in a per-epoch sequence of its column (`val_loss` holds the validation
+    accuracies for "val_acc"), NaN ignored, the first on ties; ConfigError when no value is usable."""
     a = _floats(SELECTION_RULES[check_rule(rule)][0], val_loss)
     if np.isnan(a).all():
         raise ConfigError(f"{SELECTION_RULES[rule][0]} has no non-NaN value: at least one is needed to select an epoch")
@@ -69,18 +63,15 @@ def _trained(history: pd.DataFrame, upto: int | None = None) -> pd.DataFrame:
 
 
 def _rule_values(h: pd.DataFrame, rule: str) -> np.ndarray:
-    """The column `rule` reads, NaN where it cannot count (for the rules other than the default: a non-finite
-    val_loss)."""
+    """The column `rule` reads, NaN where it cannot count (other rules than the default: a non-finite val_loss)."""
     values = h[SELECTION_RULES[check_rule(rule)][0]].to_numpy(dtype=float)
-    if rule != DEFAULT_RULE:
-        values = np.where(np.isfinite(h["val_loss"].to_numpy(dtype=float)), values, np.nan)
-    return values
+    return values if rule == DEFAULT_RULE else np.where(np.isfinite(h["val_loss"].to_numpy(dtype=float)), values,
+                                                        np.nan)
 
 
 def test_at_best(history: pd.DataFrame, upto: int | None = None, rule: str = DEFAULT_RULE) -> float:
-    """test_acc at the row (epoch >= 1, and <= upto if given) that `rule` selects (`best_epoch`; the default: the
-    lowest val_loss, the earliest on ties). The other rules skip the rows whose val_loss is not finite (a diverged
-    epoch's validation accuracy is a broken network's)."""
+    """test_acc at the row (epoch >= 1, and <= upto if given) that `rule` selects (`best_epoch`); the rules but the
+    default skip rows whose val_loss is not finite (a diverged epoch's accuracy is a broken network's)."""
     h = _trained(history, upto)
     return float(h["test_acc"].iloc[best_epoch(_rule_values(h, rule), rule) - 1])
 
@@ -89,9 +80,7 @@ test_at_best.__test__ = False  # a metric, not a test: stops pytest collecting i
 
 
 def test_at_best_by_epoch(history: pd.DataFrame, rule: str = DEFAULT_RULE) -> pd.Series:
-    """For every measured epoch e >= 1: `test_at_best(history, upto=e, rule=rule)`, what a researcher would have
-    reported had training stopped at e (one `best_epoch` per prefix, on arrays: fast enough for every epoch of
-    every run). Indexed by epoch; NaN where no epoch up to e has a usable value (a run diverged from its first)."""
+    """`test_at_best(history, upto=e, rule=rule)` at every measured epoch e >= 1 (NaN where none is usable)."""
     h = _trained(history)
     values = _rule_values(h, rule)
     test = h["test_acc"].to_numpy(dtype=float)
@@ -104,10 +93,7 @@ test_at_best_by_epoch.__test__ = False
 
 
 def spread(values: Sequence[float]) -> float:
-    """max - min over the non-NaN values; x 100 (percentage points) when every value is in [0, 1] (accuracies).
-
-    Empty or all-NaN raises ConfigError.
-    """
+    """max - min of the non-NaN values, x 100 (pp) when all are in [0, 1]; ConfigError when there is none."""
     a = _floats("spread values", values)
     a = a[~np.isnan(a)]
     if a.size == 0:
@@ -131,10 +117,7 @@ def repair_gap(history: pd.DataFrame, threshold: float = 0.995) -> float | None:
 
 
 def radial_memory(initial_norms: Sequence[float], final_norms: Sequence[float]) -> float:
-    """Least-squares slope of log(final) on log(initial): ~1 final norm coupled to the initial (memory), ~0 forgotten.
-
-    Needs >= 2 distinct positive initial norms and as many positive final norms.
-    """
+    """Least-squares slope of log(final) on log(initial) norms: ~1 the final norm remembers the initial, ~0 forgot."""
     x, y = _floats("initial_norms", initial_norms), _floats("final_norms", final_norms)
     if x.shape != y.shape or x.size < 2 or not (x > 0).all() or not (y > 0).all() or np.ptp(x) == 0:
         raise ConfigError(f"radial_memory got initial_norms={x.tolist()}, final_norms={y.tolist()}: two equal-length "
@@ -144,19 +127,14 @@ def radial_memory(initial_norms: Sequence[float], final_norms: Sequence[float]) 
     return float((lx * (ly - ly.mean())).sum() / (lx * lx).sum())
 
 
-# ---------------------------------------------------------------------------------------------------- clocks
 def lr_scale(optimizer: str, momentum: float) -> float:
-    """The factor that turns the lr into the *effective* step size of the momentum-aware clocks: 1 / (1 - beta) for
-    SGD with (heavy-ball, undampened) momentum, whose steady-state step is eta g / (1 - beta); 1 for the others (plain
-    SGD has no momentum; Adam's and Muon's momentum is an average, so their step stays eta-sized)."""
+    """lr -> the effective step of the momentum-aware clocks: 1 / (1 - beta) for heavy-ball SGD, else 1 (an average)."""
     return 1.0 / (1.0 - momentum) if optimizer == "sgd_momentum" else 1.0
 
 
 def forgetting_clocks(lrs: Sequence[float], batch_size: int, l2: float = 0.0) -> dict[str, float]:
-    """Cumulative clocks over steps k with learning rate eta_k (math.fsum, exact to rounding), as STUDY.md defines
-    them: T_SGD = sum eta_k^2 / batch_size, T_L2 = l2 * sum eta_k, T_adapt = sum eta_k. eta_k is the configured
-    (scheduled) lr: momentum is not folded in (see `lr_scale` for the `_eff` variants) and Muon's clocks count the
-    Muon lr, not its AdamW part's."""
+    """STUDY.md's clocks over steps of (scheduled) lr eta_k, exact to rounding: T_SGD = sum eta_k^2 / batch_size,
+    T_L2 = l2 * sum eta_k, T_adapt = sum eta_k (momentum not folded in: `lr_scale`; Muon's lr, not its AdamW's)."""
     acc = ClockAccumulator(batch_size, l2)  # validates batch_size and l2
     lrs = [float(lr) for lr in lrs]
     s1 = math.fsum(lrs)
@@ -164,10 +142,7 @@ def forgetting_clocks(lrs: Sequence[float], batch_size: int, l2: float = 0.0) ->
 
 
 class ClockAccumulator:
-    """The forgetting clocks, accumulated one step at a time (`update(lr)` per optimiser step; plain Python floats).
-
-    Neumaier-compensated sums, so 10^6+ steps of tiny lr^2 keep full double precision.
-    """
+    """The forgetting clocks, one `update(lr)` a step: Neumaier sums in Python floats, exact over 10^6+ steps."""
 
     def __init__(self, batch_size: int, l2: float = 0.0, scale: float = 1.0):
         if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
@@ -208,26 +183,15 @@ def _neumaier(s: float, c: float, x: float) -> tuple[float, float]:
     return t, c
 
 
-# ---------------------------------------------------------------------------------------------------- summary
 def _num(x) -> float | None:
     """A finite Python float, or None (NaN/inf/missing are not valid JSON numbers)."""
-    if x is None:
-        return None
-    x = float(x)
-    return x if math.isfinite(x) else None
+    return None if x is None or not math.isfinite(x := float(x)) else x
 
 
 def summarize_history(history: pd.DataFrame, threshold: float = 0.995) -> dict:
-    """The run's summary (SUMMARY_KEYS) from its history; best/tau/repair are over epochs >= 1.
-
-    best_epoch = the first epoch with the lowest val_loss (NaN ignored; None if no epoch has one) and the
-    *_at_best values are read there; tau_interp = first epoch with train_acc >= threshold; repair_gap =
-    `repair_gap` (to the last finite epoch); DIAGNOSTIC_KEYS: the whole-network angle from initialisation (degrees)
-    at the best epoch and at the last finite epoch, Theta and the momentum-aware clocks there (None where the
-    history lacks the column); init_weight_norm from epoch 0; norm_ratio = final / init weight norm;
-    final_* and clocks, steps, wall_time_s from the last row; diverged_epoch = first epoch >= 1 whose train_loss is
-    non-finite. Values are Python int/float/bool/None; non-finite floats become None.
-    """
+    """The run's summary (SUMMARY_KEYS, DIAGNOSTIC_KEYS): the best epoch (default rule) and tau_interp over epochs >= 1,
+    the diagnostics at the best and last finite epochs (None without their column), finals from the last row,
+    diverged_epoch the first non-finite train_loss. Python int/float/bool/None; a non-finite float is None."""
     h = history.sort_values("epoch")
     trained, last = _trained(h), h.iloc[-1]
     init = h[h["epoch"] == 0]
@@ -240,20 +204,15 @@ def summarize_history(history: pd.DataFrame, threshold: float = 0.995) -> dict:
     w1 = _num(last["weight_norm"])
     return {
         "best_epoch": None if best is None else int(trained["epoch"].iloc[best]),
-        "test_acc_at_best": at_best("test_acc"),
-        "val_loss_at_best": at_best("val_loss"),
-        "val_acc_at_best": at_best("val_acc"),
+        **{f"{c}_at_best": at_best(c) for c in ("test_acc", "val_loss", "val_acc")},
         "tau_interp": None if tau is None else int(trained["epoch"].iloc[tau - 1]),
         "interpolated": tau is not None,
         "repair_gap": None if tau is None else repair_gap(h, threshold),
         "init_weight_norm": w0,
         "final_weight_norm": w1,
         "norm_ratio": _num(w1 / w0) if w0 and w1 is not None else None,
-        "final_train_acc": _num(last["train_acc"]),
-        "final_test_acc": _num(last["test_acc"]),
-        "T_SGD": _num(last["T_SGD"]),
-        "T_L2": _num(last["T_L2"]),
-        "T_adapt": _num(last["T_adapt"]),
+        **{f"final_{c}": _num(last[c]) for c in ("train_acc", "test_acc")},
+        **{c: _num(last[c]) for c in ("T_SGD", "T_L2", "T_adapt")},
         "diverged_epoch": int(bad["epoch"].iloc[0]) if len(bad) else None,
         "epochs_run": int(h["epoch"].max()),
         "steps": int(last["step"]),
@@ -264,14 +223,9 @@ def summarize_history(history: pd.DataFrame, threshold: float = 0.995) -> dict:
     }
 
 
-# ---------------------------------------------------------------------------------------------------- a point
 def point_summary(df: pd.DataFrame) -> dict:
-    """The point's numbers from its `point.run_point` rows: the test-accuracy spread across sigma_w (pp, of the
-    per-sigma_w mean over seeds), its seed-to-seed std when there is more than one seed (the spread computed within
-    each seed), which sigma_w is best and worst, and how many runs interpolated or diverged. A sigma_w without an
-    accuracy (its runs diverged before any finite epoch) cannot enter the spread: it is never dropped silently but
-    listed in `sigma_ws_missing` (and `diverged_sigma_ws` lists every sigma_w with a diverged run), so a spread over
-    a narrower sigma_w range than the point ran is visible wherever the summary is shown."""
+    """The point's numbers from its `point.run_point` rows: the spread of the per-sigma_w mean test accuracy (pp), its
+    std over seeds, best and worst sigma_w, counts; a sigma_w without accuracy is listed in `sigma_ws_missing`."""
     need = {"sigma_w", "seed", "status", "test_acc_at_best", "interpolated"}
     missing = sorted(need - set(df.columns)) if isinstance(df, pd.DataFrame) else sorted(need)
     if missing:
@@ -292,6 +246,5 @@ def point_summary(df: pd.DataFrame) -> dict:
         "sigma_ws_missing": sorted(float(x) for x in set(df["sigma_w"]) - set(by_sigma.index)),
         "diverged_sigma_ws": sorted(float(x) for x in df.loc[df["status"] == "diverged", "sigma_w"].unique()),
         "n_interpolated": int(df["interpolated"].eq(True).sum()),
-        "n_diverged": int((df["status"] == "diverged").sum()),
-        "n_complete": int((df["status"] == "complete").sum()),
+        **{f"n_{status}": int((df["status"] == status).sum()) for status in ("diverged", "complete")},
     }

@@ -1,30 +1,11 @@
-"""BatchNorm ResNets for CIFAR-10 with a controllable initialisation scale sigma_w.
-
-Every conv is bias-free and followed by BatchNorm, so the loss is invariant to each filter's scale: sigma_w only
-changes the *effective* step size of those layers. The classifier head (`model.head`) has no BatchNorm after it and
-is not scale-invariant.
-
-Parameter counts (measured, num_classes=10, width 1.0):
-
-| name      | layers | params     |
-|-----------|--------|------------|
-| resnet9   | 9      | 6,573,130  |
-| resnet20  | 20     | 269,722    |
-| resnet56  | 56     | 853,018    |
-| resnet110 | 110    | 1,727,962  |
-
-(akamaster's ResNet-20/56/110 count 0.27 M / 0.85 M / 1.7 M; He et al. report the same. Page's ResNet-9 has no head
-bias; ours has one, +10 parameters.)
-
-- resnet9: David Page's DAWNBench layout (prep 64; layer1 128 + residual; layer2 256; layer3 512 + residual; global
-  max-pool; linear 512 -> 10), without Page's 0.125 logit scale.
-- resnet20/56/110: He et al. (2016) CIFAR ResNets, 16/32/64 channels, n = 3/9/18 basic blocks per stage,
-  option-A (subsample + zero-pad) shortcuts, global average pool, linear 64 -> 10.
-`width` multiplies every channel count (rounded); the input (3) and output (num_classes) sizes are fixed.
-"""
+"""BatchNorm ResNets for CIFAR-10 with an initialisation scale sigma_w. Every conv is bias-free before a BatchNorm, so
+the loss is invariant to each filter's scale (sigma_w changes only the effective step size); the head is not.
+resnet9: Page's DAWNBench layout (no 0.125 logit scale; a head bias: 6,573,130 parameters); resnet20/56/110: He et
+al.'s, option-A shortcuts (269,722 / 853,018 / 1,727,962). `width` multiplies every channel count (rounded)."""
 
 from __future__ import annotations
 
+import functools
 import math
 
 import torch
@@ -35,11 +16,10 @@ from .config import ARCHS
 from .errors import ConfigError
 
 
-# ---------------------------------------------------------------------------------------------------- validation
-def _check_sigma_w(sigma_w: object) -> float:
-    if isinstance(sigma_w, bool) or not isinstance(sigma_w, (int, float)) or not math.isfinite(sigma_w) or sigma_w <= 0:
-        raise ConfigError(f"sigma_w={sigma_w!r} is invalid: a finite positive real number is accepted")
-    return float(sigma_w)
+def _positive(name: str, x: object) -> float:
+    if isinstance(x, bool) or not isinstance(x, (int, float)) or not math.isfinite(x) or x <= 0:
+        raise ConfigError(f"{name}={x!r} is invalid: a finite positive real number is accepted")
+    return float(x)
 
 
 def _channels(base: int, width: float) -> int:
@@ -50,31 +30,21 @@ def _channels(base: int, width: float) -> int:
     return c
 
 
-def _check_width(width: object) -> float:
-    if isinstance(width, bool) or not isinstance(width, (int, float)) or not math.isfinite(width) or width <= 0:
-        raise ConfigError(f"width={width!r} is invalid: a finite positive real number is accepted")
-    return float(width)
-
-
-# ---------------------------------------------------------------------------------------------------- global pools
 class SpatialMax(nn.Module):
-    """Global max-pool as a max over the spatial dimensions: the function of AdaptiveMaxPool2d(1), whose CUDA backward
-    is not deterministic; amax's backward is (it splits the gradient between exact ties, which ReLU outputs leave
-    only at 0, where the gradient is 0 anyway)."""
+    """Global max-pool as amax over the spatial dimensions: AdaptiveMaxPool2d(1)'s function, whose CUDA backward is not
+    deterministic (amax splits the gradient between exact ties, which ReLU leaves only at 0, where it is 0)."""
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return x.amax(dim=(2, 3))
 
 
 class SpatialMean(nn.Module):
-    """Global average pool as a mean over the spatial dimensions (adaptive_avg_pool2d's CUDA backward is not
-    deterministic; the mean's is)."""
+    """Global average pool as a mean (adaptive_avg_pool2d's CUDA backward is not deterministic; the mean's is)."""
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return x.mean(dim=(2, 3))
 
 
-# ---------------------------------------------------------------------------------------------------- ResNet-9
 class ConvBN(nn.Module):
     """3x3 bias-free conv -> BatchNorm -> ReLU."""
 
@@ -87,20 +57,18 @@ class ConvBN(nn.Module):
         return F.relu(self.bn(self.conv(x)))
 
 
-class PageLayer(nn.Module):
+class PageLayer(ConvBN):
     """conv-BN-ReLU, max-pool 2, then optionally x + res2(res1(x))."""
 
     def __init__(self, c_in: int, c_out: int, residual: bool):
-        super().__init__()
-        self.conv = nn.Conv2d(c_in, c_out, 3, padding=1, bias=False)
-        self.bn = nn.BatchNorm2d(c_out)
+        super().__init__(c_in, c_out)
         self.pool = nn.MaxPool2d(2)
         self.residual = residual
         if residual:
             self.res1, self.res2 = ConvBN(c_out, c_out), ConvBN(c_out, c_out)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x = self.pool(F.relu(self.bn(self.conv(x))))
+        x = self.pool(super().forward(x))
         return x + self.res2(self.res1(x)) if self.residual else x
 
 
@@ -119,12 +87,8 @@ class ResNet9(nn.Module):
         return self.head(self.pool(self.layer3(self.layer2(self.layer1(self.prep(x))))))
 
 
-# ---------------------------------------------------------------------------------------------------- He ResNets
 class ShortcutA(nn.Module):
-    """Option-A shortcut: subsample by `stride`, zero-pad channels from c_in to c_out (no parameters).
-
-    A module rather than a lambda so that models pickle (multiprocessing, deepcopy, torch.save of the whole model).
-    """
+    """Option-A shortcut: subsample, zero-pad c_in to c_out channels (a module, not a lambda: models pickle)."""
 
     def __init__(self, c_in: int, c_out: int, stride: int):
         super().__init__()
@@ -154,12 +118,9 @@ class CifarResNet(nn.Module):
         c = [_channels(b, width) for b in (16, 32, 64)]
         self.conv1 = nn.Conv2d(3, c[0], 3, padding=1, bias=False)
         self.bn1 = nn.BatchNorm2d(c[0])
-        stages, c_in = [], c[0]
-        for i, c_out in enumerate(c):
-            blocks = [BasicBlock(c_in if j == 0 else c_out, c_out, 2 if (i > 0 and j == 0) else 1) for j in range(n)]
-            stages.append(nn.Sequential(*blocks))
-            c_in = c_out
-        self.layer1, self.layer2, self.layer3 = stages
+        self.layer1, self.layer2, self.layer3 = (  # each stage's first block changes the width and stride
+            nn.Sequential(BasicBlock(c_in, c_out, stride), *(BasicBlock(c_out, c_out) for _ in range(n - 1)))
+            for c_in, c_out, stride in zip((c[0], c[0], c[1]), c, (1, 2, 2), strict=True))
         self.pool = SpatialMean()
         self.head = nn.Linear(c[2], num_classes)
 
@@ -167,56 +128,34 @@ class CifarResNet(nn.Module):
         return self.head(self.pool(self.layer3(self.layer2(self.layer1(F.relu(self.bn1(self.conv1(x))))))))
 
 
-# ---------------------------------------------------------------------------------------------------- factories
-def resnet9(width: float = 1.0, num_classes: int = 10) -> ResNet9:
-    return ResNet9(_check_width(width), num_classes)
-
-
-def resnet20(width: float = 1.0, num_classes: int = 10) -> CifarResNet:
-    return CifarResNet(3, _check_width(width), num_classes)
-
-
-def resnet56(width: float = 1.0, num_classes: int = 10) -> CifarResNet:
-    return CifarResNet(9, _check_width(width), num_classes)
-
-
-def resnet110(width: float = 1.0, num_classes: int = 10) -> CifarResNet:
-    return CifarResNet(18, _check_width(width), num_classes)
-
-
-_FACTORIES = {"resnet9": resnet9, "resnet20": resnet20, "resnet56": resnet56, "resnet110": resnet110}
+_FACTORIES = {"resnet9": ResNet9, "resnet20": functools.partial(CifarResNet, 3),
+              "resnet56": functools.partial(CifarResNet, 9), "resnet110": functools.partial(CifarResNet, 18)}
 
 
 def build_model(arch: str, sigma_w: float = 1.0, width: float = 1.0, num_classes: int = 10) -> nn.Module:
     """The network `arch` at channel multiplier `width`, initialised by `init_weights(model, sigma_w)`."""
     if arch not in _FACTORIES:
         raise ConfigError(f"arch={arch!r} is invalid: one of {', '.join(ARCHS)} is accepted")
-    sigma_w = _check_sigma_w(sigma_w)  # before building: a bad sigma_w must not cost a 6.6 M-parameter init
+    sigma_w = _positive("sigma_w", sigma_w)  # before building: a bad sigma_w must not cost a 6.6 M-parameter init
     if isinstance(num_classes, bool) or not isinstance(num_classes, int) or num_classes < 1:
         raise ConfigError(f"num_classes={num_classes!r} is invalid: a positive integer is accepted")
-    model = _FACTORIES[arch](width, num_classes)
+    model = _FACTORIES[arch](_positive("width", width), num_classes)
     init_weights(model, sigma_w)
     return model
 
 
-# ---------------------------------------------------------------------------------------------------- init & norms
 def _unwrap(model: nn.Module) -> nn.Module:
     return getattr(model, "_orig_mod", model)  # torch.compile wrapper: keep the plain layer names
-
-
-def _weighted_layers(model: nn.Module) -> list[tuple[str, nn.Module]]:
-    return [(n, m) for n, m in _unwrap(model).named_modules() if isinstance(m, (nn.Conv2d, nn.Linear))]
 
 
 @torch.no_grad()
 def init_weights(model: nn.Module, sigma_w: float) -> None:
     """W ~ N(0, sigma_w^2 / fan_in) for every conv (fan_in = c_in*k*k) and linear (fan_in = in_features) weight;
     BatchNorm weight 1, bias 0; every bias 0. Draws from torch's global RNG (the caller seeds)."""
-    sigma_w = _check_sigma_w(sigma_w)
+    sigma_w = _positive("sigma_w", sigma_w)
     for m in _unwrap(model).modules():
         if isinstance(m, (nn.Conv2d, nn.Linear)):
-            fan_in = m.weight[0].numel()  # c_in/groups * k * k, or in_features
-            m.weight.normal_(0.0, sigma_w / math.sqrt(fan_in))
+            m.weight.normal_(0.0, sigma_w / math.sqrt(m.weight[0].numel()))  # fan_in: c_in/groups*k*k, in_features
             if m.bias is not None:
                 m.bias.zero_()
         elif isinstance(m, nn.modules.batchnorm._BatchNorm):
@@ -228,7 +167,7 @@ def init_weights(model: nn.Module, sigma_w: float) -> None:
 
 def layer_names(model: nn.Module) -> list[str]:
     """Module names of the conv and linear layers, in module order (e.g. "prep.conv", ..., "head")."""
-    return [n for n, _ in _weighted_layers(model)]
+    return [n for n, m in _unwrap(model).named_modules() if isinstance(m, (nn.Conv2d, nn.Linear))]
 
 
 def head_parameters(model: nn.Module) -> list[nn.Parameter]:

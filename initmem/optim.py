@@ -1,13 +1,6 @@
-"""Optimisers of the study (SGD, SGD+momentum, Adam, AdamW, Muon) and learning-rate schedules.
-
-Muon follows torch.optim.Muon (itself KellerJordan/Muon) step for step: EMA momentum buffer, Nesterov by lerp,
-quintic Newton-Schulz in bfloat16, lr scaled by sqrt(max(1, rows/cols)), decoupled weight decay. Unlike torch's it
-takes conv kernels (flattened to [out, in*k*k]) and, as `MuonWithAuxAdam`, carries an AdamW part for the parameters
-Muon should not touch (BatchNorm, biases, the head), so the training loop sees one optimiser.
-
-Schedules change `group["lr"]`; every group built here keeps its base lr in `group["initial_lr"]`, and
-`set_lr_factor` scales every group by the same factor (Muon's and its AdamW part's lrs stay in ratio).
-"""
+"""The study's optimisers (SGD, SGD+momentum, Adam, AdamW, Muon) and lr schedules. Muon is torch.optim.Muon's step
+for step but takes conv kernels and, as `MuonWithAuxAdam`, carries the AdamW part for what Muon must not touch.
+Schedules scale every group's `initial_lr` by one factor (`set_lr_factor`), so the two parts' lrs stay in ratio."""
 
 from __future__ import annotations
 
@@ -21,26 +14,17 @@ from .config import _NEUTRAL, OPTIMIZER_DEFAULTS, OPTIMIZER_HPARAMS, OPTIMIZERS,
 from .errors import ConfigError, check_int, invalid
 from .models import head_parameters
 
-NS_COEFFICIENTS = (3.4445, -4.7750, 2.0315)
 
-
-# ---------------------------------------------------------------------------------------------------- Muon maths
 def newton_schulz(G: torch.Tensor, steps: int = 5, eps: float = 1e-7) -> torch.Tensor:
-    """Approximate U V^T of each matrix G = U S V^T of a [..., m, n] stack by `steps` quintic Newton-Schulz iterations,
-    as torch.optim.Muon does (leading dimensions are a batch: the K members of a population, or none).
-
-    X = G / max(||G||_F, eps) in bfloat16 (transposed if tall, so X X^T is the small Gram matrix), then
-    X <- a X + (b A + c A^2) X with A = X X^T, (a, b, c) = (3.4445, -4.7750, 2.0315). The singular values land in
-    roughly [0.7, 1.2], not exactly 1: the coefficients trade convergence for slope at zero. Returns bfloat16.
-    """
+    """U V^T of each G = U S V^T of a [..., m, n] stack (leading dims: the members), by `steps` quintic Newton-Schulz
+    iterations in bfloat16 as torch.optim.Muon does: singular values land in roughly [0.7, 1.2]. Returns bfloat16."""
     if G.ndim < 2:
         raise ConfigError(f"newton_schulz got a tensor of shape {tuple(G.shape)}: a [..., m, n] stack of matrices "
                           "is accepted")
-    a, b, c = NS_COEFFICIENTS
+    a, b, c = 3.4445, -4.7750, 2.0315  # torch.optim.Muon's quintic coefficients
     X = G.bfloat16().reshape(-1, *G.shape[-2:])  # baddbmm on a batch of one is addmm's arithmetic (bitwise, CPU)
     tall = G.size(-2) > G.size(-1)
-    if tall:
-        X = X.mT
+    X = X.mT if tall else X  # so that X X^T is the small Gram matrix
     X = X.div(X.norm(dim=(1, 2), keepdim=True).clamp(min=eps))  # Frobenius >= spectral: spectrum inside [0, 1]
     for _ in range(steps):
         A = X @ X.mT
@@ -51,23 +35,13 @@ def newton_schulz(G: torch.Tensor, steps: int = 5, eps: float = 1e-7) -> torch.T
 
 def muon_update(grad: torch.Tensor, momentum_buf: torch.Tensor, beta: float = 0.95, nesterov: bool = True,
                 ns_steps: int = 5, members: int = 1) -> torch.Tensor:
-    """Muon's orthogonalised update for one parameter (shape of `grad`); updates `momentum_buf` in place.
-
-    buf <- beta buf + (1 - beta) grad; u = (1 - beta) grad + beta buf if nesterov else buf (torch.optim.Muon);
-    conv kernels [out, in, k, k] are flattened to [out, in*k*k] for Newton-Schulz and reshaped back. A parameter of
-    `members` population members ([K*out, ...], member j in rows j*out...) is orthogonalised member by member.
-    """
+    """Muon's orthogonalised update for one parameter (updates `momentum_buf` in place, as torch.optim.Muon); conv
+    kernels flattened to [out, in*k*k]; a parameter of `members` members ([K*out, ...]) orthogonalised per member."""
     momentum_buf.lerp_(grad, 1 - beta)
     u = grad.lerp(momentum_buf, beta) if nesterov else momentum_buf
     return newton_schulz(u.reshape(members, len(u) // members, -1), ns_steps).reshape(grad.shape).to(grad.dtype)
 
 
-def _muon_lr_scale(shape: torch.Size, members: int = 1) -> float:
-    rows, cols = shape[0] // members, math.prod(shape[1:])
-    return math.sqrt(max(1.0, rows / cols))  # torch's adjust_lr_fn="original" on the flattened matrix
-
-
-# ---------------------------------------------------------------------------------------------------- optimisers
 def _check_real(name: str, x: object, lo: float = 0.0, lo_open: bool = False, hi: float = math.inf,
                 hi_open: bool = True) -> float:
     ok = not isinstance(x, bool) and isinstance(x, (int, float)) and math.isfinite(x)
@@ -105,10 +79,9 @@ def _check_group(group: dict) -> None:
         _check_real("momentum", group["momentum"], hi=1.0)
         _check_bool("nesterov", group["nesterov"])
         check_int("ns_steps", group["ns_steps"], 1, 99)
-        for p in group["params"]:
-            if p.ndim < 2:
-                raise ConfigError(f"Muon got a parameter of shape {tuple(p.shape)}: only >= 2-D parameters are "
-                                  "accepted (give BatchNorm, biases and the head to AdamW: use_muon=False)")
+        if flat := [p for p in group["params"] if p.ndim < 2]:
+            raise ConfigError(f"Muon got a parameter of shape {tuple(flat[0].shape)}: only >= 2-D parameters are "
+                              "accepted (give BatchNorm, biases and the head to AdamW: use_muon=False)")
     else:
         _check_betas(group["betas"])
         _check_real("eps", group["eps"], lo_open=True)
@@ -116,21 +89,18 @@ def _check_group(group: dict) -> None:
 
 class MuonWithAuxAdam(torch.optim.Optimizer):
     """Muon for the groups with `use_muon=True`, AdamW (torch.optim.AdamW's arithmetic) for the others, as one
-    optimiser: one `.step()`, one `state_dict()`. Groups are dicts with `params` and `use_muon`; missing
-    hyper-parameters take Muon's (lr 0.02, momentum 0.95, nesterov, 5 NS steps, wd 0) or AdamW's (lr 1e-3,
-    betas (0.9, 0.999), eps 1e-8, wd 0) defaults. Weight decay is decoupled in both: p <- p (1 - lr wd)."""
+    optimiser; a group's missing hyper-parameters take MUON_DEFAULTS or ADAM_DEFAULTS. Weight decay is decoupled."""
 
     MUON_DEFAULTS = dict(lr=0.02, momentum=0.95, nesterov=True, ns_steps=5, weight_decay=0.0)
     ADAM_DEFAULTS = dict(lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0)
 
     def __init__(self, param_groups: list[dict], members: int = 1):
         self.members = members  # a population's K: each Muon parameter holds K members' matrices
-        groups = []
         for g in param_groups:
             if not isinstance(g, dict) or not isinstance(g.get("use_muon"), bool):
                 raise ConfigError(f"param group {g!r:.80} is invalid: a dict with use_muon=True/False is accepted")
-            groups.append({**(self.MUON_DEFAULTS if g["use_muon"] else self.ADAM_DEFAULTS), **g})
-        super().__init__(groups, {})
+        super().__init__([{**(self.MUON_DEFAULTS if g["use_muon"] else self.ADAM_DEFAULTS), **g}
+                          for g in param_groups], {})
 
     def add_param_group(self, param_group: dict) -> None:
         super().add_param_group(param_group)
@@ -138,10 +108,8 @@ class MuonWithAuxAdam(torch.optim.Optimizer):
 
     @torch.no_grad()
     def step(self, closure=None):
-        loss = None
-        if closure is not None:
-            with torch.enable_grad():
-                loss = closure()
+        with torch.enable_grad():
+            loss = None if closure is None else closure()
         for group in self.param_groups:
             (self._muon_step if group["use_muon"] else self._adam_step)(group)
         return loss
@@ -157,7 +125,8 @@ class MuonWithAuxAdam(torch.optim.Optimizer):
             u = muon_update(p.grad, state["momentum_buffer"], group["momentum"], group["nesterov"], group["ns_steps"],
                             self.members)
             p.mul_(1 - lr * wd)
-            p.add_(u, alpha=-lr * _muon_lr_scale(p.shape, self.members))
+            rows, cols = p.shape[0] // self.members, math.prod(p.shape[1:])
+            p.add_(u, alpha=-lr * math.sqrt(max(1.0, rows / cols)))  # torch's adjust_lr_fn="original", per member
 
     def _adam_step(self, group: dict) -> None:
         # torch.optim.AdamW's multi-tensor arithmetic (capturable=False), so the aux part matches it to rounding.
@@ -168,9 +137,8 @@ class MuonWithAuxAdam(torch.optim.Optimizer):
         states = [self.state[p] for p in params]
         for p, s in zip(params, states, strict=True):
             if not s:
-                s["step"] = 0
-                s["exp_avg"] = torch.zeros_like(p, memory_format=torch.preserve_format)
-                s["exp_avg_sq"] = torch.zeros_like(p, memory_format=torch.preserve_format)
+                s.update(step=0, exp_avg=torch.zeros_like(p, memory_format=torch.preserve_format),
+                         exp_avg_sq=torch.zeros_like(p, memory_format=torch.preserve_format))
             s["step"] += 1
         grads = [p.grad for p in params]
         exp_avgs, exp_avg_sqs = [s["exp_avg"] for s in states], [s["exp_avg_sq"] for s in states]
@@ -205,18 +173,12 @@ def _resolve(name: str, lr: float | None, hparams: dict) -> dict:
         raise invalid("optimizer", name, "one of " + ", ".join(OPTIMIZERS))
     if unknown := sorted(set(hparams) - set(_NEUTRAL)):
         raise ConfigError(f"optimizer hyper-parameters {unknown} are invalid: {sorted(_NEUTRAL)} are accepted")
-    hp = dict(OPTIMIZER_DEFAULTS[name])
-    hp.update({k: v for k, v in hparams.items() if v is not None})
-    if lr is not None:
-        hp["lr"] = lr
-    hp["lr"] = _check_real("lr", hp["lr"], lo_open=True)
-    hp["momentum"] = _check_real("momentum", hp["momentum"], hi=1.0)
-    hp["weight_decay"] = _check_real("weight_decay", hp["weight_decay"])
-    hp["betas"] = _check_betas(hp["betas"])
-    hp["eps"] = _check_real("eps", hp["eps"], lo_open=True)
-    hp["nesterov"] = _check_bool("nesterov", hp["nesterov"])
-    hp["ns_steps"] = check_int("ns_steps", hp["ns_steps"], 1, 99)
-    hp["muon_aux_lr"] = _check_real("muon_aux_lr", hp["muon_aux_lr"], lo_open=True)
+    hp = {**OPTIMIZER_DEFAULTS[name], **{k: v for k, v in {**hparams, "lr": lr}.items() if v is not None}}
+    for key, bounds in (("lr", {"lo_open": True}), ("momentum", {"hi": 1.0}), ("weight_decay", {}),
+                        ("eps", {"lo_open": True}), ("muon_aux_lr", {"lo_open": True})):
+        hp[key] = _check_real(key, hp[key], **bounds)
+    hp.update(betas=_check_betas(hp["betas"]), nesterov=_check_bool("nesterov", hp["nesterov"]),
+              ns_steps=check_int("ns_steps", hp["ns_steps"], 1, 99))
     inapplicable = [k for k in _NEUTRAL if k not in OPTIMIZER_HPARAMS[name] and hp[k] != OPTIMIZER_DEFAULTS[name][k]]
     if inapplicable:
         raise ConfigError(f"{', '.join(f'{k}={hp[k]!r}' for k in inapplicable)} invalid for optimizer={name!r}: "
@@ -228,14 +190,9 @@ def _resolve(name: str, lr: float | None, hparams: dict) -> dict:
 
 def build_optimizer(name: str, model: nn.Module, lr: float | None = None, members: int = 1,
                     **hparams) -> torch.optim.Optimizer:
-    """The optimiser `name` over `model`'s parameters, with STUDY.md defaults for every hyper-parameter left None.
-
-    hparams: momentum, weight_decay, betas, eps, nesterov, ns_steps, muon_aux_lr. One that does not apply to `name`
-    (see OPTIMIZER_HPARAMS) is accepted only at its neutral value. weight_decay is the coupled L2 coefficient for
-    sgd/sgd_momentum/adam and the decoupled decay for adamw and muon (applied to all of muon's groups). Muon takes
-    every >= 2-D parameter except the head; BatchNorm, biases and the head go to its AdamW part at muon_aux_lr.
-    Every group gets `initial_lr` (see `set_lr_factor`).
-    """
+    """The optimiser `name` over `model`'s parameters, STUDY.md's default for a hyper-parameter left None (one `name`
+    does not use only at its neutral value). weight_decay: coupled L2 for sgd, sgd_momentum and adam, decoupled for
+    adamw and muon; muon's AdamW part (BatchNorm, biases, the head) runs at muon_aux_lr. Groups keep `initial_lr`."""
     hp = _resolve(name, lr, hparams)
     params = [p for p in model.parameters() if p.requires_grad]
     if name in ("sgd", "sgd_momentum"):
@@ -266,16 +223,11 @@ def set_lr_factor(optimizer: torch.optim.Optimizer, factor: float) -> None:
         g["lr"] = g.setdefault("initial_lr", g["lr"]) * factor
 
 
-# ---------------------------------------------------------------------------------------------------- schedules
 def lr_factor(schedule: str, step: int, total_steps: int, warmup_steps: int = 0,
               milestones: tuple[float, ...] = (0.5, 0.75), gamma: float = 0.1) -> float:
-    """Multiplier of the base lr at 0-based `step` of `total_steps`.
-
-    warm-up (step < W): (step + 1) / W, linear from 1/W to 1. After it, constant: 1; cosine:
-    (1 + cos(pi t)) / 2 with t = (step - W) / (total_steps - W), from 1 at step W towards 0 at step total_steps
-    (the last step's lr is small but not 0: no step is wasted); step: gamma ** #{m in milestones : step >= m *
-    total_steps}. Steps past the end keep the final value.
-    """
+    """Multiplier of the base lr at 0-based `step` of `total_steps`: (step + 1) / W during a warm-up of W steps,
+    then constant 1; cosine (1 + cos(pi t)) / 2, t = (step - W) / (total_steps - W) (the last step's lr is small,
+    not 0); step gamma ** #{m in milestones : step >= m * total_steps}. Steps past the end keep the final value."""
     if schedule not in SCHEDULES:
         raise invalid("schedule", schedule, "one of " + ", ".join(SCHEDULES))
     total_steps = check_int("total_steps", total_steps, 1, 2**62)

@@ -1,7 +1,5 @@
-"""Where and how a run computes: its device (`run_device`), the process-wide numerics it asks for
-(`engine_settings`: precision, TF32, deterministic algorithms, cuDNN benchmarking; recorded with the run), bf16
-autocast (`autocast`), and the network the engine's loop calls (`network`: the population built on the device and,
-with `compile`, compiled once per process and network shape)."""
+"""Where and how a run computes: `run_device`, the process-wide numerics (`engine_settings`, recorded with the run),
+bf16 `autocast`, and the network the loop calls (`network`: compiled once per process and shape with `compile`)."""
 
 from __future__ import annotations
 
@@ -14,8 +12,7 @@ from initmem import data as _data
 from initmem import members, models
 from initmem.config import TrainConfig, _bad
 
-# cuBLAS reads its workspace setting once, when the process makes its first cuBLAS call, and deterministic
-# algorithms need it set: so it is set when the engine is imported, before any run (a value of the user's is kept).
+# cuBLAS reads its workspace setting at its first call and deterministic algorithms need it: set at import (or kept).
 os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
 
 
@@ -29,10 +26,8 @@ def run_device(config: TrainConfig) -> torch.device:
 
 
 def engine_settings(config: TrainConfig, dev: torch.device) -> dict:
-    """Set the process-wide numerics `config` asks for and return them (recorded in the run's provenance): fp32 is
-    strict IEEE (PyTorch's default lets cuDNN convolutions run in TF32), tf32 allows TF32 matmuls and convolutions
-    (`set_tf32`); `deterministic` turns on deterministic algorithms (the cuBLAS workspace they need is set when this
-    module is imported), otherwise cuDNN may benchmark its algorithms on CUDA."""
+    """Set and return (for the provenance) the numerics `config` asks: fp32 strict IEEE (PyTorch lets cuDNN convolutions
+    use TF32), tf32 TF32 matmuls and convolutions; `deterministic` algorithms, else cuDNN benchmarking on CUDA."""
     tf32 = config.precision == "tf32"
     set_tf32(tf32)
     torch.use_deterministic_algorithms(config.deterministic)
@@ -43,9 +38,8 @@ def engine_settings(config: TrainConfig, dev: torch.device) -> dict:
 
 
 def set_tf32(on: bool) -> str:
-    """TF32 for matmuls and cuDNN convolutions on or off; returns the API used. torch >= 2.9 has `fp32_precision`
-    ("tf32" | "ieee") and deprecates the `allow_tf32` setters, and the two must not be mixed in one process: the
-    new API where torch has it, the legacy setters only where it does not."""
+    """TF32 for matmuls and cuDNN convolutions on or off; the API used: torch >= 2.9's `fp32_precision` where it
+    exists (it deprecates `allow_tf32`, and the two must not be mixed in a process), else `allow_tf32`."""
     matmul, cudnn = torch.backends.cuda.matmul, torch.backends.cudnn
     if hasattr(matmul, "fp32_precision") and hasattr(getattr(cudnn, "conv", None), "fp32_precision"):
         matmul.fp32_precision = cudnn.conv.fp32_precision = "tf32" if on else "ieee"
@@ -56,27 +50,21 @@ def set_tf32(on: bool) -> str:
 
 def autocast(config: TrainConfig, dev: torch.device):
     """bf16 autocast (weights, loss, norms and metrics stay fp32) or nothing."""
-    if config.precision == "bf16":
-        return torch.autocast(dev.type, dtype=torch.bfloat16)
-    return contextlib.nullcontext()
+    return torch.autocast(dev.type, dtype=torch.bfloat16) if config.precision == "bf16" else contextlib.nullcontext()
 
 
 _COMPILED: dict[tuple, tuple[members.PlainPopulation, object]] = {}  # one network shape per process
 
 
 def reset_compiled() -> None:
-    """Forget every compiled network: torch's dynamo caches and this module's together (call this, not
-    `torch._dynamo.reset()` alone: a cached population outliving dynamo's reset keeps its model in memory)."""
+    """Forget every compiled network: dynamo's caches and this module's (after dynamo's alone, a model stays held)."""
     torch._dynamo.reset()
     _COMPILED.clear()
 
 
 def network(configs: list[TrainConfig], dev: torch.device) -> tuple[members.PlainPopulation, object]:
-    """The population of `configs` on `dev`: the members initialised exactly as separate runs initialise them, and what
-    the loop calls (the population's
-    network, or with `compile` its compiled form). With `compile`, a process compiles a network shape once: the next
-    population of the same shape gets the same module re-initialised in place (bitwise the fresh weights) and the
-    same compiled callable, whose guards still hold."""
+    """The population of `configs` on `dev`, initialised as separate runs are, and what the loop calls: its network or,
+    with `compile`, its compiled form, once per process and shape (a later population reuses it, its weights reset)."""
     cfg = configs[0]
     nets = []
     for c in configs:
@@ -88,24 +76,22 @@ def network(configs: list[TrainConfig], dev: torch.device) -> tuple[members.Plai
                 raise
             raise _bad("width", cfg.width, f"the network does not fit in memory on {dev} ({type(exc).__name__}); a "
                                            "smaller width is accepted") from None
-    pop = members.population(nets, same_input=len({c.seed for c in configs}) == 1)
+    same_input = len({c.seed for c in configs}) == 1
+    pop = members.population(nets, same_input)
     if cfg.channels_last:
         pop.model.to(memory_format=torch.channels_last)
     if not cfg.compile:
         return pop, pop.model
-    key = (cfg.arch, cfg.width, len(configs), len({c.seed for c in configs}) == 1, str(dev), cfg.channels_last)
+    key = (cfg.arch, cfg.width, len(configs), same_input, str(dev), cfg.channels_last)
     if key not in _COMPILED:
         _COMPILED.clear()
-        # dynamic=False: one graph per shape (the full batch, the epoch's partial last batch, the padded eval batch:
-        # three compilations per process and network shape, never one per epoch). On CUDA the graphs are replayed as
-        # CUDA graphs (mode "reduce-overhead"): one launch per step instead of ~100-1,000 kernel launches.
+        # dynamic=False: one graph per shape (full, partial last and padded eval batch: three per process and network
+        # shape). On CUDA replayed as CUDA graphs ("reduce-overhead"): one launch per step instead of ~100-1,000.
         mode = "reduce-overhead" if dev.type == "cuda" else None
         _COMPILED[key] = (pop, torch.compile(pop.model, dynamic=False, mode=mode))
         return _COMPILED[key]
     cached, net = _COMPILED[key]
-    with torch.no_grad():
-        cached.model.load_state_dict(pop.model.state_dict())  # weights, BatchNorm running stats and counters
-    for p in cached.model.parameters():
-        p.grad = None
+    cached.model.load_state_dict(pop.model.state_dict())  # weights, BatchNorm running stats and counters
+    cached.model.zero_grad(set_to_none=True)
     cached.model.train()
     return cached, net

@@ -1,15 +1,5 @@
-"""CIFAR-10 from disk: every source `load_cifar10` reads, as uint8 tensors on the CPU (`initmem.data` splits them).
-
-Sources (`load_cifar10(source=...)`):
-- `torchvision`: `root/cifar-10-batches-py` (the official pickled batches), read directly with numpy; with
-  `download=True` a missing copy is fetched through `torchvision.datasets.CIFAR10`.
-- `imagefolder`: `root/{train,test}/<class>/*.{png,jpg,jpeg}`, or a `.tar.gz` of such a tree (`root` itself or the
-  one archive inside `root`), read by `initmem.imagefolder`: decoded once, cached by content hash.
-- `synthetic`: small, deterministic, class-structured images made in code; for tests and smoke runs only.
-- `auto`: the first real source that exists under `root`, then under `$INITMEM_DATA`; never `synthetic`.
-The first load of an archive decodes it and writes the cache; later loads read the cache (timings:
-docs/performance.md).
-"""
+"""CIFAR-10 from disk as uint8 CPU tensors, every source `load_cifar10` reads: `torchvision` (`cifar-10-batches-py`,
+read with numpy), `imagefolder` (`initmem.imagefolder`), `synthetic` (tests, smoke runs), `auto` (the first real)."""
 
 from __future__ import annotations
 
@@ -27,7 +17,6 @@ from .errors import ConfigError, DataError, check_int
 from .imagefolder import ARCHIVE_EXTS, archives, load_imagefolder
 
 
-# --------------------------------------------------------------------------------------------------- torchvision
 def _unpickle(path: Path) -> dict:
     if not path.is_file():
         raise DataError(f"CIFAR-10 batch file {path} is missing")
@@ -84,13 +73,9 @@ def _load_torchvision(root: Path, download: bool) -> Cifar10:
     return check_dataset(Cifar10(train_x, train_y, test_x, test_y, classes, f"torchvision:{folder}"), str(folder))
 
 
-# ----------------------------------------------------------------------------------------------------- synthetic
 def make_synthetic(n_train: int = 2000, n_test: int = 500, seed: int = 0) -> Cifar10:
-    """Deterministic class-structured 32x32 images for tests: each class is a fixed random low-frequency colour
-    pattern (a 4x4 grid upsampled) at a random contrast, plus a per-image low-frequency distractor, pixel noise and
-    a random circular shift of up to 3 pixels. Labels cycle 0..9, so classes are balanced. Measured: a
-    nearest-class-mean classifier scores ~98 % on the test part; a ResNet-9 of width 0.125 trained 2 epochs with
-    SGD (lr 0.01, batch 64) reaches ~50-70 % test accuracy depending on sigma_w (chance: 10 %)."""
+    """Deterministic class-structured 32x32 images for tests (per class a low-frequency colour pattern, plus contrast,
+    distractor, noise, shift; balanced labels): a ResNet-9 of width 0.125 reaches ~50-70 % in 2 epochs."""
     if isinstance(n_train, bool) or not isinstance(n_train, int) or not NUM_CLASSES <= n_train <= 10**6:
         raise ConfigError(f"synthetic data of {n_train!r} training images (TrainConfig's n_train + n_val) is invalid: "
                           f"an integer in [{NUM_CLASSES}, {10**6}] is accepted (n_train + n_val <= {10**6})")
@@ -118,9 +103,9 @@ def make_synthetic(n_train: int = 2000, n_test: int = 500, seed: int = 0) -> Cif
     return Cifar10(train_x, train_y, test_x, test_y, CIFAR10_CLASSES, f"synthetic:{n_train}+{n_test}:seed{seed}")
 
 
-# ------------------------------------------------------------------------------------------------------- loading
 def _find(base: Path, tried: list[str]) -> tuple[str, Path] | None:
-    """The first real source under `base`, in the documented order; appends every path looked at to `tried`."""
+    """The first real source under `base` (`cifar-10-batches-py/`, `train/`+`test/`, `base` as a .tar.gz, one
+    `*.tar.gz` in it); every path looked at is appended to `tried`."""
     tried.append(str(base / "cifar-10-batches-py"))
     if (base / "cifar-10-batches-py").is_dir():
         return "torchvision", base
@@ -141,13 +126,8 @@ def _find(base: Path, tried: list[str]) -> tuple[str, Path] | None:
 def load_cifar10(root: str | Path = "data", source: str = "auto", download: bool = False,
                  cache_dir: str | Path | None = None, progress: bool = False,
                  synthetic_sizes: tuple[int, int] = (2000, 500)) -> Cifar10:
-    """Load CIFAR-10 as CPU uint8 tensors from `source` (one of SOURCES; see the module docstring).
-
-    `auto` tries, in order, under `root` and then under `$INITMEM_DATA`: `cifar-10-batches-py/`, `train/`+`test/`,
-    the path itself as a .tar.gz, `*.tar.gz` inside it; with `download=True` it finally downloads into
-    `root/cifar-10-batches-py`. `cache_dir` (image folders only): default `$INITMEM_CACHE` or `~/.cache/initmem`.
-    `synthetic_sizes`: (train, test) sizes of the synthetic source. Raises DataError when nothing usable is found.
-    """
+    """CIFAR-10 from `source` (SOURCES); `auto` looks under `root`, then `$INITMEM_DATA` (`_find`), then downloads if
+    `download`; DataError when nothing is found. `synthetic_sizes`: the synthetic source's (train, test) sizes."""
     if source not in SOURCES:
         raise ConfigError(f"source={source!r} is invalid: one of {SOURCES} is accepted")
     if source == "synthetic":

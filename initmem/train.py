@@ -1,17 +1,6 @@
-"""The training engine: one loop for a single run and for a population of K runs that differ only in sigma_w and
-seed. `train(config)` returns a `RunResult`; `train([c1, ..., cK])` returns one per member, each equal (to float
-rounding) to what `train(c)` returns, from one set of kernels per step (`initmem.members`).
-
-The loop's state and its steps are `initmem.loop.Loop`; here, the named steps of one call: building (`_build`),
-resuming (`_resume`), one epoch with its measurement and checkpoint (`_epoch`) and writing the runs (`_finish`).
-The loop is airbench-style: the whole split lives on the device as one normalised tensor, minibatches are index
-gathers, and nothing is read back to the host inside an epoch (running loss and correct counts, the per-step
-angles of `initmem.forgetting`, accumulate as device tensors; the lr and the clocks are Python floats from the
-schedule). A measured epoch ends with one host sync that reads every member's row. Per member: its initialisation
-(from its seed), data order and augmentation stream (the streams a separate run with that seed uses), BatchNorm
-statistics, optimiser state, clocks, history and divergence (a diverged member stops, the others go on unchanged).
-Where the members are checkpointed and written comes from the section's owner (`initmem.run_folders.RunFolders`).
-"""
+"""The training engine: one loop for a run and for a population of K runs differing only in sigma_w and seed, each
+member equal to its separate run. Airbench-style: the splits live on the device, minibatches are index gathers, and
+an epoch reads nothing back to the host but its one measurement. The state is `initmem.loop.Loop`; here, the steps."""
 
 from __future__ import annotations
 
@@ -37,22 +26,16 @@ from initmem.run_folders import RunFolders, population_id, utcnow
 
 
 def _progress_mode(progress: bool) -> str | None:
-    """None, "bar" (tqdm: a terminal, or a Jupyter kernel not run by initmem) or "lines" (one plain line per epoch
-    and member: papermill and logs, where a bar does not advance). `INITMEM_PROGRESS=lines|bar|off` decides first
-    (initmem's notebook runner sets lines)."""
+    """None, "bar" (tqdm: a terminal or a Jupyter kernel) or "lines" (papermill and logs, where a bar does not
+    advance); `INITMEM_PROGRESS=lines|bar|off` decides first (initmem's notebook runner sets lines)."""
     env = os.environ.get("INITMEM_PROGRESS", "").strip().lower()
     if not progress or env in ("off", "0", "none"):
         return None
     if env in ("lines", "bar"):
         return env
-    return "bar" if sys.stderr.isatty() or _in_jupyter() else "lines"
-
-
-def _in_jupyter() -> bool:
-    """True inside a running Jupyter kernel (JupyterLab, where tqdm.auto renders a bar), not merely after an import."""
-    ipython = sys.modules.get("IPython")
-    shell = ipython.get_ipython() if ipython is not None else None
-    return type(shell).__name__ == "ZMQInteractiveShell"
+    shell = getattr(sys.modules.get("IPython"), "get_ipython", lambda: None)
+    # a running Jupyter kernel (where tqdm.auto renders a bar), not merely an imported IPython
+    return "bar" if sys.stderr.isatty() or type(shell()).__name__ == "ZMQInteractiveShell" else "lines"
 
 
 def _label(c: TrainConfig) -> str:
@@ -62,14 +45,10 @@ def _label(c: TrainConfig) -> str:
 def train(configs: TrainConfig | list[TrainConfig], *, out_dir: str | Path | None = None, section: str = "adhoc",
           progress: bool = True, locked: bool = False, on_step=None,
           notes: dict | None = None) -> RunResult | list[RunResult]:
-    """Train one run, or a population (a list of configs that differ only in sigma_w and seed) as one computation;
-    return its RunResult, or one per member in order. A non-finite row marks a member "diverged" at that epoch: its
-    history up to and including it is kept and the others go on. With `out_dir`, member j is written to
-    `out_dir/section/run_id_j/` (writability checked before anything is trained) under its run lock (ResultsError if
-    another process holds one; `locked=True`: the caller holds them all), checkpointed every `checkpoint_every`
-    epochs and resumed from the newest valid checkpoint of the same member set. `on_step(step)` is called before
-    every optimiser step (timing and deadlines: `time_steps`, benchmarks/device_check.py). `notes`: extra
-    provenance recorded with every member (`point` records why a population fell back to one-by-one training)."""
+    """Train one run, or a population (configs differing only in sigma_w and seed) as one computation: its RunResult,
+    or one per member; a member whose row is not finite is "diverged" there, the others go on. With `out_dir`, member j
+    is written to `out_dir/section/run_id_j/` under its lock (`locked`: the caller holds it), checkpointed, resumed.
+    `on_step(step)` runs before every optimiser step (`time_steps`); `notes`: extra provenance of every member."""
     single = isinstance(configs, TrainConfig)
     configs = check_members([configs] if single else configs)
     owner = RunFolders(out_dir, section)  # out_dir None: an owner that keeps nothing
@@ -86,21 +65,14 @@ class _Run:
     """What the loop of one call does not change: who trains, where it is recorded, how it reports."""
 
     configs: list[TrainConfig]
+    rids: list[str]
+    pid: str  # the population's id (a single run's too)
     dev: torch.device
     prov: dict
     started_at: str
     owner: RunFolders
     folder: Path | None  # of the checkpoints
     mode: str | None  # progress: None, "bar" or "lines"
-    data_source: str
-
-    @property
-    def rids(self) -> list[str]:
-        return [run_id(c) for c in self.configs]
-
-    @property
-    def pid(self) -> str:
-        return population_id(self.configs)
 
     def say(self, line: str) -> None:
         if self.mode is not None:
@@ -114,7 +86,7 @@ def _train(configs: list[TrainConfig], owner: RunFolders, progress: bool, on_ste
     what = _label(cfg) if k == 1 else f"population of {k}: " + ", ".join(map(_label, configs))
     run.say(f"run {run.pid}: {what}; {cfg.arch} width={cfg.width:g} {cfg.optimizer} lr={cfg.lr:g} "
             f"b={cfg.batch_size}, {cfg.epochs} epochs x {loop.steps_per_epoch} steps on "
-            f"{run.dev} ({run.data_source}, {cfg.precision})")
+            f"{run.dev} ({run.prov['data_source']}, {cfg.precision})")
     loop.t0 = time.perf_counter()  # wall_time counts training and evaluation, not data loading or set-up
     if not _resume(run, loop):
         for history, row in zip(loop.histories, loop.measure(None, math.nan), strict=True):
@@ -142,8 +114,7 @@ def _build(configs: list[TrainConfig], owner: RunFolders, progress: bool, notes:
         members.tune_malloc()
     started_at, prov = utcnow(), provenance(str(dev))
     prov.update(runtime.engine_settings(cfg, dev))
-    # data: synthetic data is made exactly as large as the splits ask (its default sizes suit no particular split)
-    synthetic_sizes = (cfg.n_val + (cfg.n_train or 2000), cfg.n_test or 500)
+    synthetic_sizes = (cfg.n_val + (cfg.n_train or 2000), cfg.n_test or 500)  # synthetic data: as the splits ask
     data = _data.load_cifar10(cfg.data_root, cfg.data, progress=progress, synthetic_sizes=synthetic_sizes)
     splits = _data.make_splits(data, cfg.n_val, cfg.n_train, cfg.n_test, cfg.split_seed, dev, cfg.train_eval_size)
     prov.update(data_source=data.source, data_hash=data.content_hash, **({"population": k} if k > 1 else {}),
@@ -153,13 +124,12 @@ def _build(configs: list[TrainConfig], owner: RunFolders, progress: bool, notes:
         raise _bad("batch_size", cfg.batch_size, f"at most the training split's size {n} (n_train) is accepted")
     loop = Loop.build(configs, dev, splits)
     loop.check_device()
-    folder = owner.checkpoint_folder(configs)
-    return _Run(configs, dev, prov, started_at, owner, folder, _progress_mode(progress), data.source), loop
+    return _Run(configs, [run_id(c) for c in configs], population_id(configs), dev, prov, started_at, owner,
+                owner.checkpoint_folder(configs), _progress_mode(progress)), loop
 
 
 def _resume(run: _Run, loop: Loop) -> bool:
-    """Continue from the newest usable checkpoint of this member set (all or nothing: a damaged or foreign one
-    leaves the loop exactly as built); whether one was used."""
+    """Continue from the newest usable checkpoint of this member set (all or nothing); whether one was used."""
     if run.folder is None:
         return False
     pid, rids, shared, k = run.pid, run.rids, shared_fields(run.configs[0]), len(run.configs)
@@ -186,29 +156,31 @@ def _resume(run: _Run, loop: Loop) -> bool:
 
 
 def _epoch(run: _Run, loop: Loop, on_step, bar) -> None:
-    """One epoch; at a measured one (every eval_every-th, the last, or a non-finite loss) the rows, progress and a
-    checkpoint every checkpoint_every epochs."""
+    """One epoch; at a measured one (eval_every, the last, a non-finite loss) its rows, progress and checkpoint."""
     cfg, k = loop.cfg, loop.k
     sums, lr = loop.run_epoch(on_step)
-    if loop.epoch % cfg.eval_every and loop.epoch < cfg.epochs and torch.isfinite(sums).all():
+    if not loop.epoch % cfg.eval_every or loop.epoch >= cfg.epochs or not torch.isfinite(sums).all():
+        rows = loop.measure(sums, lr)
+        for j in loop.record(rows):
+            if run.mode == "lines":
+                r, c = rows[j], run.configs[j]
+                print(f"run {run.rids[j]}" + (f" ({_label(c)})" if k > 1 else "") + f" epoch {r['epoch']}/{c.epochs} "
+                      f"loss {r['train_loss']:.4g} train {r['train_acc']:.4f} val {r['val_acc']:.4f} test "
+                      f"{r['test_acc']:.4f} norm {r['weight_norm']:.4g} angle {r['angle']:.1f} {r['wall_time']:.1f}s"
+                      + ("  DIVERGED" if loop.status[j] == "diverged" else ""), flush=True)
+        if run.folder is not None and cfg.checkpoint_every and loop.epoch % cfg.checkpoint_every == 0 and loop.alive:
+            _ckpt.save(run.folder, loop.epoch, {
+                "population": run.pid, "run_ids": run.rids, "config": shared_fields(cfg), "epoch": loop.epoch,
+                "rng": _ckpt.rng_state(), "state": loop.state_dict(), "started_at": run.started_at,
+                "saved_at": utcnow()})
         if bar is not None:
-            bar.update(1)
-        return  # not a measured epoch (a non-finite loss is measured at once)
-    rows = loop.measure(sums, lr)
-    for j in loop.record(rows):
-        if run.mode == "lines":
-            _report_line(rows[j], run.configs[j], loop.status[j], k)
-    if run.folder is not None and cfg.checkpoint_every and loop.epoch % cfg.checkpoint_every == 0 and loop.alive:
-        _ckpt.save(run.folder, loop.epoch, {"population": run.pid, "run_ids": run.rids, "config": shared_fields(cfg),
-                                            "epoch": loop.epoch, "rng": _ckpt.rng_state(), "state": loop.state_dict(),
-                                            "started_at": run.started_at, "saved_at": utcnow()})
+            r = rows[0]  # the postfix says what its numbers are: test accuracy in percent
+            bar.set_postfix_str(f"test acc {100 * r['test_acc']:.1f} %, train acc {100 * r['train_acc']:.1f} %, "
+                                f"loss {r['train_loss']:.3g}" if k == 1 else "test acc: " + ", ".join(
+                                    f"{_label(c)} {100 * x['test_acc']:.1f} %" for c, x in
+                                    zip(run.configs, rows, strict=True)) + f"; {len(loop.alive)}/{k} alive",
+                                refresh=False)
     if bar is not None:
-        r = rows[0]  # the postfix says what its numbers are: test accuracy in percent
-        post = (f"test acc {100 * r['test_acc']:.1f} %, train acc {100 * r['train_acc']:.1f} %, loss "
-                f"{r['train_loss']:.3g}" if k == 1 else "test acc: " + ", ".join(
-                    f"{_label(c)} {100 * x['test_acc']:.1f} %" for c, x in zip(run.configs, rows, strict=True))
-                + f"; {len(loop.alive)}/{k} alive")
-        bar.set_postfix_str(post, refresh=False)
         bar.update(1)
 
 
@@ -225,18 +197,6 @@ def _finish(run: _Run, loop: Loop) -> list[RunResult]:
         out.append(result)
     run.owner.finish(run.configs)
     return out
-
-
-def _stats(row: dict) -> dict:
-    return dict(loss=f"{row['train_loss']:.4g}", train=f"{row['train_acc']:.4f}", val=f"{row['val_acc']:.4f}",
-                test=f"{row['test_acc']:.4f}", norm=f"{row['weight_norm']:.4g}", angle=f"{row['angle']:.1f}")
-
-
-def _report_line(row: dict, config: TrainConfig, status: str, k: int) -> None:
-    tail = "  DIVERGED" if status == "diverged" else ""
-    who = f"run {run_id(config)}" + (f" ({_label(config)})" if k > 1 else "")
-    print(f"{who} epoch {row['epoch']}/{config.epochs} " + " ".join(f"{a} {b}" for a, b in _stats(row).items())
-          + f" {row['wall_time']:.1f}s{tail}", flush=True)
 
 
 def time_steps(config: TrainConfig, steps: int = 5, warmup: int = 2, population: int = 1) -> float:
