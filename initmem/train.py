@@ -20,9 +20,9 @@ from initmem import members, metrics, runtime
 from initmem.config import TrainConfig, _bad, check_members, run_id, shared_fields
 from initmem.errors import CheckpointError
 from initmem.loop import Loop
-from initmem.provenance import provenance
+from initmem.provenance import provenance, utcnow
 from initmem.results import RunResult
-from initmem.run_folders import RunFolders, population_id, utcnow
+from initmem.run_folders import RunFolders, population_id
 
 
 def _progress_mode(progress: bool) -> str | None:
