@@ -1,14 +1,15 @@
 """The `initmem` command. Thin: each subcommand (`_add_<name>`, `_cmd_<name>`) parses flags that mirror a library
-function's keyword arguments, calls it, and turns an `InitmemError` into one line on stderr and a non-zero exit.
-"""
+function's keyword arguments, calls it, and turns an `InitmemError` into one line on stderr and a non-zero exit."""
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 
 from initmem.cli_args import BooleanOnce, Parser
-from initmem.errors import InitmemError
+from initmem.config import TrainConfig, field_help, point_configs
+from initmem.errors import ConfigError, InitmemError
 
 
 def _parser(sub: argparse._SubParsersAction, name: str, cmd, **kw) -> argparse.ArgumentParser:
@@ -17,26 +18,18 @@ def _parser(sub: argparse._SubParsersAction, name: str, cmd, **kw) -> argparse.A
     return p
 
 
-# --- train -------------------------------------------------------------------------------------------------
 def _add_train(sub: argparse._SubParsersAction) -> None:
-    import dataclasses
-
-    from initmem.config import TrainConfig, field_help
-
     p = _parser(sub, "train", _cmd_train, help="train one run and write its folder",
                 description="Train one run and write <out>/<section>/<run_id>/{history.csv,run.json}. "
                             "Every TrainConfig field has a flag; unset flags keep the TrainConfig default.")
     for f in dataclasses.fields(TrainConfig):
-        flag, default = "--" + f.name.replace("_", "-"), f.default
         shown = "per optimizer" if f.name in ("lr", "momentum", "weight_decay") else (
-            " ".join(map(str, default)) if isinstance(default, tuple) else default)
+            " ".join(map(str, f.default)) if isinstance(f.default, tuple) else f.default)
         kw = dict(dest=f.name, default=argparse.SUPPRESS, help=f"{field_help(f.name)} (default: {shown})".replace(
             "%", "%%"))
-        if f.type == "bool":
-            p.add_argument(flag, action=BooleanOnce, **kw)
-        else:  # strings here; _cmd_train converts them so that a bad value is one ConfigError line
-            p.add_argument(flag, nargs="+" if f.type.startswith("tuple") else None,
-                           metavar=f.name.upper(), **kw)
+        if f.type != "bool":  # strings here; _cmd_train converts them so that a bad value is one ConfigError line
+            kw.update(nargs="+" if f.type.startswith("tuple") else None, metavar=f.name.upper())
+        p.add_argument("--" + f.name.replace("_", "-"), action=BooleanOnce if f.type == "bool" else None, **kw)
     p.add_argument("--out", default="results", help="results folder (default: results)")
     p.add_argument("--section", default="adhoc", help="section folder under --out (default: adhoc)")
     p.add_argument("--progress", action=BooleanOnce, default=True, help="per-epoch progress (default: on)")
@@ -44,8 +37,6 @@ def _add_train(sub: argparse._SubParsersAction) -> None:
 
 def _train_value(name: str, kind: str, raw):
     """A flag's string(s) → the TrainConfig field's type; ConfigError in TrainConfig's own format."""
-    from initmem.errors import ConfigError
-
     if isinstance(raw, bool) or kind == "str":
         return raw
     if isinstance(raw, list):
@@ -61,10 +52,6 @@ def _train_value(name: str, kind: str, raw):
 
 
 def _cmd_train(args: argparse.Namespace) -> int:
-    import dataclasses
-
-    from initmem.config import TrainConfig
-
     kinds = {f.name: f.type for f in dataclasses.fields(TrainConfig)}
     config = TrainConfig(**{k: _train_value(k, kinds[k], v) for k, v in vars(args).items() if k in kinds})
     from initmem.train import train  # after the config is checked: a bad flag is answered before torch loads
@@ -78,7 +65,6 @@ def _cmd_train(args: argparse.Namespace) -> int:
     return 0
 
 
-# --- run ---------------------------------------------------------------------------------------------------
 def _add_run(sub: argparse._SubParsersAction) -> None:
     p = _parser(sub, "run", _cmd_run, help="execute one notebook with papermill",
                 description="Execute a jupytext notebook with papermill (kernel python3); parameters are "
@@ -97,8 +83,6 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
     import yaml
 
-    from initmem.config import point_configs
-    from initmem.errors import ConfigError
     from initmem.notebook import check_parameters, notebook_parameters, run_notebook
     from initmem.params import REQUIRED, check_section_name, load_yaml, read_text, yaml_error_line
 
@@ -143,7 +127,6 @@ def _cmd_run(args: argparse.Namespace) -> int:
     return 0
 
 
-# --- sweep -------------------------------------------------------------------------------------------------
 def _add_sweep(sub: argparse._SubParsersAction) -> None:
     p = _parser(sub, "sweep", _cmd_sweep, help="run every point of a section's grid",
                 description="Expand params files' grids and execute each incomplete point's notebook. Every "
@@ -172,34 +155,22 @@ def _add_sweep(sub: argparse._SubParsersAction) -> None:
 
 
 def _cmd_sweep(args: argparse.Namespace) -> int:
-    from initmem.sweep import (
-        SLURM_OPTIONS,
-        Progress,
-        load_section,
-        params_files,
-        points_to_run,
-        refuse_older,
-        run_sweep,
-    )
+    from initmem import sweep
 
-    sections = [load_section(path) for path in params_files(args.params)]  # every file checked before any runs
+    sections = [sweep.load_section(path) for path in sweep.params_files(args.params)]  # all checked before any runs
     for section in sections:
         section.points(args.profile, args.results)  # an unknown profile in any file fails now
-        refuse_older(section.results_for(args.profile, args.results), section.name)  # before any point trains
+        sweep.refuse_older(section.results_for(args.profile, args.results), section.name)  # before any point trains
     counted: set = set()
-    overall = None if args.dry_run else Progress(sum(points_to_run(s, args.profile, args.results, counted)
-                                                     for s in sections))
-    slurm = {k: getattr(args, k) for k in SLURM_OPTIONS if getattr(args, k, None) is not None}
-    code, seen = 0, set()
-    for section in sections:
-        report = run_sweep(section, profile=args.profile, results=args.results, executor=args.executor,
-                           jobs=args.jobs, dry_run=args.dry_run, slurm=slurm, progress=not args.quiet,
-                           overall=overall, seen=seen)
-        code = max(code, report.exit_code)
-    return code
+    overall = None if args.dry_run else sweep.Progress(sum(sweep.points_to_run(s, args.profile, args.results, counted)
+                                                           for s in sections))
+    slurm = {k: getattr(args, k) for k in sweep.SLURM_OPTIONS if getattr(args, k, None) is not None}
+    seen: set = set()
+    return max(sweep.run_sweep(s, profile=args.profile, results=args.results, executor=args.executor, jobs=args.jobs,
+                               dry_run=args.dry_run, slurm=slurm, progress=not args.quiet, overall=overall,
+                               seen=seen).exit_code for s in sections)
 
 
-# --- figures -----------------------------------------------------------------------------------------------
 def _add_figures(sub: argparse._SubParsersAction) -> None:
     p = _parser(sub, "figures", _cmd_figures, help="regenerate every table and figure from a results folder "
                 "(default: every committed one: results/cpu -> figures, results/<profile> -> figures/<profile> "
@@ -230,7 +201,6 @@ def _cmd_figures(args: argparse.Namespace) -> int:
     return 0
 
 
-# --- report ------------------------------------------------------------------------------------------------
 def _add_report(sub: argparse._SubParsersAction) -> None:
     p = _parser(sub, "report", _cmd_report, help="export the executed notebooks of a results tree to HTML")
     p.add_argument("--results", default="results/smoke", help="results tree to read (default: %(default)s, where "
@@ -246,7 +216,6 @@ def _cmd_report(args: argparse.Namespace) -> int:
     return 0
 
 
-# --- plan --------------------------------------------------------------------------------------------------
 def _add_plan(sub: argparse._SubParsersAction) -> None:
     p = _parser(sub, "plan", _cmd_plan, help="what a profile costs before anything trains: runs, steps, clocks, time",
                 description="Per point and in total: runs, optimiser steps, the forgetting clocks at the end "
@@ -268,15 +237,12 @@ def _add_plan(sub: argparse._SubParsersAction) -> None:
 
 
 def _cmd_plan(args: argparse.Namespace) -> int:
-    import glob
     import json
 
     from initmem import plan, plan_table
-    from initmem.errors import ConfigError
+    from initmem.params import params_files
 
-    paths = [m for pat in args.params for m in (sorted(glob.glob(pat)) if glob.has_magic(pat) else [pat])]
-    if args.params and not paths:
-        raise ConfigError(f"params {' '.join(args.params)!r} match no file")
+    paths = params_files(args.params)  # a pattern that matches no file is an error, as in `initmem sweep`
     if (paths or not args.calibrate) and not args.profile:
         raise ConfigError("plan needs params files and --profile (or --calibrate alone for the default set)")
     if not paths and not args.calibrate:
@@ -297,8 +263,7 @@ def _cmd_plan(args: argparse.Namespace) -> int:
         keys = plan_table.calibration_keys(plans) if plans else list(plan.DEFAULT_SET)
         print(f"calibrating {len(keys)} configuration(s) on {name} ({steps} steps each)", flush=True)
         table = plan_table.calibrate(keys, args.device, steps=steps, members=tuple(members))
-        out = plan.save_throughput(table, where)
-        print(f"initmem plan: {len(table.entries)} entries written to {out}")
+        print(f"initmem plan: {len(table.entries)} entries written to {plan.save_throughput(table, where)}")
         return 0
     for p in paths:  # a bad params file fails before the device is asked
         plan.plan_section(p, args.profile)
@@ -308,7 +273,6 @@ def _cmd_plan(args: argparse.Namespace) -> int:
     return 0
 
 
-# --- migrate -----------------------------------------------------------------------------------------------
 def _add_migrate(sub: argparse._SubParsersAction) -> None:
     p = _parser(sub, "migrate", _cmd_migrate,
                 help="upgrade a results tree's run records to the current schema, then verify it",
@@ -334,6 +298,7 @@ def _cmd_migrate(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> Parser:
+    """The `initmem` argument parser, one subparser per subcommand."""
     parser = Parser(prog="initmem", description="Do deep networks forget initialization?")
     sub = parser.add_subparsers(dest="command", required=True)
     for add in (_add_train, _add_run, _add_sweep, _add_figures, _add_report, _add_plan, _add_migrate):
@@ -342,6 +307,7 @@ def build_parser() -> Parser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """The `initmem` command: its exit status (2 with one line on stderr for an InitmemError or out of memory)."""
     args = build_parser().parse_strict(argv)
     try:
         return int(args.func(args) or 0)
@@ -349,7 +315,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"initmem {args.command}: error: {exc}", file=sys.stderr)
         return 2
     except (MemoryError, RuntimeError) as exc:
-        if not _out_of_memory(exc):
+        text = str(exc).lower()  # MemoryError, torch's OutOfMemoryError (CUDA) or the CPU allocator's RuntimeError
+        if not (isinstance(exc, MemoryError) or type(exc).__name__ == "OutOfMemoryError" or any(
+                s in text for s in ("not enough memory", "can't allocate memory", "out of memory",
+                                    "cannot allocate memory"))):
             raise
         first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
         print(f"initmem {args.command}: error: out of memory ({type(exc).__name__}: {first}): a smaller --width, "
@@ -358,14 +327,6 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print(f"initmem {args.command}: interrupted", file=sys.stderr)
         return 130
-
-
-def _out_of_memory(exc: BaseException) -> bool:
-    """A MemoryError, torch's OutOfMemoryError (CUDA), or the CPU allocator's RuntimeError."""
-    text = str(exc).lower()
-    return isinstance(exc, MemoryError) or type(exc).__name__ == "OutOfMemoryError" or (
-        isinstance(exc, RuntimeError) and any(s in text for s in ("not enough memory", "can't allocate memory",
-                                                                   "out of memory", "cannot allocate memory")))
 
 
 if __name__ == "__main__":
