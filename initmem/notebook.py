@@ -1,14 +1,11 @@
-"""Notebooks: jupytext percent `.py` files (the source of truth, read in memory with `jupytext.read`) executed by
-papermill with the kernel `python3`. The parameters cell (`name = literal` lines, optionally annotated) is read with
-`ast`, no kernel. Values are type-checked before anything runs (`check_parameters`) and again inside the kernel
-(`checked_parameters`), because papermill only *warns* on an unknown name and injects a YAML `1e-3` as a string.
-Torch-, papermill- and jupytext-free at import.
-"""
+"""Notebooks: jupytext percent `.py` files executed by papermill (kernel `python3`). The parameters cell (`name =
+literal` lines, optionally annotated) is read with `ast`; values are type-checked before the kernel starts
+(`check_parameters`) and again inside it (`checked_parameters`): papermill only warns on an unknown name and injects a
+YAML `1e-3` as a string. Torch-, papermill- and jupytext-free at import."""
 
 from __future__ import annotations
 
 import ast
-import contextlib
 import dataclasses
 import difflib
 import hashlib
@@ -20,6 +17,7 @@ import sys
 import time
 from pathlib import Path
 from typing import Any, NamedTuple
+from unittest import mock
 
 from initmem.config import MEMBER_FIELDS, TrainConfig, point_configs
 from initmem.errors import ConfigError, InitmemError, NotebookError, ResultsError
@@ -59,17 +57,13 @@ def _read(path: str | Path):
 
 
 def _infer_type(value: Any) -> str:
-    if value is None:
-        return "Any"
     if isinstance(value, (bool, int, float, str)):
         return type(value).__name__
     if isinstance(value, (list, tuple)):
         kinds = {_infer_type(v) for v in value}
         elem = kinds.pop() if len(kinds) == 1 else "float" if kinds <= {"int", "float"} else "Any"
         return f"list[{elem}]" if isinstance(value, list) else f"tuple[{elem}, ...]"
-    if isinstance(value, dict):
-        return "dict"
-    return "Any"
+    return "dict" if isinstance(value, dict) else "Any"
 
 
 def notebook_parameters(path: str | Path) -> dict[str, Parameter]:
@@ -87,11 +81,9 @@ def accepted_parameters(cell: dict[str, Parameter]) -> dict[str, Parameter]:
     """A parameters cell's names and, when it declares `SECTION_REQUIRED` (a section notebook), every TrainConfig
     field but `MEMBER_FIELDS`: typed by the dataclass (in the cell too, where its annotation is not needed), with
     the cell's default, else `SMOKE`'s, else TrainConfig's. One field added to TrainConfig is accepted everywhere."""
-    if not all(k in cell for k in SECTION_REQUIRED):
-        return dict(cell)
-    out = dict(cell)
+    out, section = dict(cell), all(k in cell for k in SECTION_REQUIRED)
     for f in dataclasses.fields(TrainConfig):
-        if f.name not in MEMBER_FIELDS:
+        if section and f.name not in MEMBER_FIELDS:
             default = cell[f.name].default if f.name in cell else SMOKE.get(f.name, f.default)
             out[f.name] = Parameter(str(f.type), default, f.name in cell)
     return out
@@ -122,62 +114,44 @@ def _parse_parameters(source: str, path: str) -> dict[str, Parameter]:
 
 
 # --- type checking against the declared types --------------------------------------------------------------
+_IS = {"Any": lambda v: True, "bool": lambda v: isinstance(v, bool), "str": lambda v: isinstance(v, str),
+       "int": lambda v: isinstance(v, int) and not isinstance(v, bool), "dict": lambda v: isinstance(v, dict)}
+
+
 def _coerce(value: Any, node: ast.expr) -> tuple[bool, Any]:
     """(ok, value converted) for a value against an annotation's AST. int is accepted (and converted) for float,
     lists for tuples; bool is not an int here."""
     if isinstance(node, ast.BinOp) and isinstance(node.op, ast.BitOr):
-        for side in (node.left, node.right):
-            ok, v = _coerce(value, side)
-            if ok:
-                return True, v
-        return False, value
+        return next((r for r in (_coerce(value, side) for side in (node.left, node.right)) if r[0]), (False, value))
     if isinstance(node, ast.Constant) and node.value is None:
         return value is None, value
-    if isinstance(node, ast.Name):
-        name = node.id
-        if name == "Any":
-            return True, value
-        if name == "None":
-            return value is None, value
-        if name == "bool":
-            return isinstance(value, bool), value
-        if name == "int":
-            return isinstance(value, int) and not isinstance(value, bool), value
-        if name == "float":
-            if isinstance(value, str) and _SCIENTIFIC.fullmatch(value.strip()):  # YAML 1.1's "1e-3"
-                return True, float(value.replace("_", ""))
-            ok = isinstance(value, (int, float)) and not isinstance(value, bool)
-            return ok, float(value) if ok else value
-        if name == "str":
-            return isinstance(value, str), value
-        if name in ("list", "tuple"):
-            return isinstance(value, (list, tuple)), (list if name == "list" else tuple)(value) \
-                if isinstance(value, (list, tuple)) else value
-        if name == "dict":
-            return isinstance(value, dict), value
-        raise NotebookError(f"unsupported type {name!r} in a parameters-cell annotation")
-    if isinstance(node, ast.Subscript) and isinstance(node.value, ast.Name):
+    if isinstance(node, ast.Name) and node.id in _IS:
+        return _IS[node.id](value), value
+    if isinstance(node, ast.Name) and node.id == "float":
+        if isinstance(value, str) and _SCIENTIFIC.fullmatch(value.strip()):  # YAML 1.1's "1e-3"
+            return True, float(value.replace("_", ""))
+        ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+        return ok, float(value) if ok else value
+    if isinstance(node, ast.Name) and node.id in ("list", "tuple"):  # bare: list[Any], tuple[Any, ...]
+        outer, args = node.id, [ast.Name("Any"), ast.Constant(...)]
+    elif isinstance(node, ast.Subscript) and isinstance(node.value, ast.Name) and node.value.id in (
+            "list", "tuple", "dict"):
         outer, args = node.value.id, node.slice.elts if isinstance(node.slice, ast.Tuple) else [node.slice]
-        if outer in ("list", "tuple"):
-            if not isinstance(value, (list, tuple)):
-                return False, value
-            if outer == "tuple" and not (len(args) == 2 and isinstance(args[1], ast.Constant)
-                                         and args[1].value is Ellipsis):
-                if len(args) != len(value):
-                    return False, value
-                pairs = [_coerce(v, a) for v, a in zip(value, args, strict=True)]
-            else:
-                pairs = [_coerce(v, args[0]) for v in value]
-            ok = all(p[0] for p in pairs)
-            items = [p[1] for p in pairs]
-            return ok, (tuple(items) if outer == "tuple" else items) if ok else value
-        if outer == "dict":
-            if not isinstance(value, dict):
-                return False, value
-            pairs = {k: _coerce(v, args[-1]) for k, v in value.items()}
-            ok = all(p[0] for p in pairs.values()) and all(_coerce(k, args[0])[0] for k in value)
-            return ok, {k: p[1] for k, p in pairs.items()} if ok else value
-    raise NotebookError(f"unsupported parameters-cell annotation {ast.unparse(node)!r}")
+    else:
+        raise NotebookError(f"unsupported parameters-cell annotation {ast.unparse(node)!r}")
+    if outer == "dict":
+        if not isinstance(value, dict):
+            return False, value
+        pairs = {k: _coerce(v, args[-1]) for k, v in value.items()}
+        ok = all(p[0] for p in pairs.values()) and all(_coerce(k, args[0])[0] for k in value)
+        return ok, {k: p[1] for k, p in pairs.items()} if ok else value
+    variadic = outer == "list" or (len(args) == 2 and isinstance(args[1], ast.Constant) and args[1].value is ...)
+    if not isinstance(value, (list, tuple)) or (not variadic and len(args) != len(value)):
+        return False, value
+    pairs = [_coerce(v, a) for v, a in zip(value, args[:1] * len(value) if variadic else args, strict=True)]
+    items = [p[1] for p in pairs]
+    ok = all(p[0] for p in pairs)
+    return ok, (tuple(items) if outer == "tuple" else items) if ok else value
 
 
 def check_value(name: str, value: Any, type_: str, where: str = "") -> Any:
@@ -219,14 +193,11 @@ def _one_line(shell, etype, value, tb, tb_offset=None):  # noqa: ARG001 - IPytho
 
 
 def checked_parameters(namespace: dict[str, Any]) -> dict[str, Any]:
-    """Check, in the kernel, what papermill injected; returns `namespace` (call: `checked_parameters(globals())`).
-
-    IPython keeps the executed cells' sources in `In`: when the cell before this one is papermill's (`INJECTED`),
-    every name it assigns must be one the cell before it accepts (`accepted_parameters`), converted as
-    `check_parameters` converts it; without `In` (a script, plain JupyterLab) nothing was injected. In a section
-    notebook, a `SMOKE` field nothing set gets its smoke value (printed) and the point's runs are built once, so a bad
-    value fails here. A later InitmemError shows as its one line, like the `initmem` command's.
-    """
+    """Check, in the kernel, what papermill injected, and return `namespace` (`checked_parameters(globals())`).
+    IPython keeps the cells' sources in `In`: when the cell before this one is papermill's (`INJECTED`), every name it
+    assigns must be one the cell before that accepts, converted as `check_parameters` does (no `In`: a script or plain
+    JupyterLab, nothing injected). A section notebook gets the `SMOKE` fields nothing set (printed) and builds its
+    runs once, so a bad value fails here; a later InitmemError shows as its one line, as in the `initmem` command."""
     shell = namespace.get("get_ipython")
     if callable(shell) and (ip := shell()) is not None and hasattr(ip, "set_custom_exc"):
         ip.set_custom_exc((InitmemError,), _one_line)
@@ -248,33 +219,10 @@ def checked_parameters(namespace: dict[str, Any]) -> dict[str, Any]:
 
 
 # --- execution ---------------------------------------------------------------------------------------------
-@contextlib.contextmanager
-def _environ(**values: str):
-    """Temporarily set environment variables: papermill's kernel inherits os.environ at start-up."""
-    old = {k: os.environ.get(k) for k in values}
-    os.environ.update(values)
-    try:
-        yield
-    finally:
-        for k, v in old.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
-
-
-class _KnownParameters(logging.Filter):
+def _known_parameters(record: logging.LogRecord) -> bool:
     """Drops papermill's "Passed unknown parameter" warning (a TrainConfig field the cell does not list, or a form
     papermill cannot parse): `check_parameters` has already accepted the name. Plain papermill still prints it."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        return not record.getMessage().startswith("Passed unknown parameter")
-
-
-def _quiet_papermill() -> None:
-    log = logging.getLogger("papermill")
-    if not any(isinstance(f, _KnownParameters) for f in log.filters):
-        log.addFilter(_KnownParameters())
+    return not record.getMessage().startswith("Passed unknown parameter")
 
 
 def _is_retryable(exc: BaseException) -> bool:
@@ -295,7 +243,7 @@ def execute_notebook(path: str | Path, output_path: str | Path, parameters: dict
     import papermill
     from papermill.exceptions import PapermillExecutionError
 
-    _quiet_papermill()
+    logging.getLogger("papermill").addFilter(_known_parameters)  # once: addFilter skips a filter it holds
     path, output_path = Path(path), Path(output_path)
     parameters = check_parameters(dict(parameters or {}), notebook_parameters(path), f"{path.name}: ")
     if cwd is not None and not Path(cwd).is_dir():
@@ -312,7 +260,9 @@ def execute_notebook(path: str | Path, output_path: str | Path, parameters: dict
     streams = {"stdout_file": sys.stdout, "stderr_file": sys.stderr} if log_output else {}
     for attempt in range(retries + 1):
         try:
-            with _environ(INITMEM_PROGRESS=os.environ.get("INITMEM_PROGRESS", "lines"), **(env or {})):
+            # the kernel inherits os.environ at start-up; ours is restored after
+            with mock.patch.dict(os.environ, {"INITMEM_PROGRESS": os.environ.get("INITMEM_PROGRESS", "lines"),
+                                              **(env or {})}):
                 return papermill.execute_notebook(
                     _read(path), str(output_path), parameters=parameters, kernel_name=kernel_name,
                     language="python", cwd=str(cwd) if cwd is not None else None, progress_bar=False,
@@ -327,29 +277,19 @@ def execute_notebook(path: str | Path, output_path: str | Path, parameters: dict
                 continue
             raise NotebookError(f"{path}: execution failed before finishing ({type(exc).__name__}: {exc}); "
                                 f"executed notebook: {output_path}") from exc
-    raise AssertionError("unreachable")
-
-
-def default_output(path: str | Path, parameters: dict[str, Any] | None = None, cwd: str | Path | None = None) -> Path:
-    """Where `initmem run` writes the executed copy: `<cwd>/results/notebooks/<notebook stem>-<digest>.ipynb`, the
-    digest naming the point (`parameters_digest` of the notebook's defaults overridden by `parameters`), so
-    executions of different points never overwrite each other."""
-    declared = notebook_parameters(path)
-    checked = check_parameters(dict(parameters or {}), declared, f"{Path(path).name}: ")
-    digest = parameters_digest({**{k: p.default for k, p in declared.items()}, **checked})
-    cwd = Path(cwd) if cwd is not None else Path.cwd()
-    return cwd / "results" / "notebooks" / f"{Path(path).stem}-{digest}.ipynb"
 
 
 def run_notebook(path: str | Path, parameters: dict[str, Any] | None = None, *, output: str | Path | None = None,
                  cwd: str | Path | None = None, log_output: bool = True) -> Path:
-    """Execute one notebook with `parameters` (type-checked against its parameters cell): `initmem run`. Returns
-    the executed notebook's path: `output`, by default `default_output(path, parameters, cwd)`. `cwd` (default:
-    the current folder) must exist."""
-    path = Path(path)
-    if cwd is not None and not Path(cwd).is_dir():
-        raise ConfigError(f"cwd={str(cwd)!r} is invalid: an existing folder is accepted (it is not created)")
-    output = Path(output) if output is not None else default_output(path, parameters, cwd)
-    execute_notebook(path.resolve(), output, parameters, cwd=Path(cwd) if cwd is not None else Path.cwd(),
-                     log_output=log_output)
-    return output
+    """Execute one notebook with `parameters` (type-checked against its parameters cell) in `cwd` (default: the
+    current folder): `initmem run`. Returns the executed notebook's path: `output`, by default
+    `<cwd>/results/notebooks/<stem>-<digest>.ipynb`, the digest naming the point (`parameters_digest` of the
+    effective parameters), so that executions of different points never overwrite each other."""
+    path, cwd = Path(path), Path(cwd) if cwd is not None else Path.cwd()
+    if output is None:
+        declared = notebook_parameters(path)
+        checked = check_parameters(dict(parameters or {}), declared, f"{path.name}: ")
+        digest = parameters_digest({**{k: p.default for k, p in declared.items()}, **checked})
+        output = cwd / "results" / "notebooks" / f"{path.stem}-{digest}.ipynb"
+    execute_notebook(path.resolve(), Path(output), parameters, cwd=cwd, log_output=log_output)
+    return Path(output)

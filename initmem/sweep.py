@@ -1,16 +1,11 @@
-"""Sweeps: a section's params file → grid points → one papermill execution of the section notebook per point.
-
-Params files, sections and points live in `initmem.params` (re-exported here): every value is type-checked against
-the notebook's parameters cell and every point's TrainConfigs are built when a file is loaded, so a typo fails in a
-second, not after hours. A point is one configuration of everything except σ_w and seed (its notebook trains every
-σ_w × seed through `experiment.run_sigma_sweep`), so it is complete when all of its runs are: a re-run of a finished
-sweep executes nothing. Executors: `local` (in-process, or a pool of `jobs` processes with one GPU each, which die
-with their parent) and `slurm` (submitit, one array task per point). Notebooks run with the repository root (the
-parent of `params/`) as working folder.
-"""
+"""Sweeps: each grid point of a params file (`initmem.params`, re-exported here) is one papermill execution of its
+section notebook, with the repository root as working folder. A point is complete when all its runs are, so a
+finished sweep run again executes nothing. Executors: `local` (in-process, or `jobs` processes with one GPU each that
+die with their parent) and `slurm` (submitit, one array task per point)."""
 
 from __future__ import annotations
 
+import collections
 import concurrent.futures as cf
 import datetime
 import difflib
@@ -31,28 +26,26 @@ from submitit.helpers import Checkpointable
 from initmem.config import point_configs
 from initmem.errors import InitmemError, SweepError
 from initmem.notebook import execute_notebook
-from initmem.params import REQUIRED, Point, Section, load_section, params_files
+from initmem.params import Point, Section, load_section, params_files
+from initmem.run_folders import RunFolders
 
-__all__ = ["REQUIRED", "SLURM_OPTIONS", "Point", "Section", "load_section", "params_files", "point_configs",
-           "run_sweep"]
+__all__ = ["SLURM_OPTIONS", "Point", "Section", "load_section", "params_files", "point_configs", "run_sweep"]
 SLURM_OPTIONS = ("partition", "gpus_per_node", "time", "mem_gb", "cpus_per_task", "array_parallelism", "extra")
+_SUBMITIT = {"partition": "slurm_partition", "array_parallelism": "slurm_array_parallelism",
+             "extra": "slurm_additional_parameters"}  # submitit's names where they are not ours
 
 
-# --- completion: the same TrainConfigs the notebook builds (config.point_configs) ----------------------
 def _results_path(section: Section, point: Point) -> Path:
     return section.root / point.parameters["results_dir"]  # an absolute results_dir wins the join
 
 
 def point_progress(section: Section, point: Point) -> tuple[int, int]:
-    """(complete runs, runs) of a point."""
-    from initmem.run_folders import RunFolders
-
+    """(complete runs, runs) of a point: the TrainConfigs its notebook builds (`config.point_configs`)."""
     configs = point_configs(section.effective(point))
     owner = RunFolders(_results_path(section, point), section.name)
     return sum(owner.is_complete(c) for c in configs), len(configs)
 
 
-# --- executing one point (also what a Slurm array task runs) -----------------------------------------------
 @dataclass
 class PointReport:
     point_id: str
@@ -65,8 +58,8 @@ class PointReport:
 
 def execute_point(point: Point, notebook: str, cwd: str, output: str, parameters: dict[str, Any],
                   log_output: bool = True) -> PointReport:
-    """Execute one point's notebook; a failure becomes a `failed` report, never an exception (one bad point must
-    not stop the others, and a Slurm job's result should carry a readable message, not a pickled traceback)."""
+    """Execute one point's notebook (also what a Slurm array task runs); a failure is a `failed` report, never an
+    exception: one bad point must not stop the others, and a Slurm result should be a message, not a traceback."""
     t0 = time.perf_counter()
     try:
         execute_notebook(notebook, output, parameters, cwd=cwd, log_output=log_output)
@@ -79,10 +72,9 @@ def execute_point(point: Point, notebook: str, cwd: str, output: str, parameters
 
 
 class PointJob(Checkpointable):
-    """A Slurm array task: `execute_point(*task)`. Checkpointable, so when Slurm preempts the job or its time runs
-    out, submitit calls `checkpoint(*task)`, which resubmits this same point (submitit's default: the callable with
-    the same arguments) and requeues the job. The point's runs make the resume exact: complete runs are skipped,
-    a run cut short resumes from its newest checkpoint (`checkpoint_every`), and its run lock died with the job."""
+    """A Slurm array task: `execute_point(*task)`. When Slurm preempts it or its time runs out, submitit's default
+    `checkpoint` resubmits the same point, and the resume is exact: complete runs are skipped, a run cut short resumes
+    from its newest checkpoint (`checkpoint_every`), and its run lock died with the job."""
 
     def __call__(self, *task: Any) -> PointReport:
         return execute_point(*task)
@@ -101,10 +93,9 @@ def _visible_gpus() -> list[str]:
 
 
 def _die_with_parent(parent: int) -> None:
-    """Make this pool worker die with the sweep that started it, even by SIGKILL (which runs no cleanup and leaves
-    a ProcessPoolExecutor's workers running): Linux's PR_SET_PDEATHSIG sends it SIGKILL when its parent exits; a
-    watchdog thread polling the parent's id covers other systems and a parent that died before the prctl. The
-    notebook kernels a worker starts poll their parent (ipykernel's JPY_PARENT_PID) and exit after it."""
+    """Make this pool worker die with its sweep, even one killed by SIGKILL (no cleanup runs, and a ProcessPool's
+    workers would live on): Linux's PR_SET_PDEATHSIG, and a watchdog thread polling the parent's id for other systems
+    and a parent gone before the prctl. The worker's kernels exit after it (ipykernel's JPY_PARENT_PID)."""
     if sys.platform.startswith("linux"):
         try:
             import ctypes
@@ -124,9 +115,7 @@ def _die_with_parent(parent: int) -> None:
 def _init_worker(gpus: mp.Queue, parent: int | None = None) -> None:
     if parent is not None:
         _die_with_parent(parent)
-    # One GPU per worker process: the kernels it starts inherit the variable.
-    gpu = gpus.get()
-    if gpu is not None:
+    if (gpu := gpus.get()) is not None:  # one GPU per worker process: the kernels it starts inherit the variable
         os.environ["CUDA_VISIBLE_DEVICES"] = gpu
 
 
@@ -134,14 +123,12 @@ def _run_local(tasks: list[tuple], jobs: int, on_done) -> list[PointReport]:
     if jobs <= 1 or len(tasks) <= 1:
         return [on_done(execute_point(*t)) for t in tasks]
     ctx = mp.get_context("spawn")  # the parent may hold torch/CUDA state that a fork must not copy
-    gpus, queue = _visible_gpus(), ctx.Queue()
-    n = min(jobs, len(tasks))
+    gpus, queue, n = _visible_gpus(), ctx.Queue(), min(jobs, len(tasks))
     for i in range(n):
         queue.put(gpus[i % len(gpus)] if gpus else None)
-    with cf.ProcessPoolExecutor(n, mp_context=ctx, initializer=_init_worker,
-                                initargs=(queue, os.getpid())) as pool:
+    done = {}
+    with cf.ProcessPoolExecutor(n, mp_context=ctx, initializer=_init_worker, initargs=(queue, os.getpid())) as pool:
         futures = {pool.submit(execute_point, *t): t[0] for t in tasks}
-        done = {}
         for fut in cf.as_completed(futures):
             point = futures[fut]
             try:
@@ -152,16 +139,9 @@ def _run_local(tasks: list[tuple], jobs: int, on_done) -> list[PointReport]:
 
 
 def slurm_parameters(section: str, options: dict[str, Any]) -> dict[str, Any]:
-    """The submitit parameters a sweep's Slurm array requests (what `--dry-run` prints); unset ones are the
-    cluster's defaults."""
-    params: dict[str, Any] = {"name": f"initmem-{section}", "timeout_min": int(options.get("time") or 24 * 60)}
-    for ours, theirs in (("partition", "slurm_partition"), ("gpus_per_node", "gpus_per_node"),
-                         ("mem_gb", "mem_gb"), ("cpus_per_task", "cpus_per_task"),
-                         ("array_parallelism", "slurm_array_parallelism"),
-                         ("extra", "slurm_additional_parameters")):
-        if options.get(ours) is not None:
-            params[theirs] = options[ours]
-    return params
+    """The submitit parameters of a sweep's Slurm array (what `--dry-run` prints); unset: the cluster's default."""
+    return {"name": f"initmem-{section}", "timeout_min": int(options.get("time") or 24 * 60),
+            **{_SUBMITIT.get(k, k): options[k] for k in SLURM_OPTIONS if k != "time" and options.get(k) is not None}}
 
 
 def _run_slurm(tasks: list[tuple], folder: Path, section: str, options: dict[str, Any], on_done) -> list[PointReport]:
@@ -183,7 +163,6 @@ def _run_slurm(tasks: list[tuple], folder: Path, section: str, options: dict[str
     return reports
 
 
-# --- the sweep ---------------------------------------------------------------------------------------------
 @dataclass
 class SweepReport:
     section: str
@@ -215,38 +194,20 @@ def summarize(section: Section, points: list[Point]) -> Any:
 
 
 class Progress:
-    """Points finished out of all the points one command runs (over every params file), with an ETA from the wall
-    time per point so far (wall time, so points run in parallel count as such)."""
+    """Points finished out of all the points of one command (every params file), with an ETA from the wall time per
+    point so far (so points run in parallel count as such)."""
 
     def __init__(self, total: int):
         self.total, self.done, self.t0 = total, 0, time.monotonic()
 
     def step(self) -> str:
         self.done += 1
-        left = (time.monotonic() - self.t0) / self.done * max(self.total - self.done, 0)
-        return f"[{self.done}/{self.total} points] ETA {_hms(left)}"
-
-
-def _hms(seconds: float) -> str:
-    s = int(round(seconds))
-    return f"{s // 3600:02d}:{s // 60 % 60:02d}:{s % 60:02d}"
-
-
-def _check_tree(out: Path, section: str, dry_run: bool) -> None:
-    """Before a point is looked at: records of an older schema stop the sweep (SweepError naming `initmem migrate`:
-    they are readable, never trained again), and copies or renamed run folders are tidied (`RunFolders.tidy_copies`,
-    one line each), so that no readable run is moved aside or retrained and the tree stays loadable."""
-    from initmem.run_folders import RunFolders
-
-    refuse_older(out, section)
-    for line in RunFolders(out, section).tidy_copies(dry_run=dry_run):
-        print(line, flush=True)
+        s = round((time.monotonic() - self.t0) / self.done * max(self.total - self.done, 0))
+        return f"[{self.done}/{self.total} points] ETA {s // 3600:02d}:{s // 60 % 60:02d}:{s % 60:02d}"
 
 
 def refuse_older(out: Path, section: str) -> None:
     """SweepError naming `initmem migrate` when `<out>/<section>` holds run records of an older schema."""
-    from initmem.run_folders import RunFolders
-
     if old := RunFolders(out, section).older_records():
         raise SweepError(f"{len(old)} run record(s) of section {section} are of an older schema (first: {old[0]}): run "
                          f"`initmem migrate {out}` to upgrade them (every number kept); nothing was trained or moved")
@@ -255,9 +216,8 @@ def refuse_older(out: Path, section: str) -> None:
 def points_to_run(section: Section, profile: str, results: str | Path | None = None, seen: set | None = None) -> int:
     """How many of a profile's points are incomplete (what a sweep would execute); with `seen`, points another
     params file of the same command already counted are left out (and this file's are added to it)."""
-    return sum(done < total for done, total in (point_progress(section, p) for p in
-                                                _once(section, section.points(profile, results), profile, results,
-                                                      seen)))
+    points = _once(section, section.points(profile, results), profile, results, seen)
+    return sum(done < total for done, total in (point_progress(section, p) for p in points))
 
 
 def _once(section: Section, points: list[Point], profile: str, results: str | Path | None,
@@ -278,8 +238,7 @@ def _check_options(executor: str, jobs: int, slurm: dict[str, Any] | None, dry_r
     if isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 1:
         raise SweepError(f"jobs={jobs!r} is invalid: a positive integer is accepted")
     slurm = dict(slurm or {})
-    bad = [k for k in slurm if k not in SLURM_OPTIONS]
-    if bad:
+    if bad := [k for k in slurm if k not in SLURM_OPTIONS]:
         close = difflib.get_close_matches(bad[0], SLURM_OPTIONS, n=1)
         raise SweepError(f"unknown Slurm option {bad[0]!r}" + (f" (did you mean {close[0]!r}?)" if close else "")
                          + f"; accepted: {', '.join(SLURM_OPTIONS)}")
@@ -303,8 +262,6 @@ def _plan(section: Section, points: list[Point], out: Path, dry_run: bool,
             tasks.append((p, str(section.notebook), str(section.root), str(nb_out), {**p.parameters, **extra},
                           progress))
     if tasks:
-        from initmem.run_folders import RunFolders
-
         RunFolders(out, section.name).writable()
     return tasks, plan
 
@@ -313,34 +270,29 @@ def _print_dry_run(section: Section, points: list[Point], plan: dict[str, PointR
     """A dry run's table: each point's runs, epochs and steps, what is complete, and the totals."""
     from initmem.plan import plan_point, plural
 
-    sizes = {"runs": 0, "epochs": 0, "steps": 0, "todo_runs": 0, "todo_steps": 0}
+    n = collections.Counter()
     for p in points:
         r, pp = plan[p.point_id], plan_point(p.point_id, p.grid, section.effective(p))
         what = "skip (complete)" if r.status == "skipped" else f"run ({r.runs} runs complete)"
         todo = pp.runs - int(r.runs.split("/")[0])
-        sizes.update(runs=sizes["runs"] + pp.runs, epochs=sizes["epochs"] + pp.runs * pp.run["epochs"],
-                     steps=sizes["steps"] + pp.steps, todo_runs=sizes["todo_runs"] + todo,
-                     todo_steps=sizes["todo_steps"] + todo * pp.run["steps"])
+        n.update(runs=pp.runs, epochs=pp.runs * pp.run["epochs"], steps=pp.steps, todo_runs=todo,
+                 todo_steps=todo * pp.run["steps"])
         print(f"  {p.point_id:<48} {what:<28} {plural(pp.runs, 'run')} x {plural(pp.run['epochs'], 'epoch')} x "
               f"{plural(pp.run['steps_per_epoch'], 'step')} = {plural(pp.steps, 'step')} "
               f"{json.dumps(p.grid, default=str)}")
-    print(f"  total: {plural(sizes['runs'], 'run')}, {plural(sizes['epochs'], 'epoch')}, "
-          f"{plural(sizes['steps'], 'step')}; to run: {plural(sizes['todo_runs'], 'run')}, "
-          f"{plural(sizes['todo_steps'], 'step')} (`initmem plan` adds clocks and time)")
+    print(f"  total: {plural(n['runs'], 'run')}, {plural(n['epochs'], 'epoch')}, {plural(n['steps'], 'step')}; to "
+          f"run: {plural(n['todo_runs'], 'run')}, {plural(n['todo_steps'], 'step')} (`initmem plan` adds clocks and "
+          "time)")
 
 
 def run_sweep(params_path: str | Path | Section, *, profile: str, results: str | Path | None = None,
               executor: str = "local", jobs: int = 1, dry_run: bool = False, slurm: dict[str, Any] | None = None,
               progress: bool = True, overall: Progress | None = None, seen: set | None = None) -> SweepReport:
-    """Run every incomplete point of a section's profile; return per-point statuses and a summary table.
-
-    `results` defaults to `<repo>/results/<profile>`; executed notebooks go to
-    `<results>/<section>/notebooks/<point_id>.ipynb`. `executor`: `local` (`jobs` points at a time, one GPU per
-    worker) or `slurm` (submitit job array; `slurm` options: partition, gpus_per_node, time (minutes), mem_gb,
-    cpus_per_task, array_parallelism, extra). `progress` streams the notebooks' output. `params_path` may be a
-    loaded `Section`; `overall` counts the points of several sweeps of one command (default: this sweep's), and
-    `seen` (a set shared by them) lists and runs a point that two params files of one command share only once.
-    """
+    """Run every incomplete point of a section's profile (`params_path`: a params file or a loaded `Section`) into
+    `results` (default `<repo>/results/<profile>`; notebooks in `<results>/<section>/notebooks/<point_id>.ipynb`);
+    return per-point statuses and a summary table. `executor`: `local` (`jobs` points at a time) or `slurm` (its
+    `slurm` options: `SLURM_OPTIONS`, `time` in minutes). `progress` streams the notebooks' output; `overall`
+    counts the points of one command's sweeps, and `seen` (shared by them) runs a point two params files share once."""
     slurm = _check_options(executor, jobs, slurm, dry_run)
     section = params_path if isinstance(params_path, Section) else load_section(params_path)
     every = section.points(profile, results)
@@ -350,7 +302,9 @@ def run_sweep(params_path: str | Path | Section, *, profile: str, results: str |
               "command, counted once", flush=True)
     out = section.results_for(profile, results)
     report = SweepReport(section.name, profile, out, executor)
-    _check_tree(out, section.name, dry_run)
+    refuse_older(out, section.name)  # readable records: never moved aside nor trained again
+    for line in RunFolders(out, section.name).tidy_copies(dry_run=dry_run):  # copies and renamed run folders
+        print(line, flush=True)
     tasks, plan = _plan(section, points, out, dry_run, progress)
     to_run = sum(r.status in ("pending", "would-run") for r in plan.values())
     print(f"== {section.name} [{profile}] {len(points)} point(s), {to_run} to run, "
@@ -368,7 +322,7 @@ def run_sweep(params_path: str | Path | Section, *, profile: str, results: str |
 
         def on_done(r: PointReport) -> PointReport:
             print(f"{counter.step()} {section.name} {r.point_id}: {r.status} in {r.seconds:.1f} s"
-                  + (f"\n    {r.message}" if r.message else ""), file=sys.stdout, flush=True)
+                  + (f"\n    {r.message}" if r.message else ""), flush=True)
             return r
 
         if tasks and executor == "local":
