@@ -1,10 +1,6 @@
-"""What defines a run, without torch: `TrainConfig`, its validation, `run_id`, the tables of accepted values, and
-`point_configs`, the one function that turns a notebook's (or a params file's) parameters into a point's runs.
-
-Each field's help text lives beside it (`field(metadata={"help": ...})`): the CLI's `--help`, docs/fields.md
-(`python -m initmem.config`) and the notebooks' parameter tables read it there. Reading results imports this
-module, never the training stack.
-"""
+"""What defines a run, torch-free (reading results imports it, never the training stack): `TrainConfig`, its
+validation, `run_id`, the accepted values, and `point_configs` (a point's runs from its parameters). Each field's
+help lives beside it: `--help`, docs/fields.md (`python -m initmem.config`) and the notebooks read it there."""
 
 from __future__ import annotations
 
@@ -18,7 +14,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from initmem.errors import ConfigError
+from initmem.errors import ConfigError, invalid
 
 # ---------------------------------------------------------------------------------------------- accepted values
 ARCHS = ("resnet9", "resnet20", "resnet56", "resnet110")
@@ -61,8 +57,7 @@ MEMBER_FIELDS = ("sigma_w", "seed")  # the fields the members of one population 
 
 
 def _f(default: Any, help: str, **meta: Any) -> Any:
-    """A dataclass field with its help text (and, for a field added after the first results, `id_default`: the value
-    that reproduces the old behaviour, left out of the run id so that no earlier run changes its name)."""
+    """A dataclass field with its help (and `id_default` for a field added after the first results: `LATER_FIELDS`)."""
     return field(default=default, metadata={"help": help, **meta})
 
 
@@ -175,10 +170,6 @@ def _is_real(v: Any) -> bool:
     return isinstance(v, numbers.Real) and not isinstance(v, bool) and math.isfinite(v)
 
 
-def _is_int(v: Any) -> bool:
-    return isinstance(v, numbers.Integral) and not isinstance(v, bool)
-
-
 def _reals(name: str, v: Any, n: int | None, ok, accepted: str) -> tuple[float, ...]:
     if isinstance(v, (str, bytes)) or not isinstance(v, (tuple, list)) or (n is not None and len(v) != n) or not all(
             _is_real(x) and ok(x) for x in v):
@@ -211,7 +202,7 @@ class _Check:
         v = getattr(self.c, name)
         if v is None and optional:
             return
-        if not _is_int(v) or not lo <= v <= hi:
+        if not isinstance(v, numbers.Integral) or isinstance(v, bool) or not lo <= v <= hi:
             raise _bad(name, v, f"an integer in [{lo}, {hi}]" + (" or None" if optional else ""))
         self.put(name, int(v))
 
@@ -243,10 +234,10 @@ def _check_recipe(c: TrainConfig, check: _Check) -> None:
     check.choice("schedule", SCHEDULES)
     check.integer("epochs", 1, hi=10**7)
     check.real("warmup_epochs", lambda v: 0 <= v <= c.epochs, f"a real in [0, epochs={c.epochs}]")
-    m = _reals("step_milestones", c.step_milestones, None, lambda x: 0 < x <= 1,
-               "a non-decreasing sequence of fractions in (0, 1]")
+    accepted = "a non-decreasing sequence of fractions in (0, 1]"
+    m = _reals("step_milestones", c.step_milestones, None, lambda x: 0 < x <= 1, accepted)
     if list(m) != sorted(m):
-        raise _bad("step_milestones", c.step_milestones, "a non-decreasing sequence of fractions in (0, 1]")
+        raise _bad("step_milestones", c.step_milestones, accepted)
     check.put("step_milestones", m)
     check.real("step_gamma", lambda v: v > 0, "a finite real > 0")
 
@@ -300,8 +291,8 @@ def _unknown_keys(keys: list[str]) -> ConfigError:
     return ConfigError(f"TrainConfig has no field {', '.join(hints)}: accepted fields are {', '.join(_FIELDS)}")
 
 
-# fields added after the first results were written, with the value that reproduces the behaviour before them: a
-# record without one was trained that way (record.check_record fills it in)
+# fields added after the first results, with the value that reproduces the behaviour before them: a record without
+# one was trained that way (record.check_record fills it in), and the run id leaves them out at that value
 LATER_FIELDS = {f.name: f.metadata["id_default"] for f in dataclasses.fields(TrainConfig) if "id_default" in f.metadata}
 
 
@@ -310,15 +301,13 @@ _AMP = {"fp32": "off", "bf16": "bf16"}  # precision replaced the field `amp` aft
 
 
 def run_id(config: TrainConfig | dict) -> str:
-    """First 12 hex chars of sha256 over the canonical JSON of the config minus the fields that cannot change the
-    result (`RUN_ID_EXCLUDE`) and minus later fields at their `id_default`: the same recipe on another device is
-    the same run, and a field added later renames no earlier run. `precision` is hashed under the name of the field
-    it replaced (`amp`: fp32 = "off") where that field could express it, for the same reason."""
+    """First 12 hex chars of sha256 over the canonical JSON of the config minus `RUN_ID_EXCLUDE` and `LATER_FIELDS`
+    at their `id_default`: the same recipe on another device is the same run, and a later field renames no earlier
+    run; for that reason too `precision` is hashed as the field it replaced, `amp` (fp32 = "off"), where it can be."""
     if isinstance(config, dict):
         config = TrainConfig.from_dict(config)
     d = {k: v for k, v in config.to_dict().items()
-         if k not in RUN_ID_EXCLUDE and not ("id_default" in _FIELDS[k].metadata
-                                             and v == _FIELDS[k].metadata["id_default"])}
+         if k not in RUN_ID_EXCLUDE and not (k in LATER_FIELDS and v == LATER_FIELDS[k])}
     if d["precision"] in _AMP:
         d["amp"] = _AMP[d.pop("precision")]
     return hashlib.sha256(json.dumps(d, sort_keys=True, separators=(",", ":")).encode()).hexdigest()[:12]
@@ -348,20 +337,14 @@ def check_members(configs: list[TrainConfig]) -> list[TrainConfig]:
 
 
 # ---------------------------------------------------------------------------------------------- a point's runs
-POINT_FIELDS = ("sigma_ws", "seeds")  # the parameters that expand a point into its runs
-
-
 def point_configs(params: dict[str, Any]) -> list[TrainConfig]:
-    """The TrainConfig of every sigma_w x seed run of a point, in (sigma_w, seed) order, from a parameters mapping
-    (a notebook's namespace, a params file's point): its TrainConfig-named entries make the base config, `sigma_ws`
-    and `seeds` expand it; every other entry is notebook-level and ignored here. The one place a point's runs are
-    derived, for the notebooks and the sweep alike."""
+    """The TrainConfig of every sigma_w x seed run of a point, in (sigma_w, seed) order, from its parameters (a
+    notebook's namespace, a params file's point): the TrainConfig-named entries make the base config, `sigma_ws` and
+    `seeds` expand it, the rest is notebook-level. The one place a point's runs are derived."""
     sigma_ws, seeds = params.get("sigma_ws"), params.get("seeds", [0])
-    if isinstance(sigma_ws, (str, bytes)) or not isinstance(sigma_ws, (list, tuple)) or not sigma_ws:
-        raise ConfigError(f"sigma_ws={sigma_ws!r} is invalid: a non-empty list of positive reals is accepted")
-    if isinstance(seeds, (str, bytes)) or not isinstance(seeds, (list, tuple)) or not seeds:
-        raise ConfigError(f"seeds={seeds!r} is invalid: a non-empty list of integers >= 0 is accepted")
-    for name, values in (("sigma_ws", sigma_ws), ("seeds", seeds)):
+    for name, values, what in (("sigma_ws", sigma_ws, "positive reals"), ("seeds", seeds, "integers >= 0")):
+        if isinstance(values, (str, bytes)) or not isinstance(values, (list, tuple)) or not values:
+            raise invalid(name, values, f"a non-empty list of {what}")
         if len(set(map(repr, values))) != len(values):
             raise ConfigError(f"{name}={list(values)!r} is invalid: it repeats a value; distinct values are "
                               "accepted")

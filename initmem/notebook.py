@@ -34,7 +34,7 @@ SECTION_REQUIRED = ("results_dir", "section", "sigma_ws", "seeds")  # what every
 SMOKE = {"data": "synthetic", "width": 0.0625, "epochs": 2, "n_train": 256, "n_val": 128, "n_test": 128}
 NOT_IN_ID = ("results_dir", "section", "progress")  # where and how verbosely, not what: not in a point's digest
 INJECTED = "# Parameters\n"  # the first line of papermill's injected-parameters cell (python translator)
-_SCIENTIFIC = re.compile(r"[-+]?(?:[0-9][0-9_]*)(?:\.[0-9_]*)?[eE][-+]?[0-9]+")  # YAML 1.1 reads these as strings
+SCIENTIFIC = re.compile(r"[-+]?(?:[0-9][0-9_]*)(?:\.[0-9_]*)?[eE][-+]?[0-9]+")  # YAML 1.1 reads these as strings
 
 
 class Parameter(NamedTuple):
@@ -128,7 +128,7 @@ def _coerce(value: Any, node: ast.expr) -> tuple[bool, Any]:
     if isinstance(node, ast.Name) and node.id in _IS:
         return _IS[node.id](value), value
     if isinstance(node, ast.Name) and node.id == "float":
-        if isinstance(value, str) and _SCIENTIFIC.fullmatch(value.strip()):  # YAML 1.1's "1e-3"
+        if isinstance(value, str) and SCIENTIFIC.fullmatch(value.strip()):  # YAML 1.1's "1e-3"
             return True, float(value.replace("_", ""))
         ok = isinstance(value, (int, float)) and not isinstance(value, bool)
         return ok, float(value) if ok else value

@@ -1,8 +1,6 @@
-"""The planner: what a params file's profile will cost before anything trains (`initmem plan`, docs/planner.md).
-
-Steps are counted as `train` counts them; the clocks are exact for the schedule (per-step lrs summed with
-`math.fsum`). Torch-free except naming a CUDA device, and `device_name("auto")` where torch is installed.
-"""
+"""The planner: what a params file's profile costs before anything trains (`initmem plan`, docs/planner.md). Steps
+are counted as `train` counts them, clocks summed exactly per step (`math.fsum`). Torch-free but for naming a CUDA
+device, and `device_name("auto")` where torch is installed."""
 
 from __future__ import annotations
 
@@ -40,10 +38,9 @@ DEFAULT_SET = tuple(("resnet9", 1.0, b, "fp32") for b in (16, 32, 64, 128, 256))
 # --------------------------------------------------------------------------------------------- sizes and clocks
 def split_sizes(config: TrainConfig) -> dict[str, int]:
     """Images in the train split, validation, test and the train-eval subset, as `train` makes them."""
-    if config.data == "synthetic":
-        train, test = config.n_train or SYNTHETIC_TRAIN, config.n_test or SYNTHETIC_TEST
-    else:
-        train, test = config.n_train or CIFAR_TRAIN - config.n_val, config.n_test or CIFAR_TEST
+    synthetic = config.data == "synthetic"
+    train = config.n_train or (SYNTHETIC_TRAIN if synthetic else CIFAR_TRAIN - config.n_val)
+    test = config.n_test or (SYNTHETIC_TEST if synthetic else CIFAR_TEST)
     return {"train": train, "val": config.n_val, "test": test, "train_eval": config.train_eval_size or train}
 
 
@@ -158,26 +155,15 @@ def lookup(table: Throughput | None, config: TrainConfig, members: int = 1) -> t
     if table is None or not table.entries:
         return None, "no throughput"
     want = (config.arch, config.width, config.batch_size, config.precision, members)
-    for e in table.entries:
-        if (e.arch, e.width, e.batch_size, e.precision, e.members) == want:
-            return e, "measured"
-    singles = [e for e in table.entries if e.members == 1]
-    if not singles:
+    if found := [e for e in table.entries if (e.arch, e.width, e.batch_size, e.precision, e.members) == want]:
+        return found[0], "measured"
+    if not (singles := [e for e in table.entries if e.members == 1]):
         return None, "no throughput"
-
-    def distance(e: Entry) -> tuple:
-        return (e.arch != config.arch, e.precision != config.precision,
-                abs(math.log(config.width / e.width)) + abs(math.log(config.batch_size / e.batch_size)))
-
-    near = min(singles, key=distance)
+    near = min(singles, key=lambda e: (e.arch != config.arch, e.precision != config.precision, abs(math.log(
+        config.width / e.width)) + abs(math.log(config.batch_size / e.batch_size))))
     flops = (config.width / near.width) ** 2 * ARCH_MACS[config.arch] / ARCH_MACS[near.arch]
     est = Entry(*want, near.train_step_s * flops * config.batch_size / near.batch_size, near.eval_image_s * flops)
     return est, f"estimated from {_describe(near)}"
-
-
-def cache_dir() -> Path:
-    """`$INITMEM_CACHE`, else `~/.cache/initmem` (as data.default_cache_dir)."""
-    return Path(os.environ.get("INITMEM_CACHE") or Path.home() / ".cache" / "initmem").expanduser()
 
 
 def device_name(device: str = "auto") -> tuple[str, str]:
@@ -192,19 +178,19 @@ def device_name(device: str = "auto") -> tuple[str, str]:
         if device == "auto":
             print("initmem plan: --device auto imported torch to look for a GPU (--device cpu or --throughput FILE "
                   "need no torch)", file=sys.stderr)
-        if device == "auto" and not torch.cuda.is_available():
-            device = "cpu"
-        elif not torch.cuda.is_available():
+        if torch.cuda.is_available():
+            return torch.cuda.get_device_name(torch.device(device if device != "auto" else "cuda")), "cuda"
+        if device != "auto":
             raise ConfigError(f"device={device!r} is invalid here: CUDA is not available; 'cpu' or 'auto' is "
                               "accepted")
-        else:
-            return torch.cuda.get_device_name(torch.device(device if device != "auto" else "cuda")), "cuda"
     return f"CPU {cpu_model() or platform.machine()}".strip(), "cpu"
 
 
 def default_table_path(name: str) -> Path:
-    """`<cache>/throughput-<device-name-slug>.json`."""
-    return cache_dir() / f"throughput-{re.sub(r'[^a-z0-9]+', '-', name.lower()).strip('-')}.json"
+    """`<cache>/throughput-<device-name-slug>.json`, the cache being `$INITMEM_CACHE` or `~/.cache/initmem` (as the
+    data's, `imagefolder.default_cache_dir`)."""
+    cache = Path(os.environ.get("INITMEM_CACHE") or Path.home() / ".cache" / "initmem").expanduser()
+    return cache / f"throughput-{re.sub(r'[^a-z0-9]+', '-', name.lower()).strip('-')}.json"
 
 
 # ---------------------------------------------------------------------------------------------- planning
@@ -245,19 +231,14 @@ def plan_point(point_id: str, grid: dict[str, Any], params: dict[str, Any],
                table: Throughput | None = None) -> PointPlan:
     """The plan of one point from its effective parameters (`Section.effective(point)`)."""
     configs = point_configs(params)
-    c = configs[0]
-    p = PointPlan(point_id, dict(grid), len(configs), run_plan(c), {k: getattr(c, k) for k in KEY_FIELDS}, 1)
-    entry, source = (lookup(table, c, len(configs)) if params.get("population") and len(configs) > 1
-                     else (None, "no throughput"))
-    if source == "measured":  # a population of exactly this point's runs was timed: one step trains all of them
-        p.members = len(configs)
-    else:
-        entry, source = lookup(table, c)
-    if entry is not None:
-        r = p.run
-        p.seconds = (p.runs // p.members) * (r["steps"] * entry.train_step_s + r["eval_images"] * entry.eval_image_s)
-    p.time_source = source
-    return p
+    c, runs, members = configs[0], len(configs), len(configs)
+    entry, source = lookup(table, c, runs) if params.get("population") and runs > 1 else (None, "")
+    if source != "measured":  # else a population of exactly this point's runs was timed: one step trains them all
+        (entry, source), members = lookup(table, c), 1
+    r = run_plan(c)
+    seconds = None if entry is None else (runs // members) * (r["steps"] * entry.train_step_s
+                                                             + r["eval_images"] * entry.eval_image_s)
+    return PointPlan(point_id, dict(grid), runs, r, {k: getattr(c, k) for k in KEY_FIELDS}, members, seconds, source)
 
 
 def plan_section(path: str | Path, profile: str, table: Throughput | None = None) -> SectionPlan:
@@ -265,10 +246,8 @@ def plan_section(path: str | Path, profile: str, table: Throughput | None = None
     from initmem.params import load_section
 
     section = load_section(path)
-    out = SectionPlan(section.name, str(path), profile)
-    for point in section.points(profile):
-        out.points.append(plan_point(point.point_id, point.grid, section.effective(point), table))
-    return out
+    return SectionPlan(section.name, str(path), profile, [plan_point(p.point_id, p.grid, section.effective(p), table)
+                                                          for p in section.points(profile)])
 
 
 def _point_json(p: PointPlan) -> dict[str, Any]:

@@ -5,6 +5,7 @@ without a table of its own gets no time (none is guessed from another device).""
 from __future__ import annotations
 
 import datetime
+import time
 from pathlib import Path
 
 from initmem import plan
@@ -14,16 +15,9 @@ from initmem.plan import KEY_FIELDS, Entry, SectionPlan, Throughput, device_name
 # Measured with `initmem plan --calibrate` on one of the project's 2-core machines (an AMD EPYC; the committed runs
 # were trained on such machines, Intel Xeon or AMD EPYC, one torch thread a run): the cpu profiles' configurations
 # (docs/planner.md says when and how). No GPU table yet.
-REFERENCE_CPU = Path(__file__).resolve().parent / "throughput" / "reference-cpu.json"
+_REFERENCE = "initmem/throughput/reference-cpu.json"  # in the repository: how the line names it, in every clone
+REFERENCE_CPU = Path(__file__).resolve().parents[1] / _REFERENCE
 REFERENCE_MACHINE = "2 cores, one torch thread a run"
-
-
-def _shown(path: Path) -> str:
-    """`path` relative to the repository when it is inside it (the shipped table), else as it is."""
-    try:
-        return path.resolve().relative_to(REFERENCE_CPU.parents[2]).as_posix()
-    except ValueError:
-        return str(path)
 
 
 def choose_table(device: str = "auto", path: str | Path | None = None) -> tuple[plan.Throughput | None, str]:
@@ -41,8 +35,8 @@ def choose_table(device: str = "auto", path: str | Path | None = None) -> tuple[
         table = plan.load_throughput(REFERENCE_CPU)
         when = f", measured {table.created[:10]}" if table.created else ""
         return table, (f"throughput: the reference CPU's table ({table.device}, {REFERENCE_MACHINE}{when}; "
-                       f"{_shown(REFERENCE_CPU)}): times are for that machine; `initmem plan --calibrate --device "
-                       f"cpu` measures this one ({name})")
+                       f"{_REFERENCE}): times are for that machine; `initmem plan --calibrate --device cpu` measures "
+                       f"this one ({name})")
     return None, (f"throughput: no table for {name} yet, so no time is given (none is guessed from another "
                   f"device): measure one with `initmem plan --calibrate --device {device}` (looked for {cached})")
 
@@ -50,14 +44,11 @@ def choose_table(device: str = "auto", path: str | Path | None = None) -> tuple[
 # ---------------------------------------------------------------------------------------------- calibration
 def calibration_keys(plans: list[SectionPlan]) -> list[tuple[str, float, int, str]]:
     """The distinct (arch, width, batch size, precision) the plans need, in first-seen order."""
-    keys = [tuple(p.key[k] for k in KEY_FIELDS) for s in plans for p in s.points]
-    return list(dict.fromkeys(keys))
+    return list(dict.fromkeys(tuple(p.key[k] for k in KEY_FIELDS) for s in plans for p in s.points))
 
 
 def _time_eval(config: TrainConfig, images: int, reps: int = 3) -> float:
     """Seconds per image of an eval-mode forward pass (no gradients) of `config`'s network on its device."""
-    import time
-
     import torch
 
     from initmem import models
