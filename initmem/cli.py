@@ -67,8 +67,8 @@ def _cmd_train(args: argparse.Namespace) -> int:
 
 def _add_run(sub: argparse._SubParsersAction) -> None:
     p = _parser(sub, "run", _cmd_run, help="execute one notebook with papermill",
-                description="Execute a jupytext notebook with papermill (kernel python3); parameters are "
-                            "type-checked against its parameters cell first.")
+                description="Execute a jupytext notebook with papermill (kernel python3); parameters are type-checked "
+                            "against its parameters cell first.")
     p.add_argument("notebook", help="a jupytext .py notebook, e.g. notebooks/01_optimizers.py")
     p.add_argument("-p", "--parameter", nargs=2, action="append", default=[], metavar=("NAME", "VALUE"),
                    help="set a parameter; VALUE is read as YAML (0.01, [0.1, 1.0], null, true), as papermill's -p")
@@ -86,9 +86,6 @@ def _cmd_run(args: argparse.Namespace) -> int:
     from initmem.notebook import check_parameters, notebook_parameters, run_notebook
     from initmem.params import REQUIRED, check_section_name, load_yaml, read_text, yaml_error_line
 
-    if Path(args.notebook).is_dir():
-        raise ConfigError(f"notebook {args.notebook!r} is a folder: a jupytext .py notebook is accepted, e.g. "
-                          "notebooks/01_optimizers.py")
     params: dict = {}
     if args.parameters_file:
         try:
@@ -98,12 +95,10 @@ def _cmd_run(args: argparse.Namespace) -> int:
         if not isinstance(params, dict) or "profiles" in params:
             raise ConfigError(f"{args.parameters_file!r} must be a flat mapping of parameters "
                               "(a section params file with profiles is run with `initmem sweep`)")
-    given: dict[str, str] = {}
-    for name, value in args.parameter:
-        if name in given:
-            raise ConfigError(f"-p {name} is given twice ({given[name]!r}, then {value!r}): each parameter once is "
+    for i, (name, value) in enumerate(args.parameter):
+        if name in (earlier := dict(args.parameter[:i])):
+            raise ConfigError(f"-p {name} is given twice ({earlier[name]!r}, then {value!r}): each parameter once is "
                               "accepted")
-        given[name] = value
         try:
             params[name] = load_yaml(value)  # 1e-3 is a float here, as in papermill's -p
         except yaml.YAMLError as exc:
@@ -218,10 +213,9 @@ def _cmd_report(args: argparse.Namespace) -> int:
 
 def _add_plan(sub: argparse._SubParsersAction) -> None:
     p = _parser(sub, "plan", _cmd_plan, help="what a profile costs before anything trains: runs, steps, clocks, time",
-                description="Per point and in total: runs, optimiser steps, the forgetting clocks at the end "
-                            "of training, evaluation work and the expected wall time from a throughput table "
-                            "(docs/planner.md). --calibrate times the configurations on this device and "
-                            "stores the table.")
+                description="Per point and in total: runs, optimiser steps, the forgetting clocks at the end of "
+                            "training, evaluation work and the expected wall time from a throughput table (docs/"
+                            "planner.md). --calibrate times the configurations on this device and stores the table.")
     p.add_argument("params", nargs="*", help="params files (or glob patterns), e.g. params/*.yaml")
     p.add_argument("--profile", help="profile of the params files: smoke, cpu, paper, ...")
     p.add_argument("--device", default="auto", help="auto | cpu | cuda | cuda:N: the device whose table is read "
@@ -274,12 +268,11 @@ def _cmd_plan(args: argparse.Namespace) -> int:
 
 
 def _add_migrate(sub: argparse._SubParsersAction) -> None:
-    p = _parser(sub, "migrate", _cmd_migrate,
-                help="upgrade a results tree's run records to the current schema, then verify it",
-                description="Upgrade every schema-1 run.json under PATH to schema 2 in place (amp -> "
-                            "precision, the newer config fields at their defaults, the sha256, rows and "
-                            "columns of history.csv), keeping every number; history.csv is not touched and a "
-                            "second run changes nothing. Then verify every run under PATH.")
+    p = _parser(sub, "migrate", _cmd_migrate, help="upgrade a results tree's run records to the current schema, then "
+                "verify it", description="Upgrade every schema-1 run.json under PATH to schema 2 in place (amp -> "
+                "precision, the newer config fields at their defaults, the sha256, rows and columns of history.csv), "
+                "keeping every number; history.csv is not touched and a second run changes nothing. Then verify "
+                "every run under PATH.")
     p.add_argument("path", metavar="PATH", help="results tree, section or run folder, e.g. results/cpu")
 
 

@@ -96,10 +96,9 @@ class TrainConfig:
     n_test: int | None = _f(None, "test images (stratified subset); None: all 10,000")
     split_seed: int = _f(0, "seed of the train/validation split and of the subsets")
     augment: bool = _f(False, "random crop (pad 4) and horizontal flip")
-    drop_last: bool = _f(False, "drop each epoch's partial last minibatch (n_train mod batch_size images, a new "
-                                "random set every epoch): a step on a few images, taken right before every "
-                                "measurement, jolts a fast-moving network (docs/findings.md, tau_interp)",
-                         id_default=False)
+    drop_last: bool = _f(False, "drop each epoch's partial last minibatch (n_train mod batch_size images, a new random "
+                         "set every epoch): a step on a few images, taken right before every measurement, jolts a "
+                         "fast-moving network (docs/findings.md, tau_interp)", id_default=False)
     train_eval_size: int | None = _f(None, "clean eval-mode train accuracy on a fixed stratified subset of this "
                                            "size; None: the whole split")
     eval_every: int = _f(1, "measure train/val/test every N epochs (and at the last): tau_interp and the best "
@@ -216,9 +215,8 @@ def _check_recipe(c: TrainConfig, check: _Check) -> None:
     check.choice("arch", ARCHS)
     check.real("width", lambda v: 0 < v <= 64, "a real in (0, 64]")
     if round(MIN_CHANNELS[c.arch] * c.width) < 1:  # models rounds channel counts: none may round to 0
-        raise _bad("width", c.width, f"arch={c.arch!r} needs width > {0.5 / MIN_CHANNELS[c.arch]:.4g} "
-                                     f"(its narrowest layer, {MIN_CHANNELS[c.arch]} channels at width 1, "
-                                     "must keep one)")
+        raise _bad("width", c.width, f"arch={c.arch!r} needs width > {0.5 / MIN_CHANNELS[c.arch]:.4g} (its narrowest "
+                                     f"layer, {MIN_CHANNELS[c.arch]} channels at width 1, must keep one)")
     check.real("sigma_w", lambda v: v > 0, "a finite real > 0")
     check.choice("optimizer", OPTIMIZERS)
     for name in _OPT_FIELDS:
@@ -359,9 +357,8 @@ def point_configs(params: dict[str, Any]) -> list[TrainConfig]:
 
 def fields_markdown() -> str:
     """The field list of docs/fields.md: `name: type = default — help`, grouped as in the dataclass."""
-    lines = ["# TrainConfig fields", "",
-             "Generated from `initmem/config.py` by `python -m initmem.config > docs/fields.md`; do not edit.", "",
-             "| field | type | default | meaning |", "|---|---|---|---|"]
+    lines = ["# TrainConfig fields", "", "Generated from `initmem/config.py` by `python -m initmem.config > "
+             "docs/fields.md`; do not edit.", "", "| field | type | default | meaning |", "|---|---|---|---|"]
     for f in _FIELDS.values():
         default = "per optimizer" if f.name in _OPT_FIELDS else repr(f.default)
         lines.append(f"| `{f.name}` | `{f.type}` | `{default}` | {f.metadata['help'].replace('|', '/')} |")

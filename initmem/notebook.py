@@ -50,7 +50,9 @@ class Parameter(NamedTuple):
 def _read(path: str | Path):
     import jupytext
 
-    path = Path(path)
+    if (path := Path(path)).is_dir():
+        raise NotebookError(f"notebook {str(path)!r} is a folder: a jupytext .py notebook is accepted, e.g. "
+                            "notebooks/01_optimizers.py")
     if not path.is_file():
         raise NotebookError(f"notebook {str(path)!r} does not exist")
     return jupytext.read(path)

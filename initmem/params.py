@@ -38,9 +38,8 @@ class StrictLoader(yaml.SafeLoader):
                 except TypeError:  # an unhashable key: the base class says so
                     continue
                 if first is not None:
-                    raise yaml.constructor.ConstructorError(
-                        None, None, f"key {key!r} is repeated (first at line {first}): each key once is accepted",
-                        key_node.start_mark)
+                    raise yaml.constructor.ConstructorError(None, None, f"key {key!r} is repeated (first at line "
+                                                            f"{first}): each key once is accepted", key_node.start_mark)
                 seen[key] = key_node.start_mark.line + 1
         return super().construct_mapping(node, deep=deep)
 
@@ -166,9 +165,8 @@ def _check_profile(path: Path, name: Any, spec: Any, declared: dict[str, Paramet
     fixed, grid = spec.get("fixed") or {}, spec.get("grid") or {}
     if not isinstance(fixed, dict) or not isinstance(grid, dict):
         raise SweepError(f"{where}'fixed' and 'grid' must be mappings")
-    for k in (*fixed, *grid):
-        if k in SWEEP_SET:
-            raise SweepError(f"{where}{k!r} is set by the sweep (--results / the section name), not by a profile")
+    if ours := [k for k in (*fixed, *grid) if k in SWEEP_SET]:
+        raise SweepError(f"{where}{ours[0]!r} is set by the sweep (--results / the section name), not by a profile")
     if both := set(fixed) & set(grid):
         raise SweepError(f"{where}{sorted(both)} are both fixed and in the grid; keep each in one place")
     fixed = check_parameters(fixed, declared, where)
@@ -179,10 +177,9 @@ def _check_profile(path: Path, name: Any, spec: Any, declared: dict[str, Paramet
                              "the grid would expand to no point")
         new_grid[k] = [check_parameters({k: v}, declared, where)[k] for v in values]
         keys = [_key(v) for v in new_grid[k]]  # after conversion: 1 and 1.0 are one float
-        for i, raw in enumerate(values):
-            if keys[i] in keys[:i]:
-                raise SweepError(f"{where}grid {k!r} repeats {raw!r} (in {values!r}): distinct values are "
-                                 "accepted; a repeated one would run the same point twice")
+        if repeat := next((i for i in range(1, len(keys)) if keys[i] in keys[:i]), None):
+            raise SweepError(f"{where}grid {k!r} repeats {values[repeat]!r} (in {values!r}): distinct values are "
+                             "accepted; a repeated one would run the same point twice")
     return {"fixed": fixed, "grid": new_grid}
 
 
@@ -199,16 +196,14 @@ def load_section(path: str | Path) -> Section:
     if not isinstance(doc, dict) or set(doc) - set(keys) or not {"section", "notebook", "profiles"} <= set(doc):
         raise SweepError(f"{path}: a params file is a mapping with keys {', '.join(keys)} (description optional); "
                          f"found {sorted(doc, key=str) if isinstance(doc, dict) else type(doc).__name__}")
-    name = check_section_name(doc["section"], f"{path}: ")
-    root = path.parent.parent  # params/ lives in the repository root
+    name, root = check_section_name(doc["section"], f"{path}: "), path.parent.parent  # params/ is in the repository
     notebook = (root / str(doc["notebook"])).resolve()
     if not notebook.is_file():
         raise SweepError(f"{path}: notebook {doc['notebook']!r} does not exist (relative to {root})")
     declared = notebook_parameters(notebook)
     if missing := [k for k in REQUIRED if k not in declared]:
         raise SweepError(f"{notebook}: the parameters cell lacks {missing}; a section notebook declares {REQUIRED}")
-    profiles = doc["profiles"]
-    if not isinstance(profiles, dict) or not profiles:
+    if not isinstance(profiles := doc["profiles"], dict) or not profiles:
         raise SweepError(f"{path}: 'profiles' must map profile names to {{fixed: ..., grid: ...}}")
     checked = {pname: _check_profile(path, pname, spec, declared) for pname, spec in profiles.items()}
     section = Section(name, path, notebook, root, str(doc.get("description") or "").strip(), checked, declared)

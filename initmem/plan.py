@@ -218,10 +218,9 @@ class SectionPlan:
     points: list[PointPlan] = field(default_factory=list)
 
     def totals(self) -> dict[str, Any]:
-        times = [p.seconds for p in self.points]
-        return {"points": len(self.points), "runs": sum(p.runs for p in self.points),
-                "steps": sum(p.steps for p in self.points),
-                "eval_images": sum(p.runs * p.run["eval_images"] for p in self.points),
+        pts, times = self.points, [p.seconds for p in self.points]
+        return {"points": len(pts), "runs": sum(p.runs for p in pts), "steps": sum(p.steps for p in pts),
+                "eval_images": sum(p.runs * p.run["eval_images"] for p in pts),
                 "seconds": math.fsum(times) if times and None not in times else None,
                 "seconds_known": math.fsum(t for t in times if t is not None),
                 "points_without_time": sum(t is None for t in times)}

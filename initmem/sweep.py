@@ -176,9 +176,6 @@ class SweepReport:
     def exit_code(self) -> int:
         return int(any(p.status == "failed" for p in self.points))
 
-    def counts(self) -> dict[str, int]:
-        return {s: sum(p.status == s for p in self.points) for s in ("skipped", "would-run", "ran", "failed")}
-
 
 def summarize(section: Section, points: list[Point]) -> Any:
     """The end-of-run table: one row per point (`point_report.sweep_row`)."""
@@ -280,9 +277,8 @@ def _print_dry_run(section: Section, points: list[Point], plan: dict[str, PointR
         print(f"  {p.point_id:<48} {what:<28} {plural(pp.runs, 'run')} x {plural(pp.run['epochs'], 'epoch')} x "
               f"{plural(pp.run['steps_per_epoch'], 'step')} = {plural(pp.steps, 'step')} "
               f"{json.dumps(p.grid, default=str)}")
-    print(f"  total: {plural(n['runs'], 'run')}, {plural(n['epochs'], 'epoch')}, {plural(n['steps'], 'step')}; to "
-          f"run: {plural(n['todo_runs'], 'run')}, {plural(n['todo_steps'], 'step')} (`initmem plan` adds clocks and "
-          "time)")
+    print(f"  total: {plural(n['runs'], 'run')}, {plural(n['epochs'], 'epoch')}, {plural(n['steps'], 'step')}; to run: "
+          f"{plural(n['todo_runs'], 'run')}, {plural(n['todo_steps'], 'step')} (`initmem plan` adds clocks and time)")
 
 
 def run_sweep(params_path: str | Path | Section, *, profile: str, results: str | Path | None = None,
@@ -295,8 +291,7 @@ def run_sweep(params_path: str | Path | Section, *, profile: str, results: str |
     counts the points of one command's sweeps, and `seen` (shared by them) runs a point two params files share once."""
     slurm = _check_options(executor, jobs, slurm, dry_run)
     section = params_path if isinstance(params_path, Section) else load_section(params_path)
-    every = section.points(profile, results)
-    points = _once(section, every, profile, results, seen)
+    points = _once(section, every := section.points(profile, results), profile, results, seen)
     if len(points) < len(every):
         print(f"{section.path}: {len(every) - len(points)} point(s) already listed by an earlier params file of this "
               "command, counted once", flush=True)
@@ -340,6 +335,6 @@ def run_sweep(params_path: str | Path | Section, *, profile: str, results: str |
         report.summary = summarize(section, points)
         if len(report.summary):
             print(report.summary.to_string(index=False), flush=True)
-    c = report.counts()
-    print(f"== {section.name} [{profile}]: " + ", ".join(f"{v} {k}" for k, v in c.items() if v), flush=True)
+    counts = {s: sum(p.status == s for p in report.points) for s in ("skipped", "would-run", "ran", "failed")}
+    print(f"== {section.name} [{profile}]: " + ", ".join(f"{v} {k}" for k, v in counts.items() if v), flush=True)
     return report
