@@ -55,7 +55,6 @@ def _cmd_train(args: argparse.Namespace) -> int:
     kinds = {f.name: f.type for f in dataclasses.fields(TrainConfig)}
     config = TrainConfig(**{k: _train_value(k, kinds[k], v) for k, v in vars(args).items() if k in kinds})
     from initmem.train import train  # after the config is checked: a bad flag is answered before torch loads
-
     result = train(config, out_dir=args.out, section=args.section, progress=args.progress)
     s = result.summary
     print(result.path)
@@ -85,7 +84,6 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
     from initmem.notebook import check_parameters, notebook_parameters, run_notebook
     from initmem.params import REQUIRED, check_section_name, load_yaml, read_text, yaml_error_line
-
     params: dict = {}
     if args.parameters_file:
         try:
@@ -114,7 +112,6 @@ def _cmd_run(args: argparse.Namespace) -> int:
     if configs is not None:
         from initmem.point_report import sweep_row
         from initmem.results import load_runs, run_id
-
         runs = load_runs(Path(args.cwd or ".") / effective["results_dir"] / effective["section"])
         row = sweep_row(runs, out.stem, [run_id(c) for c in configs])
         print(f"point {row.pop('point')}: " + " ".join(f"{k}={v}" for k, v in row.items()))
@@ -151,7 +148,6 @@ def _add_sweep(sub: argparse._SubParsersAction) -> None:
 
 def _cmd_sweep(args: argparse.Namespace) -> int:
     from initmem import sweep
-
     sections = [sweep.load_section(path) for path in sweep.params_files(args.params)]  # all checked before any runs
     for section in sections:
         section.points(args.profile, args.results)  # an unknown profile in any file fails now
@@ -184,7 +180,6 @@ def _add_figures(sub: argparse._SubParsersAction) -> None:
 
 def _cmd_figures(args: argparse.Namespace) -> int:
     from initmem.figures import ROOT, make_figures, make_study_figures
-
     if args.results is args.out is args.notebooks is None:
         written = make_study_figures(progress=args.progress)
         print(f"initmem figures: {len(written)} files written; indexes: "
@@ -205,7 +200,6 @@ def _add_report(sub: argparse._SubParsersAction) -> None:
 
 def _cmd_report(args: argparse.Namespace) -> int:
     from initmem.report import export_reports
-
     written = export_reports(results=args.results, out=args.out)
     print(f"initmem report: {len(written) - 1} notebooks exported; open {written[-1]}")
     return 0
@@ -235,7 +229,6 @@ def _cmd_plan(args: argparse.Namespace) -> int:
 
     from initmem import plan, plan_table
     from initmem.params import params_files
-
     paths = params_files(args.params)  # a pattern that matches no file is an error, as in `initmem sweep`
     if (paths or not args.calibrate) and not args.profile:
         raise ConfigError("plan needs params files and --profile (or --calibrate alone for the default set)")
@@ -247,7 +240,6 @@ def _cmd_plan(args: argparse.Namespace) -> int:
                           f"{given.split()[0]} ...` is accepted, or drop them")
     if args.calibrate:
         from initmem.throughput import check_table_path
-
         steps, members = 5 if args.steps is None else args.steps, args.members or [1]
         if steps < 1 or min(members) < 1:
             raise ConfigError(f"--steps {steps} / --members {members} are invalid: positive integers are accepted")
@@ -280,7 +272,6 @@ def _cmd_migrate(args: argparse.Namespace) -> int:
     from initmem.migrate import migrate
     from initmem.record import SCHEMA
     from initmem.results import load_runs
-
     upgraded = migrate(args.path)
     for file in upgraded:
         print(f"upgraded {file}")

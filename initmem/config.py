@@ -48,9 +48,7 @@ SCHEDULE_HPARAMS = {"step": ("step_milestones", "step_gamma")}  # used by that s
 _OPT_FIELDS = ("lr", "momentum", "weight_decay")  # None → the optimiser's STUDY.md default
 _DEVICE_RE = re.compile(r"auto|cpu|cuda(:\d+)?")
 
-# Fields that cannot change the result beyond float rounding (where it runs, how it is evaluated in batches,
-# checkpointed or laid out in memory, where the data is read from, compilation, deterministic kernels): not part of
-# the run id, so a rerun elsewhere is the same run.
+# Fields that cannot change a result beyond float rounding: not in the run id, so a rerun elsewhere is the same run.
 RUN_ID_EXCLUDE = frozenset({"device", "eval_batch_size", "checkpoint_every", "data_root", "channels_last", "compile",
                             "deterministic"})
 MEMBER_FIELDS = ("sigma_w", "seed")  # the fields the members of one population may differ in
@@ -133,16 +131,14 @@ class TrainConfig:
         """Inverse of `to_dict`; unknown keys are a ConfigError naming them (and the closest field)."""
         if not isinstance(d, dict):
             raise ConfigError(f"TrainConfig.from_dict got {type(d).__name__}: a dict of fields is accepted")
-        if unknown := [k for k in d if k not in _FIELDS]:
-            raise _unknown_keys(unknown)
+        _known(d)
         return cls(**{k: tuple(v) if isinstance(v, list) else v for k, v in d.items()})
 
     def replace(self, **changes: Any) -> TrainConfig:
         """A copy with `changes`. When the optimiser changes, lr/momentum/weight_decay that still hold the old
         optimiser's defaults (and are not in `changes`) follow the new optimiser's defaults: the adam copy of an sgd
         config gets adam's lr 1e-3, not sgd's 0.01; unused hyper-parameters go back to neutral."""
-        if unknown := [k for k in changes if k not in _FIELDS]:
-            raise _unknown_keys(unknown)
+        _known(changes)
         new = changes.get("optimizer", self.optimizer)
         if new != self.optimizer and new in OPTIMIZER_DEFAULTS:
             old = OPTIMIZER_DEFAULTS[self.optimizer]
@@ -169,9 +165,9 @@ def _is_real(v: Any) -> bool:
     return isinstance(v, numbers.Real) and not isinstance(v, bool) and math.isfinite(v)
 
 
-def _reals(name: str, v: Any, n: int | None, ok, accepted: str) -> tuple[float, ...]:
+def _reals(name: str, v: Any, n: int | None, ok, accepted: str, ordered: bool = False) -> tuple[float, ...]:
     if isinstance(v, (str, bytes)) or not isinstance(v, (tuple, list)) or (n is not None and len(v) != n) or not all(
-            _is_real(x) and ok(x) for x in v):
+            _is_real(x) and ok(x) for x in v) or (ordered and list(v) != sorted(v)):
         raise _bad(name, v, accepted)
     return tuple(float(x) for x in v)
 
@@ -205,9 +201,10 @@ class _Check:
             raise _bad(name, v, f"an integer in [{lo}, {hi}]" + (" or None" if optional else ""))
         self.put(name, int(v))
 
-    def flag(self, name: str) -> None:
-        if not isinstance(getattr(self.c, name), bool):
-            raise _bad(name, getattr(self.c, name), "True or False")
+    def flag(self, *names: str) -> None:
+        for name in names:
+            if not isinstance(getattr(self.c, name), bool):
+                raise _bad(name, getattr(self.c, name), "True or False")
 
 
 def _check_recipe(c: TrainConfig, check: _Check) -> None:
@@ -232,11 +229,8 @@ def _check_recipe(c: TrainConfig, check: _Check) -> None:
     check.choice("schedule", SCHEDULES)
     check.integer("epochs", 1, hi=10**7)
     check.real("warmup_epochs", lambda v: 0 <= v <= c.epochs, f"a real in [0, epochs={c.epochs}]")
-    accepted = "a non-decreasing sequence of fractions in (0, 1]"
-    m = _reals("step_milestones", c.step_milestones, None, lambda x: 0 < x <= 1, accepted)
-    if list(m) != sorted(m):
-        raise _bad("step_milestones", c.step_milestones, accepted)
-    check.put("step_milestones", m)
+    check.put("step_milestones", _reals("step_milestones", c.step_milestones, None, lambda x: 0 < x <= 1,
+                                        "a non-decreasing sequence of fractions in (0, 1]", ordered=True))
     check.real("step_gamma", lambda v: v > 0, "a finite real > 0")
 
 
@@ -266,8 +260,7 @@ def _check_data_and_engine(c: TrainConfig, check: _Check) -> None:
     check.integer("n_val", NUM_CLASSES, hi=10**7)
     check.integer("n_test", NUM_CLASSES, optional=True, hi=10**7)
     check.integer("split_seed", 0)
-    check.flag("augment")
-    check.flag("drop_last")
+    check.flag("augment", "drop_last")
     check.integer("train_eval_size", NUM_CLASSES, optional=True, hi=10**7)
     check.integer("eval_every", 1, hi=c.epochs)
     check.integer("batch_size", 1, hi=10**7)
@@ -279,14 +272,14 @@ def _check_data_and_engine(c: TrainConfig, check: _Check) -> None:
     check.choice("precision", PRECISIONS)
     if c.precision == "tf32" and c.device == "cpu":
         raise _bad("precision", c.precision, "'tf32' is CUDA only; 'fp32' or 'bf16' is accepted with device='cpu'")
-    for name in ("deterministic", "channels_last", "compile"):
-        check.flag(name)
+    check.flag("deterministic", "channels_last", "compile")
 
 
-def _unknown_keys(keys: list[str]) -> ConfigError:
+def _known(names: dict[str, Any]) -> None:
     hints = [f"{k!r} (did you mean {m[0]!r}?)" if (m := difflib.get_close_matches(k, list(_FIELDS), 1)) else repr(k)
-             for k in keys]
-    return ConfigError(f"TrainConfig has no field {', '.join(hints)}: accepted fields are {', '.join(_FIELDS)}")
+             for k in names if k not in _FIELDS]
+    if hints:
+        raise ConfigError(f"TrainConfig has no field {', '.join(hints)}: accepted fields are {', '.join(_FIELDS)}")
 
 
 # fields added after the first results, with the value that reproduces the behaviour before them: a record without

@@ -49,7 +49,6 @@ class Parameter(NamedTuple):
 # --- the parameters cell -----------------------------------------------------------------------------------
 def _read(path: str | Path):
     import jupytext
-
     if (path := Path(path)).is_dir():
         raise NotebookError(f"notebook {str(path)!r} is a folder: a jupytext .py notebook is accepted, e.g. "
                             "notebooks/01_optimizers.py")
@@ -229,7 +228,6 @@ def _known_parameters(record: logging.LogRecord) -> bool:
 
 def _is_retryable(exc: BaseException) -> bool:
     from nbclient.exceptions import DeadKernelError
-
     if isinstance(exc, DeadKernelError):  # died mid-cell (e.g. out of memory): retrying would repeat it
         return False
     text = f"{type(exc).__name__}: {exc}".lower()
@@ -244,7 +242,6 @@ def execute_notebook(path: str | Path, output_path: str | Path, parameters: dict
     port clashes; the kernel gets `env` and `INITMEM_PROGRESS=lines` (one line per epoch, not a progress bar)."""
     import papermill
     from papermill.exceptions import PapermillExecutionError
-
     logging.getLogger("papermill").addFilter(_known_parameters)  # once: addFilter skips a filter it holds
     path, output_path = Path(path), Path(output_path)
     parameters = check_parameters(dict(parameters or {}), notebook_parameters(path), f"{path.name}: ")

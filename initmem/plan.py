@@ -174,7 +174,6 @@ def device_name(device: str = "auto") -> tuple[str, str]:
         device = "cpu"
     if device != "cpu":
         import torch
-
         if device == "auto":
             print("initmem plan: --device auto imported torch to look for a GPU (--device cpu or --throughput FILE "
                   "need no torch)", file=sys.stderr)
@@ -243,7 +242,6 @@ def plan_point(point_id: str, grid: dict[str, Any], params: dict[str, Any],
 def plan_section(path: str | Path, profile: str, table: Throughput | None = None) -> SectionPlan:
     """Every point of a params file's profile; SweepError/ConfigError (one line) for a bad file."""
     from initmem.params import load_section
-
     section = load_section(path)
     return SectionPlan(section.name, str(path), profile, [plan_point(p.point_id, p.grid, section.effective(p), table)
                                                           for p in section.points(profile)])

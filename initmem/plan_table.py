@@ -52,7 +52,6 @@ def _time_eval(config: TrainConfig, images: int, reps: int = 3) -> float:
     import torch
 
     from initmem import models
-
     dev = torch.device(config.device)
     net = models.build_model(config.arch, 1.0, config.width).to(dev).eval()
     x = torch.randn(images, 3, 32, 32, device=dev)
@@ -78,7 +77,6 @@ def calibrate(keys: list[tuple[str, float, int, str]], device: str = "auto", ste
     import torch
 
     from initmem.train import time_steps
-
     name, kind = device_name(device)
     dev = "cuda" if device == "auto" and kind == "cuda" else "cpu" if device == "auto" else device
     entries = []

@@ -86,7 +86,6 @@ def _visible_gpus() -> list[str]:
         return [g for g in env.split(",") if g.strip() not in ("", "-1")]
     try:
         import torch
-
         return [str(i) for i in range(torch.cuda.device_count())]
     except Exception:  # noqa: BLE001 - no torch or no driver: no GPUs
         return []
@@ -99,7 +98,6 @@ def _die_with_parent(parent: int) -> None:
     if sys.platform.startswith("linux"):
         try:
             import ctypes
-
             ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL, 0, 0, 0)  # 1: PR_SET_PDEATHSIG
         except (OSError, AttributeError):  # no libc prctl: the watchdog alone
             pass
@@ -146,7 +144,6 @@ def slurm_parameters(section: str, options: dict[str, Any]) -> dict[str, Any]:
 
 def _run_slurm(tasks: list[tuple], folder: Path, section: str, options: dict[str, Any], on_done) -> list[PointReport]:
     import submitit
-
     ex = submitit.AutoExecutor(folder=folder, cluster="slurm")
     ex.update_parameters(**slurm_parameters(section, options))
     jobs = ex.map_array(PointJob(), *zip(*tasks, strict=True))
@@ -183,7 +180,6 @@ def summarize(section: Section, points: list[Point]) -> Any:
 
     from initmem.point_report import sweep_row
     from initmem.results import load_runs, run_id
-
     folder = _results_path(section, points[0]) / section.name if points else None
     runs = load_runs(folder, damaged="skip") if folder is not None and folder.is_dir() else None
     return pd.DataFrame([sweep_row(runs, p.point_id, [run_id(c) for c in point_configs(section.effective(p))])
@@ -266,7 +262,6 @@ def _plan(section: Section, points: list[Point], out: Path, dry_run: bool,
 def _print_dry_run(section: Section, points: list[Point], plan: dict[str, PointReport]) -> None:
     """A dry run's table: each point's runs, epochs and steps, what is complete, and the totals."""
     from initmem.plan import plan_point, plural
-
     n = collections.Counter()
     for p in points:
         r, pp = plan[p.point_id], plan_point(p.point_id, p.grid, section.effective(p))
