@@ -5,11 +5,17 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import json
 import sys
+from pathlib import Path
+
+import yaml
 
 from initmem.cli_args import BooleanOnce, Parser
 from initmem.config import TrainConfig, field_help, point_configs
 from initmem.errors import ConfigError, InitmemError
+from initmem.notebook import check_parameters, notebook_parameters, run_notebook
+from initmem.params import REQUIRED, check_section_name, load_yaml, params_files, read_text, yaml_error_line
 
 
 def _parser(sub: argparse._SubParsersAction, name: str, cmd, **kw) -> argparse.ArgumentParser:
@@ -78,12 +84,6 @@ def _add_run(sub: argparse._SubParsersAction) -> None:
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
-    from pathlib import Path
-
-    import yaml
-
-    from initmem.notebook import check_parameters, notebook_parameters, run_notebook
-    from initmem.params import REQUIRED, check_section_name, load_yaml, read_text, yaml_error_line
     params: dict = {}
     if args.parameters_file:
         try:
@@ -225,10 +225,7 @@ def _add_plan(sub: argparse._SubParsersAction) -> None:
 
 
 def _cmd_plan(args: argparse.Namespace) -> int:
-    import json
-
     from initmem import plan, plan_table
-    from initmem.params import params_files
     paths = params_files(args.params)  # a pattern that matches no file is an error, as in `initmem sweep`
     if (paths or not args.calibrate) and not args.profile:
         raise ConfigError("plan needs params files and --profile (or --calibrate alone for the default set)")
@@ -238,6 +235,7 @@ def _cmd_plan(args: argparse.Namespace) -> int:
         given = " and ".join(f for f, v in (("--steps", args.steps), ("--members", args.members)) if v is not None)
         raise ConfigError(f"{given} apply only to --calibrate (they set what it times): `initmem plan --calibrate "
                           f"{given.split()[0]} ...` is accepted, or drop them")
+    plans = [plan.plan_section(p, args.profile) for p in paths]  # a bad params file fails before the device is asked
     if args.calibrate:
         from initmem.throughput import check_table_path
         steps, members = 5 if args.steps is None else args.steps, args.members or [1]
@@ -245,14 +243,11 @@ def _cmd_plan(args: argparse.Namespace) -> int:
             raise ConfigError(f"--steps {steps} / --members {members} are invalid: positive integers are accepted")
         name, _ = plan.device_name(args.device)
         where = check_table_path(args.throughput or plan.default_table_path(name))  # before minutes of timing
-        plans = [plan.plan_section(p, args.profile) for p in paths]
         keys = plan_table.calibration_keys(plans) if plans else list(plan.DEFAULT_SET)
         print(f"calibrating {len(keys)} configuration(s) on {name} ({steps} steps each)", flush=True)
         table = plan_table.calibrate(keys, args.device, steps=steps, members=tuple(members))
         print(f"initmem plan: {len(table.entries)} entries written to {plan.save_throughput(table, where)}")
         return 0
-    for p in paths:  # a bad params file fails before the device is asked
-        plan.plan_section(p, args.profile)
     table, note = plan_table.choose_table(args.device, args.throughput)
     plans = [plan.plan_section(p, args.profile, table) for p in paths]
     print(json.dumps(plan.plan_json(plans, table), indent=1) if args.json else plan.format_plan(plans, table, note))
@@ -298,11 +293,9 @@ def main(argv: list[str] | None = None) -> int:
     except InitmemError as exc:
         print(f"initmem {args.command}: error: {exc}", file=sys.stderr)
         return 2
-    except (MemoryError, RuntimeError) as exc:
-        text = str(exc).lower()  # MemoryError, torch's OutOfMemoryError (CUDA) or the CPU allocator's RuntimeError
-        if not (isinstance(exc, MemoryError) or type(exc).__name__ == "OutOfMemoryError" or any(
-                s in text for s in ("not enough memory", "can't allocate memory", "out of memory",
-                                    "cannot allocate memory"))):
+    except (MemoryError, RuntimeError) as exc:  # torch's OutOfMemoryError (CUDA), the CPU allocator's RuntimeError
+        if not (isinstance(exc, MemoryError) or type(exc).__name__ == "OutOfMemoryError" or any(s in str(exc).lower()
+                for s in ("not enough memory", "can't allocate memory", "out of memory", "cannot allocate memory"))):
             raise
         first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
         print(f"initmem {args.command}: error: out of memory ({type(exc).__name__}: {first}): a smaller --width, "

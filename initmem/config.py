@@ -173,8 +173,7 @@ def _reals(name: str, v: Any, n: int | None, ok, accepted: str, ordered: bool = 
 
 
 class _Check:
-    """The field checks of `TrainConfig.__post_init__`: each names the field and what is accepted, and stores the
-    normalised value (ints given for reals are stored as floats)."""
+    """`__post_init__`'s field checks: each error names the field and what is accepted; reals are stored as floats."""
 
     def __init__(self, config: TrainConfig):
         self.c = config
@@ -183,13 +182,11 @@ class _Check:
         object.__setattr__(self.c, name, value)
 
     def choice(self, name: str, options: tuple[str, ...]) -> None:
-        v = getattr(self.c, name)
-        if not isinstance(v, str) or v not in options:
+        if not isinstance(v := getattr(self.c, name), str) or v not in options:
             raise _bad(name, v, "one of " + ", ".join(repr(o) for o in options))
 
     def real(self, name: str, ok, accepted: str) -> None:
-        v = getattr(self.c, name)
-        if not _is_real(v) or not ok(float(v)):
+        if not _is_real(v := getattr(self.c, name)) or not ok(float(v)):
             raise _bad(name, v, accepted)
         self.put(name, float(v))
 
@@ -244,8 +241,7 @@ def _check_inapplicable(c: TrainConfig) -> None:
                                                f"default {defaults[name]!r} is accepted")
     for schedule, names in SCHEDULE_HPARAMS.items():
         for name in names:
-            default = _FIELDS[name].default
-            if c.schedule != schedule and getattr(c, name) != default:
+            if c.schedule != schedule and getattr(c, name) != (default := _FIELDS[name].default):
                 raise _bad(name, getattr(c, name), f"schedule={c.schedule!r} does not use it (only "
                                                    f"schedule={schedule!r} does); only {default!r} is accepted")
 
@@ -276,9 +272,8 @@ def _check_data_and_engine(c: TrainConfig, check: _Check) -> None:
 
 
 def _known(names: dict[str, Any]) -> None:
-    hints = [f"{k!r} (did you mean {m[0]!r}?)" if (m := difflib.get_close_matches(k, list(_FIELDS), 1)) else repr(k)
-             for k in names if k not in _FIELDS]
-    if hints:
+    if hints := [f"{k!r} (did you mean {m[0]!r}?)" if (m := difflib.get_close_matches(k, list(_FIELDS), 1))
+                 else repr(k) for k in names if k not in _FIELDS]:
         raise ConfigError(f"TrainConfig has no field {', '.join(hints)}: accepted fields are {', '.join(_FIELDS)}")
 
 
@@ -310,18 +305,16 @@ def shared_fields(config: TrainConfig) -> dict[str, Any]:
 
 
 def check_members(configs: list[TrainConfig]) -> list[TrainConfig]:
-    """ConfigError unless `configs` is a non-empty list of distinct TrainConfigs that differ only in MEMBER_FIELDS
-    (and in nothing that changes how they run: device, precision, ...)."""
+    """`configs` as a list, or ConfigError unless they are distinct TrainConfigs that differ only in MEMBER_FIELDS."""
     if isinstance(configs, TrainConfig) or not isinstance(configs, (list, tuple)) or not configs or not all(
             isinstance(c, TrainConfig) for c in configs):
         raise ConfigError(f"configs={type(configs).__name__} is invalid: a TrainConfig or a non-empty list of "
                           "TrainConfig is accepted")
-    base = {k: v for k, v in configs[0].to_dict().items() if k not in MEMBER_FIELDS}
-    for c in configs[1:]:
-        for key, v in c.to_dict().items():
-            if key not in MEMBER_FIELDS and v != base[key]:
-                raise ConfigError(f"TrainConfig.{key}={v!r} differs from the first member's {base[key]!r}: the "
-                                  f"members of a population may differ only in {' and '.join(MEMBER_FIELDS)}")
+    base = configs[0].to_dict()
+    for key, v in ((k, v) for c in configs[1:] for k, v in c.to_dict().items() if k not in MEMBER_FIELDS):
+        if v != base[key]:
+            raise ConfigError(f"TrainConfig.{key}={v!r} differs from the first member's {base[key]!r}: the members of "
+                              f"a population may differ only in {' and '.join(MEMBER_FIELDS)}")
     if len({run_id(c) for c in configs}) != len(configs):
         raise ConfigError("configs repeat a (sigma_w, seed) pair: distinct members are accepted")
     return list(configs)

@@ -68,11 +68,9 @@ def _infer_type(value: Any) -> str:
 
 
 def notebook_parameters(path: str | Path) -> dict[str, Parameter]:
-    """What a notebook accepts, with types and defaults: the names of the cell tagged `parameters` in cell order
-    (type: the annotation, else inferred from the default; an untyped `None` is `Any`), then, for a section
-    notebook, the other TrainConfig fields (`accepted_parameters`)."""
-    nb = _read(path)
-    cells = [c for c in nb.cells if "parameters" in c.get("metadata", {}).get("tags", [])]
+    """What a notebook accepts: the names of its cell tagged `parameters` in order, typed by their annotation or
+    default (an untyped `None` is `Any`), then, for a section notebook, the other TrainConfig fields."""
+    cells = [c for c in _read(path).cells if "parameters" in c.get("metadata", {}).get("tags", [])]
     if len(cells) != 1:
         raise NotebookError(f"{path}: expected exactly one cell tagged 'parameters', found {len(cells)}")
     return accepted_parameters(_parse_parameters(cells[0].source, str(path)))
@@ -164,8 +162,7 @@ def check_value(name: str, value: Any, type_: str, where: str = "") -> Any:
 
 
 def check_parameters(params: dict[str, Any], declared: dict[str, Parameter], where: str = "") -> dict[str, Any]:
-    """`params` type-checked and converted against a notebook's declared parameters; unknown names raise
-    ConfigError naming the name, the accepted names and the closest match."""
+    """`params` type-checked and converted; an unknown name is a ConfigError naming the accepted and closest ones."""
     for name in params:
         if name not in declared:
             close = difflib.get_close_matches(name, declared, n=1)
@@ -199,19 +196,16 @@ def checked_parameters(namespace: dict[str, Any]) -> dict[str, Any]:
     assigns must be one the cell before that accepts, converted as `check_parameters` does (no `In`: a script or plain
     JupyterLab, nothing injected). A section notebook gets the `SMOKE` fields nothing set (printed) and builds its
     runs once, so a bad value fails here; a later InitmemError shows as its one line, as in the `initmem` command."""
-    shell = namespace.get("get_ipython")
-    if callable(shell) and (ip := shell()) is not None and hasattr(ip, "set_custom_exc"):
+    if callable(shell := namespace.get("get_ipython")) and hasattr(ip := shell(), "set_custom_exc"):
         ip.set_custom_exc((InitmemError,), _one_line)
-    sources = namespace.get("In")
-    if isinstance(sources, list) and len(sources) >= 3 and str(sources[-2]).startswith(INJECTED):
+    if isinstance(sources := namespace.get("In"), list) and len(sources) >= 3 and str(sources[-2]).startswith(INJECTED):
         accepted = accepted_parameters(_parse_parameters(str(sources[-3]), "the parameters cell"))
         names = [t.id for node in ast.parse(str(sources[-2])).body if isinstance(node, ast.Assign)
                  for t in node.targets if isinstance(t, ast.Name)]
         namespace.update(check_parameters({n: namespace[n] for n in names if n in namespace}, accepted,
                                           "papermill parameters: "))
     if all(k in namespace for k in SECTION_REQUIRED):
-        unset = {k: v for k, v in SMOKE.items() if k not in namespace}
-        if unset:
+        if unset := {k: v for k, v in SMOKE.items() if k not in namespace}:
             namespace.update(unset)
             print("at the smoke scale (initmem.notebook.SMOKE; set them in the parameters cell or with -p): "
                   + ", ".join(f"{k}={v!r}" for k, v in unset.items()), flush=True)
@@ -228,10 +222,8 @@ def _known_parameters(record: logging.LogRecord) -> bool:
 
 def _is_retryable(exc: BaseException) -> bool:
     from nbclient.exceptions import DeadKernelError
-    if isinstance(exc, DeadKernelError):  # died mid-cell (e.g. out of memory): retrying would repeat it
-        return False
-    text = f"{type(exc).__name__}: {exc}".lower()
-    return any(s in text for s in _RETRYABLE)
+    # a kernel that died mid-cell (e.g. out of memory) would die again
+    return not isinstance(exc, DeadKernelError) and any(s in f"{type(exc).__name__}: {exc}".lower() for s in _RETRYABLE)
 
 
 def execute_notebook(path: str | Path, output_path: str | Path, parameters: dict[str, Any] | None = None,
@@ -247,8 +239,7 @@ def execute_notebook(path: str | Path, output_path: str | Path, parameters: dict
     parameters = check_parameters(dict(parameters or {}), notebook_parameters(path), f"{path.name}: ")
     if cwd is not None and not Path(cwd).is_dir():
         raise ConfigError(f"cwd={str(cwd)!r} is invalid: an existing folder is accepted (it is not created)")
-    above = next((a for a in output_path.parents if a.exists()), None)
-    if above is not None and not above.is_dir():
+    if (above := next((a for a in output_path.parents if a.exists()), None)) is not None and not above.is_dir():
         raise ResultsError(f"executed-notebook path {str(output_path)!r} is under {str(above)!r}, which is a file: a "
                            "path under a folder is accepted")
     try:
@@ -280,15 +271,13 @@ def execute_notebook(path: str | Path, output_path: str | Path, parameters: dict
 
 def run_notebook(path: str | Path, parameters: dict[str, Any] | None = None, *, output: str | Path | None = None,
                  cwd: str | Path | None = None, log_output: bool = True) -> Path:
-    """Execute one notebook with `parameters` (type-checked against its parameters cell) in `cwd` (default: the
-    current folder): `initmem run`. Returns the executed notebook's path: `output`, by default
-    `<cwd>/results/notebooks/<stem>-<digest>.ipynb`, the digest naming the point (`parameters_digest` of the
-    effective parameters), so that executions of different points never overwrite each other."""
+    """`initmem run`: one notebook executed in `cwd` (default: here); returns `output`, by default
+    `<cwd>/results/notebooks/<stem>-<digest>.ipynb`, the digest naming the point so that points never overwrite."""
     path, cwd = Path(path), Path(cwd) if cwd is not None else Path.cwd()
     if output is None:
         declared = notebook_parameters(path)
-        checked = check_parameters(dict(parameters or {}), declared, f"{path.name}: ")
-        digest = parameters_digest({**{k: p.default for k, p in declared.items()}, **checked})
+        digest = parameters_digest({**{k: p.default for k, p in declared.items()},
+                                    **check_parameters(dict(parameters or {}), declared, f"{path.name}: ")})
         output = cwd / "results" / "notebooks" / f"{path.stem}-{digest}.ipynb"
     execute_notebook(path.resolve(), Path(output), parameters, cwd=cwd, log_output=log_output)
     return Path(output)

@@ -61,8 +61,7 @@ def load_yaml(text: str) -> Any:
 
 
 def read_text(path: str | Path, what: str, error: type[InitmemError] = SweepError) -> str:
-    """The UTF-8 text of a file; `error` (one line naming the path and what is accepted) when it is missing, a
-    folder, unreadable or not UTF-8."""
+    """The UTF-8 text of a file; `error` (one line naming it) when it is missing, a folder, unreadable or not UTF-8."""
     path = Path(path)
     try:
         return path.read_text(encoding="utf-8")
@@ -184,8 +183,8 @@ def _check_profile(path: Path, name: Any, spec: Any, declared: dict[str, Paramet
 
 
 def load_section(path: str | Path) -> Section:
-    """Parse a params file, type-check every profile against what the notebook accepts and build every point's
-    TrainConfigs; SweepError/ConfigError (one line naming the file, the profile and the value) otherwise."""
+    """A params file parsed, every profile type-checked against its notebook and every point's TrainConfigs built;
+    else SweepError/ConfigError naming the file, the profile and the value."""
     path = Path(path).resolve()
     try:
         doc = load_yaml(read_text(path, "params file"))

@@ -114,9 +114,7 @@ class Throughput:
 
 
 def load_throughput(path: str | Path, kind: str | None = None) -> Throughput:
-    """Read a throughput table; ConfigError (one line) when it is missing or malformed, or holds what the planner
-    cannot trust (`throughput.check_table`: a time that is not finite and positive, a foreign device; with `kind`,
-    a table of another device kind)."""
+    """A throughput table; ConfigError when it is missing, malformed or untrustworthy (`throughput.check_table`)."""
     try:
         doc = json.loads(Path(path).read_text(encoding="utf-8"))
         entries = [Entry(str(e["arch"]), float(e["width"]), int(e["batch_size"]), str(e["precision"]),
@@ -186,8 +184,7 @@ def device_name(device: str = "auto") -> tuple[str, str]:
 
 
 def default_table_path(name: str) -> Path:
-    """`<cache>/throughput-<device-name-slug>.json`, the cache being `$INITMEM_CACHE` or `~/.cache/initmem` (as the
-    data's, `imagefolder.default_cache_dir`)."""
+    """`<cache>/throughput-<device-name-slug>.json`, the cache as the data's (`imagefolder.default_cache_dir`)."""
     cache = Path(os.environ.get("INITMEM_CACHE") or Path.home() / ".cache" / "initmem").expanduser()
     return cache / f"throughput-{re.sub(r'[^a-z0-9]+', '-', name.lower()).strip('-')}.json"
 

@@ -21,8 +21,7 @@ REFERENCE_MACHINE = "2 cores, one torch thread a run"
 
 
 def choose_table(device: str = "auto", path: str | Path | None = None) -> tuple[plan.Throughput | None, str]:
-    """The table for `device` ("auto" | "cpu" | "cuda" | "cuda:N") or the one at `path`, and the line that says
-    which (the first line `initmem plan` prints)."""
+    """The table for `device` (or the one at `path`) and the line saying which (`initmem plan`'s first)."""
     if path is not None:  # a table of another device kind than an explicit `device` is refused
         kind = None if device == "auto" else "cpu" if device == "cpu" else "cuda"
         table = plan.load_throughput(path, kind=kind)
@@ -90,5 +89,5 @@ def calibrate(keys: list[tuple[str, float, int, str]], device: str = "auto", ste
             step_s = time_steps(config, steps=steps, warmup=warmup, population=k)
             entries.append(Entry(arch, float(width), int(batch), precision, k, step_s, k * eval_s))
             say(f"  {plan._describe(entries[-1])}: {step_s * 1e3:.2f} ms/step, {k * eval_s * 1e6:.2f} us/eval image")
-    created = datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
-    return Throughput(name, torch.__version__, entries, kind, None, created)
+    return Throughput(name, torch.__version__, entries, kind, None,
+                      datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"))

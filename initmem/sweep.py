@@ -21,12 +21,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import pandas as pd
 from submitit.helpers import Checkpointable
 
 from initmem.config import point_configs
 from initmem.errors import InitmemError, SweepError
 from initmem.notebook import execute_notebook
 from initmem.params import Point, Section, load_section, params_files
+from initmem.results import load_runs, run_id
 from initmem.run_folders import RunFolders
 
 __all__ = ["SLURM_OPTIONS", "Point", "Section", "load_section", "params_files", "point_configs", "run_sweep"]
@@ -81,8 +83,7 @@ class PointJob(Checkpointable):
 
 
 def _visible_gpus() -> list[str]:
-    env = os.environ.get("CUDA_VISIBLE_DEVICES")
-    if env is not None:
+    if (env := os.environ.get("CUDA_VISIBLE_DEVICES")) is not None:
         return [g for g in env.split(",") if g.strip() not in ("", "-1")]
     try:
         import torch
@@ -167,19 +168,16 @@ class SweepReport:
     results: Path
     executor: str
     points: list[PointReport] = field(default_factory=list)
-    summary: Any = None  # pandas DataFrame: one row per point
+    summary: pd.DataFrame | None = None  # one row per point
 
     @property
     def exit_code(self) -> int:
         return int(any(p.status == "failed" for p in self.points))
 
 
-def summarize(section: Section, points: list[Point]) -> Any:
+def summarize(section: Section, points: list[Point]) -> pd.DataFrame:
     """The end-of-run table: one row per point (`point_report.sweep_row`)."""
-    import pandas as pd
-
-    from initmem.point_report import sweep_row
-    from initmem.results import load_runs, run_id
+    from initmem.point_report import sweep_row  # matplotlib: only once the sweep has run
     folder = _results_path(section, points[0]) / section.name if points else None
     runs = load_runs(folder, damaged="skip") if folder is not None and folder.is_dir() else None
     return pd.DataFrame([sweep_row(runs, p.point_id, [run_id(c) for c in point_configs(section.effective(p))])
@@ -207,8 +205,7 @@ def refuse_older(out: Path, section: str) -> None:
 
 
 def points_to_run(section: Section, profile: str, results: str | Path | None = None, seen: set | None = None) -> int:
-    """How many of a profile's points are incomplete (what a sweep would execute); with `seen`, points another
-    params file of the same command already counted are left out (and this file's are added to it)."""
+    """How many of a profile's points a sweep would execute, less those in `seen` (which gets this file's added)."""
     points = _once(section, section.points(profile, results), profile, results, seen)
     return sum(done < total for done, total in (point_progress(section, p) for p in points))
 
@@ -242,8 +239,8 @@ def _check_options(executor: str, jobs: int, slurm: dict[str, Any] | None, dry_r
 
 def _plan(section: Section, points: list[Point], out: Path, dry_run: bool,
           progress: bool) -> tuple[list[tuple], dict[str, PointReport]]:
-    """Every point's status (building every TrainConfig first: a bad value fails here, before anything runs) and
-    the notebook executions of the pending ones; a bad results folder fails now, not once per point."""
+    """Every point's status (every TrainConfig built: a bad value fails before anything runs) and the notebook
+    executions of the pending ones; a bad results folder fails now, not once per point."""
     tasks, plan = [], {}
     extra = {"progress": progress} if "progress" in section.declared else {}
     for p in points:
@@ -318,8 +315,8 @@ def run_sweep(params_path: str | Path | Section, *, profile: str, results: str |
         if tasks and executor == "local":
             finished = _run_local(tasks, jobs, on_done)
         elif tasks:  # every sweep its own submitit folder: job ids restart after a Slurm reset
-            stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S-%f")
-            finished = _run_slurm(tasks, out / ".submitit" / f"{section.name}-{stamp}", section.name, slurm, on_done)
+            folder = out / ".submitit" / f"{section.name}-{datetime.datetime.now():%Y%m%d-%H%M%S-%f}"
+            finished = _run_slurm(tasks, folder, section.name, slurm, on_done)
         else:
             finished = []
         for r in finished:

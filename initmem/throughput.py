@@ -25,9 +25,8 @@ def check_table(table: Any, kind: str | None, describe: Callable[[Any], str]) ->
         raise ConfigError(f"{where} is invalid ({what}): a device of kind {' or '.join(KINDS)} with at least one "
                           "entry is accepted")
     for e in table.entries:
-        bad = next(((k, v) for k in ("train_step_s", "eval_image_s", "width", "batch_size", "members")
-                    if not math.isfinite(v := getattr(e, k)) or v <= 0), None)
-        if bad:
+        if bad := next(((k, v) for k in ("train_step_s", "eval_image_s", "width", "batch_size", "members")
+                        if not math.isfinite(v := getattr(e, k)) or v <= 0), None):
             raise ConfigError(f"{where} has {bad[0]}={bad[1]!r} for {describe(e)}: a finite positive number is "
                               "accepted")
         if e.arch not in ARCHS or e.precision not in PRECISIONS:
@@ -40,8 +39,7 @@ def check_table(table: Any, kind: str | None, describe: Callable[[Any], str]) ->
 
 
 def check_table_path(path: str | Path) -> Path:
-    """`path` once a throughput table can be written there (its folder is created), checked before calibrating:
-    ConfigError naming it when it is a folder, lies under a file or in a folder that cannot be written."""
+    """`path` once a table can be written there (its folder created), else ConfigError saying why; before timing."""
     path = Path(path)
     above = next((a for a in path.parents if a.exists()), None)
     problem = ("is a folder" if path.is_dir() else f"lies under {str(above)!r}, which is a file"
