@@ -128,9 +128,8 @@ def load_throughput(path: str | Path, kind: str | None = None) -> Throughput:
         raise ConfigError(f"throughput table {str(path)!r} is invalid ({type(exc).__name__}: {exc}): "
                           '{"device", "torch", "entries": [{"arch", "width", "batch_size", "precision", '
                           '"members", "train_step_s", "eval_image_s"}]} is accepted') from None
-    table = Throughput(device, str(doc.get("torch", "")), entries, str(doc.get("kind") or (
-        "cpu" if device.lower().startswith("cpu") else "cuda")), str(path), doc.get("created"))
-    return check_table(table, kind, _describe)
+    return check_table(Throughput(device, str(doc.get("torch", "")), entries, str(doc.get("kind") or (
+        "cpu" if device.lower().startswith("cpu") else "cuda")), str(path), doc.get("created")), kind, _describe)
 
 
 def save_throughput(table: Throughput, path: str | Path) -> Path:
@@ -280,16 +279,15 @@ LEGEND = ("columns: runs = sigma_w x seed runs of the point; T_SGD = sum eta^2 /
 
 
 def _hms(s: float | None) -> str:
-    if s is None:
-        return "no throughput"
-    return f"{s:.1f} s" if s < 120 else f"{s / 60:.1f} min" if s < 7200 else f"{s / 3600:.1f} h"
+    return ("no throughput" if s is None else f"{s:.1f} s" if s < 120 else f"{s / 60:.1f} min" if s < 7200
+            else f"{s / 3600:.1f} h")
 
 
 def format_plan(plans: list[SectionPlan], table: Throughput | None, note: str | None = None) -> str:
     """The readable form: which throughput table (`note`), the columns' legend, one table per section, totals."""
     doc = plan_json(plans, table)
-    where = "no throughput table" if table is None else f"{table.device} ({table.path})"
-    lines = [note or f"throughput: {where}", LEGEND]
+    lines = [note or f"throughput: {'no throughput table' if table is None else f'{table.device} ({table.path})'}",
+             LEGEND]
     width = max([5, *(len(p.point_id) for s in plans for p in s.points)])
     head = (f"  {'point':<{width}} {'runs':>4} {'epochs':>6} {'steps/ep':>8} {'steps/run':>10} {'T_SGD':>9} "
             f"{'T_L2':>9} {'T_adapt':>9} {'eval img/run':>12}  time")

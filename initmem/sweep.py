@@ -300,10 +300,10 @@ def run_sweep(params_path: str | Path | Section, *, profile: str, results: str |
         _print_dry_run(section, points, plan)
         if executor == "slurm":
             req = slurm_parameters(section.name, slurm)
+            left = ", ".join(k for k in ("slurm_partition", "gpus_per_node", "mem_gb", "cpus_per_task") if k not in req)
             print(f"  slurm: an array of {to_run} task(s) (one per point to run), each requesting "
-                  + ", ".join(f"{k}={v}" for k, v in req.items())
-                  + "; " + (", ".join(k for k in ("slurm_partition", "gpus_per_node", "mem_gb", "cpus_per_task")
-                                      if k not in req) or "nothing") + " left to the cluster's defaults")
+                  + ", ".join(f"{k}={v}" for k, v in req.items()) + f"; {left or 'nothing'} left to the cluster's "
+                  "defaults")
     else:
         counter = overall if overall is not None else Progress(len(tasks))
 
