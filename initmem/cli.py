@@ -13,21 +13,15 @@ import yaml
 
 from initmem.cli_args import BooleanOnce, Parser
 from initmem.config import TrainConfig, field_help, point_configs
-from initmem.errors import ConfigError, InitmemError
+from initmem.errors import ConfigError, InitmemError, invalid
 from initmem.notebook import check_parameters, notebook_parameters, run_notebook
 from initmem.params import REQUIRED, check_section_name, load_yaml, params_files, read_text, yaml_error_line
 
 
-def _parser(sub: argparse._SubParsersAction, name: str, cmd, **kw) -> argparse.ArgumentParser:
-    p = sub.add_parser(name, **kw)
-    p.set_defaults(func=cmd)
-    return p
-
-
 def _add_train(sub: argparse._SubParsersAction) -> None:
-    p = _parser(sub, "train", _cmd_train, help="train one run and write its folder",
-                description="Train one run and write <out>/<section>/<run_id>/{history.csv,run.json}. "
-                            "Every TrainConfig field has a flag; unset flags keep the TrainConfig default.")
+    p = sub.add_parser("train", help="train one run and write its folder", description="Train one run and write "
+                       "<out>/<section>/<run_id>/{history.csv,run.json}. Every TrainConfig field has a flag; unset "
+                       "flags keep the TrainConfig default.")
     for f in dataclasses.fields(TrainConfig):
         shown = "per optimizer" if f.name in ("lr", "momentum", "weight_decay") else (
             " ".join(map(str, f.default)) if isinstance(f.default, tuple) else f.default)
@@ -52,9 +46,8 @@ def _train_value(name: str, kind: str, raw):
     try:
         return int(raw) if kind.startswith("int") else float(raw)
     except ValueError:
-        what = "an integer" if kind.startswith("int") else "a real number"
-        raise ConfigError(f"TrainConfig.{name}={raw!r} is invalid: {what}"
-                          + (" or None" if kind.endswith("| None") else "") + " is accepted") from None
+        raise invalid(f"TrainConfig.{name}", raw, ("an integer" if kind.startswith("int") else "a real number")
+                      + (" or None" if kind.endswith("| None") else "")) from None
 
 
 def _cmd_train(args: argparse.Namespace) -> int:
@@ -71,9 +64,9 @@ def _cmd_train(args: argparse.Namespace) -> int:
 
 
 def _add_run(sub: argparse._SubParsersAction) -> None:
-    p = _parser(sub, "run", _cmd_run, help="execute one notebook with papermill",
-                description="Execute a jupytext notebook with papermill (kernel python3); parameters are type-checked "
-                            "against its parameters cell first.")
+    p = sub.add_parser("run", help="execute one notebook with papermill", description="Execute a jupytext notebook "
+                       "with papermill (kernel python3); parameters are type-checked against its parameters cell "
+                       "first.")
     p.add_argument("notebook", help="a jupytext .py notebook, e.g. notebooks/01_optimizers.py")
     p.add_argument("-p", "--parameter", nargs=2, action="append", default=[], metavar=("NAME", "VALUE"),
                    help="set a parameter; VALUE is read as YAML (0.01, [0.1, 1.0], null, true), as papermill's -p")
@@ -120,9 +113,9 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
 
 def _add_sweep(sub: argparse._SubParsersAction) -> None:
-    p = _parser(sub, "sweep", _cmd_sweep, help="run every point of a section's grid",
-                description="Expand params files' grids and execute each incomplete point's notebook. Every "
-                            "file is loaded and checked (every point's runs) before the first point runs.")
+    p = sub.add_parser("sweep", help="run every point of a section's grid", description="Expand params files' grids "
+                       "and execute each incomplete point's notebook. Every file is loaded and checked (every point's "
+                       "runs) before the first point runs.")
     p.add_argument("params", nargs="+", help="params files or glob patterns, e.g. params/01_optimizers.yaml or "
                    "'params/*.yaml' (no default; a pattern that matches no file is an error)")
     p.add_argument("--profile", required=True, help="profile of the params files: smoke, cpu, paper, ... "
@@ -163,9 +156,9 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
 
 
 def _add_figures(sub: argparse._SubParsersAction) -> None:
-    p = _parser(sub, "figures", _cmd_figures, help="regenerate every table and figure from a results folder "
-                "(default: every committed one: results/cpu -> figures, results/<profile> -> figures/<profile> "
-                "for cpu_steps and cpu_w025)")
+    p = sub.add_parser("figures", help="regenerate every table and figure from a results folder (default: every "
+                       "committed one: results/cpu -> figures, results/<profile> -> figures/<profile> for cpu_steps "
+                       "and cpu_w025)")
     p.add_argument("--results", default=None, help="results tree to read, relative to the current folder (default: "
                    "results/cpu of this repository when --out or --notebooks is given, else every committed tree)")
     p.add_argument("--out", default=None, help="folder for the figures, tables/ and README.md, relative to the "
@@ -192,7 +185,7 @@ def _cmd_figures(args: argparse.Namespace) -> int:
 
 
 def _add_report(sub: argparse._SubParsersAction) -> None:
-    p = _parser(sub, "report", _cmd_report, help="export the executed notebooks of a results tree to HTML")
+    p = sub.add_parser("report", help="export the executed notebooks of a results tree to HTML")
     p.add_argument("--results", default="results/smoke", help="results tree to read (default: %(default)s, where "
                    "`make smoke` writes its executed notebooks)")
     p.add_argument("--out", default="reports", help="folder for the HTML pages and index.html (default: %(default)s)")
@@ -206,10 +199,10 @@ def _cmd_report(args: argparse.Namespace) -> int:
 
 
 def _add_plan(sub: argparse._SubParsersAction) -> None:
-    p = _parser(sub, "plan", _cmd_plan, help="what a profile costs before anything trains: runs, steps, clocks, time",
-                description="Per point and in total: runs, optimiser steps, the forgetting clocks at the end of "
-                            "training, evaluation work and the expected wall time from a throughput table (docs/"
-                            "planner.md). --calibrate times the configurations on this device and stores the table.")
+    p = sub.add_parser("plan", help="what a profile costs before anything trains: runs, steps, clocks, time",
+                       description="Per point and in total: runs, optimiser steps, the forgetting clocks at the end of "
+                       "training, evaluation work and the expected wall time from a throughput table (docs/planner.md)"
+                       ". --calibrate times the configurations on this device and stores the table.")
     p.add_argument("params", nargs="*", help="params files (or glob patterns), e.g. params/*.yaml")
     p.add_argument("--profile", help="profile of the params files: smoke, cpu, paper, ...")
     p.add_argument("--device", default="auto", help="auto | cpu | cuda | cuda:N: the device whose table is read "
@@ -255,11 +248,11 @@ def _cmd_plan(args: argparse.Namespace) -> int:
 
 
 def _add_migrate(sub: argparse._SubParsersAction) -> None:
-    p = _parser(sub, "migrate", _cmd_migrate, help="upgrade a results tree's run records to the current schema, then "
-                "verify it", description="Upgrade every schema-1 run.json under PATH to schema 2 in place (amp -> "
-                "precision, the newer config fields at their defaults, the sha256, rows and columns of history.csv), "
-                "keeping every number; history.csv is not touched and a second run changes nothing. Then verify "
-                "every run under PATH.")
+    p = sub.add_parser("migrate", help="upgrade a results tree's run records to the current schema, then verify it",
+                       description="Upgrade every schema-1 run.json under PATH to schema 2 in place (amp -> precision, "
+                       "the newer config fields at their defaults, the sha256, rows and columns of history.csv), "
+                       "keeping every number; history.csv is not touched and a second run changes nothing. Then "
+                       "verify every run under PATH.")
     p.add_argument("path", metavar="PATH", help="results tree, section or run folder, e.g. results/cpu")
 
 
@@ -289,7 +282,7 @@ def main(argv: list[str] | None = None) -> int:
     """The `initmem` command: its exit status (2 with one line on stderr for an InitmemError or out of memory)."""
     args = build_parser().parse_strict(argv)
     try:
-        return int(args.func(args) or 0)
+        return int(globals()[f"_cmd_{args.command}"](args) or 0)  # the naming rule above
     except InitmemError as exc:
         print(f"initmem {args.command}: error: {exc}", file=sys.stderr)
         return 2

@@ -147,14 +147,14 @@ def _describe(e: Entry) -> str:
 
 def lookup(table: Throughput | None, config: TrainConfig, members: int = 1) -> tuple[Entry | None, str]:
     """The entry for `config`'s (arch, width, batch size, precision, members) and where it comes from: "measured",
-    "estimated from <entry>" (the nearest members=1 entry, scaled by images per step and width^2 and the arch's
-    MACs), or "no throughput" (None)."""
-    if table is None or not table.entries:
+    "estimated from <entry>" (the nearest members=1 entry scaled by images per step, width^2 and the arch's MACs) or
+    "no throughput" (None)."""
+    if table is None:
         return None, "no throughput"
     want = (config.arch, config.width, config.batch_size, config.precision, members)
     if found := [e for e in table.entries if (e.arch, e.width, e.batch_size, e.precision, e.members) == want]:
         return found[0], "measured"
-    if not (singles := [e for e in table.entries if e.members == 1]):
+    if not (singles := [e for e in table.entries if e.members == 1]):  # also a table without entries
         return None, "no throughput"
     near = min(singles, key=lambda e: (e.arch != config.arch, e.precision != config.precision, abs(math.log(
         config.width / e.width)) + abs(math.log(config.batch_size / e.batch_size))))

@@ -27,24 +27,19 @@ from submitit.helpers import Checkpointable
 from initmem.config import point_configs
 from initmem.errors import InitmemError, SweepError
 from initmem.notebook import execute_notebook
-from initmem.params import Point, Section, load_section, params_files
+from initmem.params import Point, Section, load_section, params_files  # noqa: F401 - the CLI's, through here
 from initmem.results import load_runs, run_id
 from initmem.run_folders import RunFolders
 
-__all__ = ["SLURM_OPTIONS", "Point", "Section", "load_section", "params_files", "point_configs", "run_sweep"]
 SLURM_OPTIONS = ("partition", "gpus_per_node", "time", "mem_gb", "cpus_per_task", "array_parallelism", "extra")
 _SUBMITIT = {"partition": "slurm_partition", "array_parallelism": "slurm_array_parallelism",
              "extra": "slurm_additional_parameters"}  # submitit's names where they are not ours
 
 
-def _results_path(section: Section, point: Point) -> Path:
-    return section.root / point.parameters["results_dir"]  # an absolute results_dir wins the join
-
-
 def point_progress(section: Section, point: Point) -> tuple[int, int]:
     """(complete runs, runs) of a point: the TrainConfigs its notebook builds (`config.point_configs`)."""
     configs = point_configs(section.effective(point))
-    owner = RunFolders(_results_path(section, point), section.name)
+    owner = RunFolders(section.root / point.parameters["results_dir"], section.name)  # an absolute one wins the join
     return sum(owner.is_complete(c) for c in configs), len(configs)
 
 
@@ -66,10 +61,8 @@ def execute_point(point: Point, notebook: str, cwd: str, output: str, parameters
     try:
         execute_notebook(notebook, output, parameters, cwd=cwd, log_output=log_output)
         status, message = "ran", ""
-    except InitmemError as exc:
-        status, message = "failed", str(exc)
-    except Exception as exc:  # noqa: BLE001 - reported per point, with its type
-        status, message = "failed", f"{type(exc).__name__}: {exc}"
+    except Exception as exc:  # noqa: BLE001 - reported per point, an unexpected one with its type
+        status, message = "failed", str(exc) if isinstance(exc, InitmemError) else f"{type(exc).__name__}: {exc}"
     return PointReport(point.point_id, status, message, output, time.perf_counter() - t0)
 
 
@@ -178,7 +171,7 @@ class SweepReport:
 def summarize(section: Section, points: list[Point]) -> pd.DataFrame:
     """The end-of-run table: one row per point (`point_report.sweep_row`)."""
     from initmem.point_report import sweep_row  # matplotlib: only once the sweep has run
-    folder = _results_path(section, points[0]) / section.name if points else None
+    folder = section.root / points[0].parameters["results_dir"] / section.name if points else None
     runs = load_runs(folder, damaged="skip") if folder is not None and folder.is_dir() else None
     return pd.DataFrame([sweep_row(runs, p.point_id, [run_id(c) for c in point_configs(section.effective(p))])
                          for p in points])
