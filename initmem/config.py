@@ -135,9 +135,8 @@ class TrainConfig:
         return cls(**{k: tuple(v) if isinstance(v, list) else v for k, v in d.items()})
 
     def replace(self, **changes: Any) -> TrainConfig:
-        """A copy with `changes`. When the optimiser changes, lr/momentum/weight_decay that still hold the old
-        optimiser's defaults (and are not in `changes`) follow the new optimiser's defaults: the adam copy of an sgd
-        config gets adam's lr 1e-3, not sgd's 0.01; unused hyper-parameters go back to neutral."""
+        """A copy with `changes`; with a new optimiser, hyper-parameters at the old one's defaults (and not in
+        `changes`) take the new one's (an sgd config's adam copy gets lr 1e-3), unused ones go back to neutral."""
         _known(changes)
         new = changes.get("optimizer", self.optimizer)
         if new != self.optimizer and new in OPTIMIZER_DEFAULTS:
@@ -322,9 +321,8 @@ def check_members(configs: list[TrainConfig]) -> list[TrainConfig]:
 
 # ---------------------------------------------------------------------------------------------- a point's runs
 def point_configs(params: dict[str, Any]) -> list[TrainConfig]:
-    """The TrainConfig of every sigma_w x seed run of a point, in (sigma_w, seed) order, from its parameters (a
-    notebook's namespace, a params file's point): the TrainConfig-named entries make the base config, `sigma_ws` and
-    `seeds` expand it, the rest is notebook-level. The one place a point's runs are derived."""
+    """The one derivation of a point's runs, in (sigma_w, seed) order, from its parameters (a notebook's namespace, a
+    params file's point): TrainConfig-named entries make the base config, `sigma_ws` x `seeds` expand it."""
     sigma_ws, seeds = params.get("sigma_ws"), params.get("seeds", [0])
     for name, values, what in (("sigma_ws", sigma_ws, "positive reals"), ("seeds", seeds, "integers >= 0")):
         if isinstance(values, (str, bytes)) or not isinstance(values, (list, tuple)) or not values:

@@ -1,7 +1,6 @@
-"""Notebooks: jupytext percent `.py` files executed by papermill (kernel `python3`). The parameters cell (`name =
-literal` lines, optionally annotated) is read with `ast`; values are type-checked before the kernel starts
-(`check_parameters`) and again inside it (`checked_parameters`): papermill only warns on an unknown name and injects a
-YAML `1e-3` as a string. Torch-, papermill- and jupytext-free at import."""
+"""Notebooks: jupytext `.py` files run by papermill (kernel `python3`). Parameters cells (`name = literal` lines) are
+read with `ast`; values are checked before the kernel starts and again inside it (`checked_parameters`): papermill
+only warns on an unknown name and injects a YAML `1e-3` as a string. Torch-, papermill- and jupytext-free at import."""
 
 from __future__ import annotations
 
@@ -25,12 +24,10 @@ from initmem.errors import ConfigError, InitmemError, NotebookError, ResultsErro
 # Kernel start-up failures worth a retry: parallel kernels can race for the same ports.
 _RETRYABLE = ("address already in use", "zmqerror", "kernel didn't respond", "kernel died before replying",
               "timeout waiting for kernel", "kernel_info")
-# The kernel logs "Kernel is running over TCP without encryption" on every start and sometimes "KeyboardInterrupt
-# caught in kernel" at a normal shutdown, straight to the inherited stderr; neither is a problem of the run.
+# silences what the kernel logs to the inherited stderr at every start and some normal shutdowns (no run's problem)
 KERNEL_ARGUMENTS = ["--IPKernelApp.log_level=CRITICAL"]
 SECTION_REQUIRED = ("results_dir", "section", "sigma_ws", "seeds")  # what every section notebook declares
-# A section notebook's scale for a TrainConfig field neither its parameters cell nor its caller sets: seconds on a
-# laptop (synthetic data, a 1/16-width network, 2 epochs); every profile of params/ sets these fields itself.
+# a section notebook's TrainConfig fields that nothing sets: seconds on a laptop (every params/ profile sets them)
 SMOKE = {"data": "synthetic", "width": 0.0625, "epochs": 2, "n_train": 256, "n_val": 128, "n_test": 128}
 NOT_IN_ID = ("results_dir", "section", "progress")  # where and how verbosely, not what: not in a point's digest
 INJECTED = "# Parameters\n"  # the first line of papermill's injected-parameters cell (python translator)
@@ -77,9 +74,8 @@ def notebook_parameters(path: str | Path) -> dict[str, Parameter]:
 
 
 def accepted_parameters(cell: dict[str, Parameter]) -> dict[str, Parameter]:
-    """A parameters cell's names and, when it declares `SECTION_REQUIRED` (a section notebook), every TrainConfig
-    field but `MEMBER_FIELDS`: typed by the dataclass (in the cell too, where its annotation is not needed), with
-    the cell's default, else `SMOKE`'s, else TrainConfig's. One field added to TrainConfig is accepted everywhere."""
+    """A cell's names and, for a section notebook (`SECTION_REQUIRED`), every TrainConfig field but `MEMBER_FIELDS`,
+    typed by the dataclass, defaulting to the cell's value, else `SMOKE`'s, else TrainConfig's."""
     out, section = dict(cell), all(k in cell for k in SECTION_REQUIRED)
     for f in dataclasses.fields(TrainConfig):
         if section and f.name not in MEMBER_FIELDS:
@@ -229,9 +225,8 @@ def _is_retryable(exc: BaseException) -> bool:
 def execute_notebook(path: str | Path, output_path: str | Path, parameters: dict[str, Any] | None = None,
                      cwd: str | Path | None = None, log_output: bool = True, kernel_name: str = "python3",
                      start_timeout: int = 60, retries: int = 2, env: dict[str, str] | None = None):
-    """Execute a jupytext notebook with papermill; return the executed `nbformat.NotebookNode`, also written to
-    `output_path` when a cell fails (NotebookError naming the cell). Kernel start-up is retried `retries` times on
-    port clashes; the kernel gets `env` and `INITMEM_PROGRESS=lines` (one line per epoch, not a progress bar)."""
+    """The executed notebook (`nbformat.NotebookNode`, also at `output_path` when a cell fails: NotebookError naming
+    it); a kernel start is retried on port clashes; the kernel gets `env` and `INITMEM_PROGRESS=lines`."""
     import papermill
     from papermill.exceptions import PapermillExecutionError
     logging.getLogger("papermill").addFilter(_known_parameters)  # once: addFilter skips a filter it holds

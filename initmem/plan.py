@@ -55,15 +55,12 @@ def _lr_sums(schedule: str, lr: float, total: int, warmup: int, milestones: tupl
     """(fsum eta_k, fsum eta_k^2) over the `total` steps, eta_k = lr * optim.lr_factor(...) step by step."""
     if schedule == "constant" and warmup == 0:  # fsum of n equal terms is the correctly rounded n * term
         return total * lr, total * (lr * lr)
-    k = np.arange(total, dtype=np.int64)
+    k, f = np.arange(total, dtype=np.int64), np.ones(total)
     if schedule == "cosine":
-        t = np.minimum(1.0, (k - warmup) / max(1, total - warmup))
-        f = 0.5 * (1.0 + np.cos(math.pi * t))
-    elif schedule == "step":
+        f = 0.5 * (1.0 + np.cos(math.pi * np.minimum(1.0, (k - warmup) / max(1, total - warmup))))
+    elif schedule == "step" and milestones:
         levels = np.array([gamma ** j for j in range(len(milestones) + 1)])
-        f = levels[sum((k >= m * total).astype(np.int64) for m in milestones)] if milestones else np.ones(total)
-    else:
-        f = np.ones(total)
+        f = levels[sum((k >= m * total).astype(np.int64) for m in milestones)]
     f[:warmup] = (k[:warmup] + 1) / warmup
     eta = lr * f
     return math.fsum(eta.tolist()), math.fsum((eta * eta).tolist())

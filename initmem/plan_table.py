@@ -12,9 +12,8 @@ from initmem import plan
 from initmem.config import TrainConfig
 from initmem.plan import KEY_FIELDS, Entry, SectionPlan, Throughput, device_name
 
-# Measured with `initmem plan --calibrate` on one of the project's 2-core machines (an AMD EPYC; the committed runs
-# were trained on such machines, Intel Xeon or AMD EPYC, one torch thread a run): the cpu profiles' configurations
-# (docs/planner.md says when and how). No GPU table yet.
+# `initmem plan --calibrate` of the cpu profiles' configurations on a 2-core AMD EPYC (the committed runs: 2-core Xeon
+# or EPYC machines, one torch thread a run; docs/planner.md). No GPU table yet.
 _REFERENCE = "initmem/throughput/reference-cpu.json"  # in the repository: how the line names it, in every clone
 REFERENCE_CPU = Path(__file__).resolve().parents[1] / _REFERENCE
 REFERENCE_MACHINE = "2 cores, one torch thread a run"
@@ -70,9 +69,8 @@ def _time_eval(config: TrainConfig, images: int, reps: int = 3) -> float:
 
 def calibrate(keys: list[tuple[str, float, int, str]], device: str = "auto", steps: int = 5,
               warmup: int = 2, members: tuple[int, ...] = (1,), say=print) -> Throughput:
-    """Time `steps` optimiser steps (after `warmup`) of each key, as one network and as populations of each of
-    `members`, with `train.time_steps` on `device`, and an eval-mode forward pass of one network (a population's
-    eval is taken as `members` times it); returns the table (save it with `save_throughput`)."""
+    """The table of `steps` optimiser steps (after `warmup`) of each key on `device`, for one network and populations
+    of `members` (`train.time_steps`), and of one network's eval forward pass (a population's: `members` times it)."""
     import torch
 
     from initmem.train import time_steps

@@ -1,7 +1,6 @@
-"""Sweeps: each grid point of a params file (`initmem.params`, re-exported here) is one papermill execution of its
-section notebook, with the repository root as working folder. A point is complete when all its runs are, so a
-finished sweep run again executes nothing. Executors: `local` (in-process, or `jobs` processes with one GPU each that
-die with their parent) and `slurm` (submitit, one array task per point)."""
+"""Sweeps: each grid point of a params file (`initmem.params`) is one papermill run of its section notebook in the
+repository root, complete when all its runs are (a finished sweep run again executes nothing). Executors: `local`
+(in-process, or `jobs` processes with one GPU each, dying with their parent), `slurm` (an array task per point)."""
 
 from __future__ import annotations
 
@@ -67,9 +66,8 @@ def execute_point(point: Point, notebook: str, cwd: str, output: str, parameters
 
 
 class PointJob(Checkpointable):
-    """A Slurm array task: `execute_point(*task)`. When Slurm preempts it or its time runs out, submitit's default
-    `checkpoint` resubmits the same point, and the resume is exact: complete runs are skipped, a run cut short resumes
-    from its newest checkpoint (`checkpoint_every`), and its run lock died with the job."""
+    """A Slurm array task: `execute_point(*task)`, resubmitted as is when preempted or out of time (submitit): complete
+    runs are skipped, a cut one resumes from its newest checkpoint, and its run lock died with the job."""
 
     def __call__(self, *task: Any) -> PointReport:
         return execute_point(*task)
@@ -86,9 +84,8 @@ def _visible_gpus() -> list[str]:
 
 
 def _die_with_parent(parent: int) -> None:
-    """Make this pool worker die with its sweep, even one killed by SIGKILL (no cleanup runs, and a ProcessPool's
-    workers would live on): Linux's PR_SET_PDEATHSIG, and a watchdog thread polling the parent's id for other systems
-    and a parent gone before the prctl. The worker's kernels exit after it (ipykernel's JPY_PARENT_PID)."""
+    """This pool worker dies with its sweep, even a SIGKILLed one (whose ProcessPool workers would live on): Linux's
+    PR_SET_PDEATHSIG, and a watchdog polling the parent elsewhere or if it died first. Its kernels follow it."""
     if sys.platform.startswith("linux"):
         try:
             import ctypes

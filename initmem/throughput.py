@@ -16,9 +16,8 @@ KINDS = ("cpu", "cuda")
 
 
 def check_table(table: Any, kind: str | None, describe: Callable[[Any], str]) -> Any:
-    """`table` (a `plan.Throughput`) once every entry's times, width, batch size and members are finite and
-    positive, its arch and precision known, and its device a CPU or CUDA one (of `kind`, when given); ConfigError
-    naming the file, the entry (`describe`) and the value otherwise."""
+    """`table` (a `plan.Throughput`) once every entry's numbers are finite and positive, its arch and precision known
+    and its device a CPU or CUDA one (of `kind`, if given); else ConfigError naming the file, entry and value."""
     where = f"throughput table {str(table.path)!r}"
     if not table.entries or not table.device.strip() or table.kind not in KINDS:
         what = "no entries" if not table.entries else f"device {table.device!r} of kind {table.kind!r}"
