@@ -128,8 +128,7 @@ def _add_sweep(sub: argparse._SubParsersAction) -> None:
                    "(default: 1)")
     p.add_argument("--dry-run", action="store_true", help="list the points and what would run, run nothing "
                    "(default: off)")
-    p.add_argument("--quiet", action="store_true", help="do not stream the notebooks' output (default: off, "
-                   "streamed)")
+    p.add_argument("--quiet", action="store_true", help="do not stream the notebooks' output (default: off, streamed)")
     g = p.add_argument_group("slurm executor")
     g.add_argument("--partition", help="Slurm partition (default: the cluster's default partition)")
     g.add_argument("--gpus", type=int, dest="gpus_per_node", help="GPUs per job (default: the cluster's default)")

@@ -25,9 +25,8 @@ class BooleanOnce(Once, argparse.BooleanOptionalAction):
 
 
 # argparse's store actions as `Once`, registered by `Parser` under their names (None: a plain `add_argument`)
-_ONCE_ACTIONS = {name: type(f"Once_{name}", (Once, base), {}) for name, base in (
-    ("store", argparse._StoreAction), ("store_true", argparse._StoreTrueAction),
-    ("store_false", argparse._StoreFalseAction))}
+_ONCE_ACTIONS = {name: type(f"Once_{name}", (Once, base), {}) for name, base in (("store", argparse._StoreAction),
+                 ("store_true", argparse._StoreTrueAction), ("store_false", argparse._StoreFalseAction))}
 
 
 class Parser(argparse.ArgumentParser):

@@ -117,8 +117,7 @@ class TrainConfig:
     compile: bool = _f(False, "torch.compile the training step (speed only; compiled once per process and shape)")
 
     def __post_init__(self) -> None:
-        check = _Check(self)
-        _check_recipe(self, check)
+        _check_recipe(self, check := _Check(self))
         _check_inapplicable(self)
         _check_data_and_engine(self, check)
 
@@ -328,8 +327,7 @@ def point_configs(params: dict[str, Any]) -> list[TrainConfig]:
         if isinstance(values, (str, bytes)) or not isinstance(values, (list, tuple)) or not values:
             raise invalid(name, values, f"a non-empty list of {what}")
         if len(set(map(repr, values))) != len(values):
-            raise ConfigError(f"{name}={list(values)!r} is invalid: it repeats a value; distinct values are "
-                              "accepted")
+            raise ConfigError(f"{name}={list(values)!r} is invalid: it repeats a value; distinct values are accepted")
     base = TrainConfig(**{k: (tuple(v) if isinstance(v, list) else v) for k, v in params.items() if k in _FIELDS
                           and k not in MEMBER_FIELDS})
     configs = [base.replace(sigma_w=s, seed=seed) for s in sigma_ws for seed in seeds]  # each one validated

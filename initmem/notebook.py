@@ -243,11 +243,10 @@ def execute_notebook(path: str | Path, output_path: str | Path, parameters: dict
         raise ResultsError(f"executed-notebook path {str(output_path)!r} is not writable: {exc.strerror or exc} "
                            f"({exc.filename}); a path under a writable folder is accepted") from None
     streams = {"stdout_file": sys.stdout, "stderr_file": sys.stderr} if log_output else {}
+    kernel_env = {"INITMEM_PROGRESS": os.environ.get("INITMEM_PROGRESS", "lines"), **(env or {})}
     for attempt in range(retries + 1):
         try:
-            # the kernel inherits os.environ at start-up; ours is restored after
-            with mock.patch.dict(os.environ, {"INITMEM_PROGRESS": os.environ.get("INITMEM_PROGRESS", "lines"),
-                                              **(env or {})}):
+            with mock.patch.dict(os.environ, kernel_env):  # the kernel inherits it at start-up; restored after
                 return papermill.execute_notebook(
                     _read(path), str(output_path), parameters=parameters, kernel_name=kernel_name,
                     language="python", cwd=str(cwd) if cwd is not None else None, progress_bar=False,

@@ -102,8 +102,7 @@ def params_files(patterns: list[str]) -> list[str]:
 # --- sections and points -----------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class Point:
-    """One configuration (all but σ_w and seed) of a section: what one notebook execution trains. Its parameters
-    are `fixed` ∪ one element of the cartesian product of `grid`, plus `results_dir` and `section`."""
+    """One configuration (all but σ_w and seed) of a section: what one notebook execution trains."""
 
     section: str
     point_id: str

@@ -114,9 +114,8 @@ def load_throughput(path: str | Path, kind: str | None = None) -> Throughput:
     """A throughput table; ConfigError when it is missing, malformed or untrustworthy (`throughput.check_table`)."""
     try:
         doc = json.loads(Path(path).read_text(encoding="utf-8"))
-        entries = [Entry(str(e["arch"]), float(e["width"]), int(e["batch_size"]), str(e["precision"]),
-                         int(e.get("members", 1)), float(e["train_step_s"]), float(e["eval_image_s"]))
-                   for e in doc["entries"]]
+        entries = [Entry(str(e["arch"]), float(e["width"]), int(e["batch_size"]), str(e["precision"]), int(e.get(
+            "members", 1)), float(e["train_step_s"]), float(e["eval_image_s"])) for e in doc["entries"]]
         device = str(doc["device"])
     except FileNotFoundError:
         raise ConfigError(f"throughput table {str(path)!r} does not exist (make one with `initmem plan "
@@ -174,8 +173,7 @@ def device_name(device: str = "auto") -> tuple[str, str]:
         if torch.cuda.is_available():
             return torch.cuda.get_device_name(torch.device(device if device != "auto" else "cuda")), "cuda"
         if device != "auto":
-            raise ConfigError(f"device={device!r} is invalid here: CUDA is not available; 'cpu' or 'auto' is "
-                              "accepted")
+            raise ConfigError(f"device={device!r} is invalid here: CUDA is not available; 'cpu' or 'auto' is accepted")
     return f"CPU {cpu_model() or platform.machine()}".strip(), "cpu"
 
 
@@ -290,8 +288,7 @@ def format_plan(plans: list[SectionPlan], table: Throughput | None, note: str | 
             f"{'T_L2':>9} {'T_adapt':>9} {'eval img/run':>12}  time")
     for s, d in zip(plans, doc["sections"], strict=True):
         t = d["totals"]
-        lines += ["", f"== {s.section} [{s.profile}] {plural(t['points'], 'point')}, {plural(t['runs'], 'run')}",
-                  head]
+        lines += ["", f"== {s.section} [{s.profile}] {plural(t['points'], 'point')}, {plural(t['runs'], 'run')}", head]
         for p in s.points:
             r, c = p.run, p.run["clocks"]
             note = "" if p.time_source in ("measured", "no throughput") else f" ({p.time_source})"

@@ -101,9 +101,8 @@ def _die_with_parent(parent: int) -> None:
     threading.Thread(target=watch, name="initmem-parent-watchdog", daemon=True).start()
 
 
-def _init_worker(gpus: mp.Queue, parent: int | None = None) -> None:
-    if parent is not None:
-        _die_with_parent(parent)
+def _init_worker(gpus: mp.Queue, parent: int) -> None:
+    _die_with_parent(parent)
     if (gpu := gpus.get()) is not None:  # one GPU per worker process: the kernels it starts inherit the variable
         os.environ["CUDA_VISIBLE_DEVICES"] = gpu
 
@@ -291,9 +290,8 @@ def run_sweep(params_path: str | Path | Section, *, profile: str, results: str |
         if executor == "slurm":
             req = slurm_parameters(section.name, slurm)
             left = ", ".join(k for k in ("slurm_partition", "gpus_per_node", "mem_gb", "cpus_per_task") if k not in req)
-            print(f"  slurm: an array of {to_run} task(s) (one per point to run), each requesting "
-                  + ", ".join(f"{k}={v}" for k, v in req.items()) + f"; {left or 'nothing'} left to the cluster's "
-                  "defaults")
+            print(f"  slurm: an array of {to_run} task(s) (one per point to run), each requesting " + ", ".join(
+                f"{k}={v}" for k, v in req.items()) + f"; {left or 'nothing'} left to the cluster's defaults")
     else:
         counter = overall if overall is not None else Progress(len(tasks))
 
