@@ -46,7 +46,6 @@ OPTIMIZER_HPARAMS: dict[str, tuple[str, ...]] = {
 }
 SCHEDULE_HPARAMS = {"step": ("step_milestones", "step_gamma")}  # used by that schedule only
 _OPT_FIELDS = ("lr", "momentum", "weight_decay")  # None → the optimiser's STUDY.md default
-_DEVICE_RE = re.compile(r"auto|cpu|cuda(:\d+)?")
 
 # Fields that cannot change a result beyond float rounding: not in the run id, so a rerun elsewhere is the same run.
 RUN_ID_EXCLUDE = frozenset({"device", "eval_batch_size", "checkpoint_every", "data_root", "channels_last", "compile",
@@ -259,7 +258,7 @@ def _check_data_and_engine(c: TrainConfig, check: _Check) -> None:
     check.integer("eval_every", 1, hi=c.epochs)
     check.integer("batch_size", 1, hi=10**7)
     check.integer("seed", 0)
-    if not isinstance(c.device, str) or not _DEVICE_RE.fullmatch(c.device):
+    if not isinstance(c.device, str) or not re.fullmatch(r"auto|cpu|cuda(:\d+)?", c.device):
         raise _bad("device", c.device, "'auto', 'cpu', 'cuda' or 'cuda:N'")
     check.integer("eval_batch_size", 1, hi=10**7)
     check.integer("checkpoint_every", 0, hi=10**7)
@@ -341,9 +340,8 @@ def fields_markdown() -> str:
     """The field list of docs/fields.md: `name: type = default — help`, grouped as in the dataclass."""
     lines = ["# TrainConfig fields", "", "Generated from `initmem/config.py` by `python -m initmem.config > "
              "docs/fields.md`; do not edit.", "", "| field | type | default | meaning |", "|---|---|---|---|"]
-    for f in _FIELDS.values():
-        default = "per optimizer" if f.name in _OPT_FIELDS else repr(f.default)
-        lines.append(f"| `{f.name}` | `{f.type}` | `{default}` | {f.metadata['help'].replace('|', '/')} |")
+    lines += [f"| `{f.name}` | `{f.type}` | `{'per optimizer' if f.name in _OPT_FIELDS else repr(f.default)}` | "
+              f"{f.metadata['help'].replace('|', '/')} |" for f in _FIELDS.values()]
     excluded = ", ".join(f"`{n}`" for n in sorted(RUN_ID_EXCLUDE))
     return "\n".join([*lines, "", f"Not part of the run id (cannot change a result): {excluded}.", ""])
 

@@ -35,8 +35,7 @@ SCIENTIFIC = re.compile(r"[-+]?(?:[0-9][0-9_]*)(?:\.[0-9_]*)?[eE][-+]?[0-9]+")  
 
 
 class Parameter(NamedTuple):
-    """One name a notebook accepts: its type (declared, inferred, or TrainConfig's) and default; `in_cell`: its
-    parameters cell sets it (False: a TrainConfig field a section notebook accepts without listing it)."""
+    """One name a notebook accepts: its type, default and whether its parameters cell lists it (`in_cell`)."""
 
     type: str
     default: Any
@@ -187,11 +186,10 @@ def _one_line(shell, etype, value, tb, tb_offset=None):  # noqa: ARG001 - IPytho
 
 
 def checked_parameters(namespace: dict[str, Any]) -> dict[str, Any]:
-    """Check, in the kernel, what papermill injected, and return `namespace` (`checked_parameters(globals())`).
-    IPython keeps the cells' sources in `In`: when the cell before this one is papermill's (`INJECTED`), every name it
-    assigns must be one the cell before that accepts, converted as `check_parameters` does (no `In`: a script or plain
-    JupyterLab, nothing injected). A section notebook gets the `SMOKE` fields nothing set (printed) and builds its
-    runs once, so a bad value fails here; a later InitmemError shows as its one line, as in the `initmem` command."""
+    """Check, in the kernel, what papermill injected; returns `namespace` (`checked_parameters(globals())`). When the
+    cell before this one in IPython's `In` is papermill's (`INJECTED`), every name it sets must be accepted by the cell
+    before that, converted as `check_parameters` does. A section notebook gets the `SMOKE` fields nothing set (printed)
+    and builds its runs, so a bad value fails here; a later InitmemError shows as one line, as in `initmem`."""
     if callable(shell := namespace.get("get_ipython")) and hasattr(ip := shell(), "set_custom_exc"):
         ip.set_custom_exc((InitmemError,), _one_line)
     if isinstance(sources := namespace.get("In"), list) and len(sources) >= 3 and str(sources[-2]).startswith(INJECTED):
@@ -211,8 +209,7 @@ def checked_parameters(namespace: dict[str, Any]) -> dict[str, Any]:
 
 # --- execution ---------------------------------------------------------------------------------------------
 def _known_parameters(record: logging.LogRecord) -> bool:
-    """Drops papermill's "Passed unknown parameter" warning (a TrainConfig field the cell does not list, or a form
-    papermill cannot parse): `check_parameters` has already accepted the name. Plain papermill still prints it."""
+    """Drops papermill's "Passed unknown parameter" warning: `check_parameters` has accepted the name already."""
     return not record.getMessage().startswith("Passed unknown parameter")
 
 

@@ -142,9 +142,8 @@ def _describe(e: Entry) -> str:
 
 
 def lookup(table: Throughput | None, config: TrainConfig, members: int = 1) -> tuple[Entry | None, str]:
-    """The entry for `config`'s (arch, width, batch size, precision, members) and where it comes from: "measured",
-    "estimated from <entry>" (the nearest members=1 entry scaled by images per step, width^2 and the arch's MACs) or
-    "no throughput" (None)."""
+    """`config`'s entry and its source: "measured", "estimated from <entry>" (the nearest members=1 entry scaled by
+    images per step, width^2 and the arch's MACs) or "no throughput" (None)."""
     if table is None:
         return None, "no throughput"
     want = (config.arch, config.width, config.batch_size, config.precision, members)

@@ -1,6 +1,5 @@
 """Which throughput table `initmem plan` times a profile with (docs/planner.md), and measuring one (`calibrate`). The
-reference CPU's table ships with the package so that a fresh clone answers "how long" before any calibration; a GPU
-without a table of its own gets no time (none is guessed from another device)."""
+reference CPU's ships with the package, so a fresh clone answers "how long"; a GPU without its own gets no time."""
 
 from __future__ import annotations
 
@@ -16,7 +15,6 @@ from initmem.plan import KEY_FIELDS, Entry, SectionPlan, Throughput, device_name
 # or EPYC machines, one torch thread a run; docs/planner.md). No GPU table yet.
 _REFERENCE = "initmem/throughput/reference-cpu.json"  # in the repository: how the line names it, in every clone
 REFERENCE_CPU = Path(__file__).resolve().parents[1] / _REFERENCE
-REFERENCE_MACHINE = "2 cores, one torch thread a run"
 
 
 def choose_table(device: str = "auto", path: str | Path | None = None) -> tuple[plan.Throughput | None, str]:
@@ -32,7 +30,7 @@ def choose_table(device: str = "auto", path: str | Path | None = None) -> tuple[
     if kind == "cpu" and REFERENCE_CPU.is_file():
         table = plan.load_throughput(REFERENCE_CPU)
         when = f", measured {table.created[:10]}" if table.created else ""
-        return table, (f"throughput: the reference CPU's table ({table.device}, {REFERENCE_MACHINE}{when}; "
+        return table, (f"throughput: the reference CPU's table ({table.device}, 2 cores, one torch thread a run{when}; "
                        f"{_REFERENCE}): times are for that machine; `initmem plan --calibrate --device cpu` measures "
                        f"this one ({name})")
     return None, (f"throughput: no table for {name} yet, so no time is given (none is guessed from another "

@@ -54,8 +54,7 @@ class PointReport:
 
 def execute_point(point: Point, notebook: str, cwd: str, output: str, parameters: dict[str, Any],
                   log_output: bool = True) -> PointReport:
-    """Execute one point's notebook (also what a Slurm array task runs); a failure is a `failed` report, never an
-    exception: one bad point must not stop the others, and a Slurm result should be a message, not a traceback."""
+    """One point's notebook executed (a Slurm task's work); a failure is a `failed` report, so the others go on."""
     t0 = time.perf_counter()
     try:
         execute_notebook(notebook, output, parameters, cwd=cwd, log_output=log_output)
@@ -174,8 +173,7 @@ def summarize(section: Section, points: list[Point]) -> pd.DataFrame:
 
 
 class Progress:
-    """Points finished out of all the points of one command (every params file), with an ETA from the wall time per
-    point so far (so points run in parallel count as such)."""
+    """Points finished of all a command's points (every params file), with an ETA from the wall time per point."""
 
     def __init__(self, total: int):
         self.total, self.done, self.t0 = total, 0, time.monotonic()
@@ -228,8 +226,7 @@ def _check_options(executor: str, jobs: int, slurm: dict[str, Any] | None, dry_r
 
 def _plan(section: Section, points: list[Point], out: Path, dry_run: bool,
           progress: bool) -> tuple[list[tuple], dict[str, PointReport]]:
-    """Every point's status (every TrainConfig built: a bad value fails before anything runs) and the notebook
-    executions of the pending ones; a bad results folder fails now, not once per point."""
+    """Each point's status (its TrainConfigs built: a bad value fails now) and the pending ones' notebook runs."""
     tasks, plan = [], {}
     extra = {"progress": progress} if "progress" in section.declared else {}
     for p in points:
@@ -241,7 +238,7 @@ def _plan(section: Section, points: list[Point], out: Path, dry_run: bool,
             tasks.append((p, str(section.notebook), str(section.root), str(nb_out), {**p.parameters, **extra},
                           progress))
     if tasks:
-        RunFolders(out, section.name).writable()
+        RunFolders(out, section.name).writable()  # a bad results folder fails now, not once per point
     return tasks, plan
 
 
@@ -265,11 +262,10 @@ def _print_dry_run(section: Section, points: list[Point], plan: dict[str, PointR
 def run_sweep(params_path: str | Path | Section, *, profile: str, results: str | Path | None = None,
               executor: str = "local", jobs: int = 1, dry_run: bool = False, slurm: dict[str, Any] | None = None,
               progress: bool = True, overall: Progress | None = None, seen: set | None = None) -> SweepReport:
-    """Run every incomplete point of a section's profile (`params_path`: a params file or a loaded `Section`) into
-    `results` (default `<repo>/results/<profile>`; notebooks in `<results>/<section>/notebooks/<point_id>.ipynb`);
-    return per-point statuses and a summary table. `executor`: `local` (`jobs` points at a time) or `slurm` (its
-    `slurm` options: `SLURM_OPTIONS`, `time` in minutes). `progress` streams the notebooks' output; `overall`
-    counts the points of one command's sweeps, and `seen` (shared by them) runs a point two params files share once."""
+    """Run every incomplete point of a section's profile (`params_path`: a params file or a `Section`) into `results`
+    (default `<repo>/results/<profile>`, notebooks in `<section>/notebooks/`); per-point statuses and a summary table.
+    `executor`: `local` (`jobs` points at a time) or `slurm` (`slurm`: `SLURM_OPTIONS`, `time` in minutes); `progress`
+    streams output; `overall` counts one command's points and `seen` (shared) runs a point two files share once."""
     slurm = _check_options(executor, jobs, slurm, dry_run)
     section = params_path if isinstance(params_path, Section) else load_section(params_path)
     points = _once(section, every := section.points(profile, results), profile, results, seen)

@@ -1,5 +1,4 @@
-"""The checks of a throughput table (docs/planner.md): what `plan.load_throughput` reads and `initmem plan
---calibrate` writes. Torch-free."""
+"""Torch-free checks of a throughput table (docs/planner.md): what `plan.load_throughput` reads, --calibrate writes."""
 
 from __future__ import annotations
 
