@@ -1,42 +1,35 @@
 """The `initmem` command. Thin: each subcommand (`_add_<name>`, `_cmd_<name>`) parses flags that mirror a library
-function's keyword arguments, calls it, and turns an `InitmemError` into one line on stderr and a non-zero exit.
-"""
+function's keyword arguments, calls it, and turns an `InitmemError` into one line on stderr and a non-zero exit."""
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import json
 import sys
+from pathlib import Path
+
+import yaml
 
 from initmem.cli_args import BooleanOnce, Parser
-from initmem.errors import InitmemError
+from initmem.config import TrainConfig, field_help, point_configs
+from initmem.errors import ConfigError, InitmemError, invalid
+from initmem.notebook import check_parameters, notebook_parameters, run_notebook
+from initmem.params import REQUIRED, check_section_name, load_yaml, params_files, read_text, yaml_error_line
 
 
-def _parser(sub: argparse._SubParsersAction, name: str, cmd, **kw) -> argparse.ArgumentParser:
-    p = sub.add_parser(name, **kw)
-    p.set_defaults(func=cmd)
-    return p
-
-
-# --- train -------------------------------------------------------------------------------------------------
 def _add_train(sub: argparse._SubParsersAction) -> None:
-    import dataclasses
-
-    from initmem.config import TrainConfig, field_help
-
-    p = _parser(sub, "train", _cmd_train, help="train one run and write its folder",
-                description="Train one run and write <out>/<section>/<run_id>/{history.csv,run.json}. "
-                            "Every TrainConfig field has a flag; unset flags keep the TrainConfig default.")
+    p = sub.add_parser("train", help="train one run and write its folder", description="Train one run and write "
+                       "<out>/<section>/<run_id>/{history.csv,run.json}. Every TrainConfig field has a flag; unset "
+                       "flags keep the TrainConfig default.")
     for f in dataclasses.fields(TrainConfig):
-        flag, default = "--" + f.name.replace("_", "-"), f.default
         shown = "per optimizer" if f.name in ("lr", "momentum", "weight_decay") else (
-            " ".join(map(str, default)) if isinstance(default, tuple) else default)
+            " ".join(map(str, f.default)) if isinstance(f.default, tuple) else f.default)
         kw = dict(dest=f.name, default=argparse.SUPPRESS, help=f"{field_help(f.name)} (default: {shown})".replace(
             "%", "%%"))
-        if f.type == "bool":
-            p.add_argument(flag, action=BooleanOnce, **kw)
-        else:  # strings here; _cmd_train converts them so that a bad value is one ConfigError line
-            p.add_argument(flag, nargs="+" if f.type.startswith("tuple") else None,
-                           metavar=f.name.upper(), **kw)
+        if f.type != "bool":  # strings here; _cmd_train converts them so that a bad value is one ConfigError line
+            kw.update(nargs="+" if f.type.startswith("tuple") else None, metavar=f.name.upper())
+        p.add_argument("--" + f.name.replace("_", "-"), action=BooleanOnce if f.type == "bool" else None, **kw)
     p.add_argument("--out", default="results", help="results folder (default: results)")
     p.add_argument("--section", default="adhoc", help="section folder under --out (default: adhoc)")
     p.add_argument("--progress", action=BooleanOnce, default=True, help="per-epoch progress (default: on)")
@@ -44,8 +37,6 @@ def _add_train(sub: argparse._SubParsersAction) -> None:
 
 def _train_value(name: str, kind: str, raw):
     """A flag's string(s) → the TrainConfig field's type; ConfigError in TrainConfig's own format."""
-    from initmem.errors import ConfigError
-
     if isinstance(raw, bool) or kind == "str":
         return raw
     if isinstance(raw, list):
@@ -55,20 +46,14 @@ def _train_value(name: str, kind: str, raw):
     try:
         return int(raw) if kind.startswith("int") else float(raw)
     except ValueError:
-        what = "an integer" if kind.startswith("int") else "a real number"
-        raise ConfigError(f"TrainConfig.{name}={raw!r} is invalid: {what}"
-                          + (" or None" if kind.endswith("| None") else "") + " is accepted") from None
+        raise invalid(f"TrainConfig.{name}", raw, ("an integer" if kind.startswith("int") else "a real number")
+                      + (" or None" if kind.endswith("| None") else "")) from None
 
 
 def _cmd_train(args: argparse.Namespace) -> int:
-    import dataclasses
-
-    from initmem.config import TrainConfig
-
     kinds = {f.name: f.type for f in dataclasses.fields(TrainConfig)}
     config = TrainConfig(**{k: _train_value(k, kinds[k], v) for k, v in vars(args).items() if k in kinds})
     from initmem.train import train  # after the config is checked: a bad flag is answered before torch loads
-
     result = train(config, out_dir=args.out, section=args.section, progress=args.progress)
     s = result.summary
     print(result.path)
@@ -78,11 +63,10 @@ def _cmd_train(args: argparse.Namespace) -> int:
     return 0
 
 
-# --- run ---------------------------------------------------------------------------------------------------
 def _add_run(sub: argparse._SubParsersAction) -> None:
-    p = _parser(sub, "run", _cmd_run, help="execute one notebook with papermill",
-                description="Execute a jupytext notebook with papermill (kernel python3); parameters are "
-                            "type-checked against its parameters cell first.")
+    p = sub.add_parser("run", help="execute one notebook with papermill", description="Execute a jupytext notebook "
+                       "with papermill (kernel python3); parameters are type-checked against its parameters cell "
+                       "first.")
     p.add_argument("notebook", help="a jupytext .py notebook, e.g. notebooks/01_optimizers.py")
     p.add_argument("-p", "--parameter", nargs=2, action="append", default=[], metavar=("NAME", "VALUE"),
                    help="set a parameter; VALUE is read as YAML (0.01, [0.1, 1.0], null, true), as papermill's -p")
@@ -93,18 +77,6 @@ def _add_run(sub: argparse._SubParsersAction) -> None:
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
-    from pathlib import Path
-
-    import yaml
-
-    from initmem.config import point_configs
-    from initmem.errors import ConfigError
-    from initmem.notebook import check_parameters, notebook_parameters, run_notebook
-    from initmem.params import REQUIRED, check_section_name, load_yaml, read_text, yaml_error_line
-
-    if Path(args.notebook).is_dir():
-        raise ConfigError(f"notebook {args.notebook!r} is a folder: a jupytext .py notebook is accepted, e.g. "
-                          "notebooks/01_optimizers.py")
     params: dict = {}
     if args.parameters_file:
         try:
@@ -114,12 +86,10 @@ def _cmd_run(args: argparse.Namespace) -> int:
         if not isinstance(params, dict) or "profiles" in params:
             raise ConfigError(f"{args.parameters_file!r} must be a flat mapping of parameters "
                               "(a section params file with profiles is run with `initmem sweep`)")
-    given: dict[str, str] = {}
-    for name, value in args.parameter:
-        if name in given:
-            raise ConfigError(f"-p {name} is given twice ({given[name]!r}, then {value!r}): each parameter once is "
+    for i, (name, value) in enumerate(args.parameter):
+        if name in (earlier := dict(args.parameter[:i])):
+            raise ConfigError(f"-p {name} is given twice ({earlier[name]!r}, then {value!r}): each parameter once is "
                               "accepted")
-        given[name] = value
         try:
             params[name] = load_yaml(value)  # 1e-3 is a float here, as in papermill's -p
         except yaml.YAMLError as exc:
@@ -135,7 +105,6 @@ def _cmd_run(args: argparse.Namespace) -> int:
     if configs is not None:
         from initmem.point_report import sweep_row
         from initmem.results import load_runs, run_id
-
         runs = load_runs(Path(args.cwd or ".") / effective["results_dir"] / effective["section"])
         row = sweep_row(runs, out.stem, [run_id(c) for c in configs])
         print(f"point {row.pop('point')}: " + " ".join(f"{k}={v}" for k, v in row.items()))
@@ -143,11 +112,10 @@ def _cmd_run(args: argparse.Namespace) -> int:
     return 0
 
 
-# --- sweep -------------------------------------------------------------------------------------------------
 def _add_sweep(sub: argparse._SubParsersAction) -> None:
-    p = _parser(sub, "sweep", _cmd_sweep, help="run every point of a section's grid",
-                description="Expand params files' grids and execute each incomplete point's notebook. Every "
-                            "file is loaded and checked (every point's runs) before the first point runs.")
+    p = sub.add_parser("sweep", help="run every point of a section's grid", description="Expand params files' grids "
+                       "and execute each incomplete point's notebook. Every file is loaded and checked (every point's "
+                       "runs) before the first point runs.")
     p.add_argument("params", nargs="+", help="params files or glob patterns, e.g. params/01_optimizers.yaml or "
                    "'params/*.yaml' (no default; a pattern that matches no file is an error)")
     p.add_argument("--profile", required=True, help="profile of the params files: smoke, cpu, paper, ... "
@@ -160,8 +128,7 @@ def _add_sweep(sub: argparse._SubParsersAction) -> None:
                    "(default: 1)")
     p.add_argument("--dry-run", action="store_true", help="list the points and what would run, run nothing "
                    "(default: off)")
-    p.add_argument("--quiet", action="store_true", help="do not stream the notebooks' output (default: off, "
-                   "streamed)")
+    p.add_argument("--quiet", action="store_true", help="do not stream the notebooks' output (default: off, streamed)")
     g = p.add_argument_group("slurm executor")
     g.add_argument("--partition", help="Slurm partition (default: the cluster's default partition)")
     g.add_argument("--gpus", type=int, dest="gpus_per_node", help="GPUs per job (default: the cluster's default)")
@@ -172,38 +139,25 @@ def _add_sweep(sub: argparse._SubParsersAction) -> None:
 
 
 def _cmd_sweep(args: argparse.Namespace) -> int:
-    from initmem.sweep import (
-        SLURM_OPTIONS,
-        Progress,
-        load_section,
-        params_files,
-        points_to_run,
-        refuse_older,
-        run_sweep,
-    )
-
-    sections = [load_section(path) for path in params_files(args.params)]  # every file checked before any runs
+    from initmem import sweep
+    sections = [sweep.load_section(path) for path in sweep.params_files(args.params)]  # all checked before any runs
     for section in sections:
         section.points(args.profile, args.results)  # an unknown profile in any file fails now
-        refuse_older(section.results_for(args.profile, args.results), section.name)  # before any point trains
+        sweep.refuse_older(section.results_for(args.profile, args.results), section.name)  # before any point trains
     counted: set = set()
-    overall = None if args.dry_run else Progress(sum(points_to_run(s, args.profile, args.results, counted)
-                                                     for s in sections))
-    slurm = {k: getattr(args, k) for k in SLURM_OPTIONS if getattr(args, k, None) is not None}
-    code, seen = 0, set()
-    for section in sections:
-        report = run_sweep(section, profile=args.profile, results=args.results, executor=args.executor,
-                           jobs=args.jobs, dry_run=args.dry_run, slurm=slurm, progress=not args.quiet,
-                           overall=overall, seen=seen)
-        code = max(code, report.exit_code)
-    return code
+    overall = None if args.dry_run else sweep.Progress(sum(sweep.points_to_run(s, args.profile, args.results, counted)
+                                                           for s in sections))
+    slurm = {k: getattr(args, k) for k in sweep.SLURM_OPTIONS if getattr(args, k, None) is not None}
+    seen: set = set()
+    return max(sweep.run_sweep(s, profile=args.profile, results=args.results, executor=args.executor, jobs=args.jobs,
+                               dry_run=args.dry_run, slurm=slurm, progress=not args.quiet, overall=overall,
+                               seen=seen).exit_code for s in sections)
 
 
-# --- figures -----------------------------------------------------------------------------------------------
 def _add_figures(sub: argparse._SubParsersAction) -> None:
-    p = _parser(sub, "figures", _cmd_figures, help="regenerate every table and figure from a results folder "
-                "(default: every committed one: results/cpu -> figures, results/<profile> -> figures/<profile> "
-                "for cpu_steps and cpu_w025)")
+    p = sub.add_parser("figures", help="regenerate every table and figure from a results folder (default: every "
+                       "committed one: results/cpu -> figures, results/<profile> -> figures/<profile> for cpu_steps "
+                       "and cpu_w025)")
     p.add_argument("--results", default=None, help="results tree to read, relative to the current folder (default: "
                    "results/cpu of this repository when --out or --notebooks is given, else every committed tree)")
     p.add_argument("--out", default=None, help="folder for the figures, tables/ and README.md, relative to the "
@@ -218,7 +172,6 @@ def _add_figures(sub: argparse._SubParsersAction) -> None:
 
 def _cmd_figures(args: argparse.Namespace) -> int:
     from initmem.figures import ROOT, make_figures, make_study_figures
-
     if args.results is args.out is args.notebooks is None:
         written = make_study_figures(progress=args.progress)
         print(f"initmem figures: {len(written)} files written; indexes: "
@@ -230,9 +183,8 @@ def _cmd_figures(args: argparse.Namespace) -> int:
     return 0
 
 
-# --- report ------------------------------------------------------------------------------------------------
 def _add_report(sub: argparse._SubParsersAction) -> None:
-    p = _parser(sub, "report", _cmd_report, help="export the executed notebooks of a results tree to HTML")
+    p = sub.add_parser("report", help="export the executed notebooks of a results tree to HTML")
     p.add_argument("--results", default="results/smoke", help="results tree to read (default: %(default)s, where "
                    "`make smoke` writes its executed notebooks)")
     p.add_argument("--out", default="reports", help="folder for the HTML pages and index.html (default: %(default)s)")
@@ -240,19 +192,16 @@ def _add_report(sub: argparse._SubParsersAction) -> None:
 
 def _cmd_report(args: argparse.Namespace) -> int:
     from initmem.report import export_reports
-
     written = export_reports(results=args.results, out=args.out)
     print(f"initmem report: {len(written) - 1} notebooks exported; open {written[-1]}")
     return 0
 
 
-# --- plan --------------------------------------------------------------------------------------------------
 def _add_plan(sub: argparse._SubParsersAction) -> None:
-    p = _parser(sub, "plan", _cmd_plan, help="what a profile costs before anything trains: runs, steps, clocks, time",
-                description="Per point and in total: runs, optimiser steps, the forgetting clocks at the end "
-                            "of training, evaluation work and the expected wall time from a throughput table "
-                            "(docs/planner.md). --calibrate times the configurations on this device and "
-                            "stores the table.")
+    p = sub.add_parser("plan", help="what a profile costs before anything trains: runs, steps, clocks, time",
+                       description="Per point and in total: runs, optimiser steps, the forgetting clocks at the end of "
+                       "training, evaluation work and the expected wall time from a throughput table (docs/planner.md)"
+                       ". --calibrate times the configurations on this device and stores the table.")
     p.add_argument("params", nargs="*", help="params files (or glob patterns), e.g. params/*.yaml")
     p.add_argument("--profile", help="profile of the params files: smoke, cpu, paper, ...")
     p.add_argument("--device", default="auto", help="auto | cpu | cuda | cuda:N: the device whose table is read "
@@ -268,15 +217,8 @@ def _add_plan(sub: argparse._SubParsersAction) -> None:
 
 
 def _cmd_plan(args: argparse.Namespace) -> int:
-    import glob
-    import json
-
     from initmem import plan, plan_table
-    from initmem.errors import ConfigError
-
-    paths = [m for pat in args.params for m in (sorted(glob.glob(pat)) if glob.has_magic(pat) else [pat])]
-    if args.params and not paths:
-        raise ConfigError(f"params {' '.join(args.params)!r} match no file")
+    paths = params_files(args.params)  # a pattern that matches no file is an error, as in `initmem sweep`
     if (paths or not args.calibrate) and not args.profile:
         raise ConfigError("plan needs params files and --profile (or --calibrate alone for the default set)")
     if not paths and not args.calibrate:
@@ -285,37 +227,31 @@ def _cmd_plan(args: argparse.Namespace) -> int:
         given = " and ".join(f for f, v in (("--steps", args.steps), ("--members", args.members)) if v is not None)
         raise ConfigError(f"{given} apply only to --calibrate (they set what it times): `initmem plan --calibrate "
                           f"{given.split()[0]} ...` is accepted, or drop them")
+    plans = [plan.plan_section(p, args.profile) for p in paths]  # a bad params file fails before the device is asked
     if args.calibrate:
         from initmem.throughput import check_table_path
-
         steps, members = 5 if args.steps is None else args.steps, args.members or [1]
         if steps < 1 or min(members) < 1:
             raise ConfigError(f"--steps {steps} / --members {members} are invalid: positive integers are accepted")
         name, _ = plan.device_name(args.device)
         where = check_table_path(args.throughput or plan.default_table_path(name))  # before minutes of timing
-        plans = [plan.plan_section(p, args.profile) for p in paths]
         keys = plan_table.calibration_keys(plans) if plans else list(plan.DEFAULT_SET)
         print(f"calibrating {len(keys)} configuration(s) on {name} ({steps} steps each)", flush=True)
         table = plan_table.calibrate(keys, args.device, steps=steps, members=tuple(members))
-        out = plan.save_throughput(table, where)
-        print(f"initmem plan: {len(table.entries)} entries written to {out}")
+        print(f"initmem plan: {len(table.entries)} entries written to {plan.save_throughput(table, where)}")
         return 0
-    for p in paths:  # a bad params file fails before the device is asked
-        plan.plan_section(p, args.profile)
     table, note = plan_table.choose_table(args.device, args.throughput)
     plans = [plan.plan_section(p, args.profile, table) for p in paths]
     print(json.dumps(plan.plan_json(plans, table), indent=1) if args.json else plan.format_plan(plans, table, note))
     return 0
 
 
-# --- migrate -----------------------------------------------------------------------------------------------
 def _add_migrate(sub: argparse._SubParsersAction) -> None:
-    p = _parser(sub, "migrate", _cmd_migrate,
-                help="upgrade a results tree's run records to the current schema, then verify it",
-                description="Upgrade every schema-1 run.json under PATH to schema 2 in place (amp -> "
-                            "precision, the newer config fields at their defaults, the sha256, rows and "
-                            "columns of history.csv), keeping every number; history.csv is not touched and a "
-                            "second run changes nothing. Then verify every run under PATH.")
+    p = sub.add_parser("migrate", help="upgrade a results tree's run records to the current schema, then verify it",
+                       description="Upgrade every schema-1 run.json under PATH to schema 2 in place (amp -> precision, "
+                       "the newer config fields at their defaults, the sha256, rows and columns of history.csv), "
+                       "keeping every number; history.csv is not touched and a second run changes nothing. Then "
+                       "verify every run under PATH.")
     p.add_argument("path", metavar="PATH", help="results tree, section or run folder, e.g. results/cpu")
 
 
@@ -323,7 +259,6 @@ def _cmd_migrate(args: argparse.Namespace) -> int:
     from initmem.migrate import migrate
     from initmem.record import SCHEMA
     from initmem.results import load_runs
-
     upgraded = migrate(args.path)
     for file in upgraded:
         print(f"upgraded {file}")
@@ -334,6 +269,7 @@ def _cmd_migrate(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> Parser:
+    """The `initmem` argument parser, one subparser per subcommand."""
     parser = Parser(prog="initmem", description="Do deep networks forget initialization?")
     sub = parser.add_subparsers(dest="command", required=True)
     for add in (_add_train, _add_run, _add_sweep, _add_figures, _add_report, _add_plan, _add_migrate):
@@ -342,14 +278,16 @@ def build_parser() -> Parser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """The `initmem` command: its exit status (2 with one line on stderr for an InitmemError or out of memory)."""
     args = build_parser().parse_strict(argv)
     try:
-        return int(args.func(args) or 0)
+        return int(globals()[f"_cmd_{args.command}"](args) or 0)  # the naming rule above
     except InitmemError as exc:
         print(f"initmem {args.command}: error: {exc}", file=sys.stderr)
         return 2
-    except (MemoryError, RuntimeError) as exc:
-        if not _out_of_memory(exc):
+    except (MemoryError, RuntimeError) as exc:  # torch's OutOfMemoryError (CUDA), the CPU allocator's RuntimeError
+        if not (isinstance(exc, MemoryError) or type(exc).__name__ == "OutOfMemoryError" or any(s in str(exc).lower()
+                for s in ("not enough memory", "can't allocate memory", "out of memory", "cannot allocate memory"))):
             raise
         first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
         print(f"initmem {args.command}: error: out of memory ({type(exc).__name__}: {first}): a smaller --width, "
@@ -358,14 +296,6 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print(f"initmem {args.command}: interrupted", file=sys.stderr)
         return 130
-
-
-def _out_of_memory(exc: BaseException) -> bool:
-    """A MemoryError, torch's OutOfMemoryError (CUDA), or the CPU allocator's RuntimeError."""
-    text = str(exc).lower()
-    return isinstance(exc, MemoryError) or type(exc).__name__ == "OutOfMemoryError" or (
-        isinstance(exc, RuntimeError) and any(s in text for s in ("not enough memory", "can't allocate memory",
-                                                                   "out of memory", "cannot allocate memory")))
 
 
 if __name__ == "__main__":

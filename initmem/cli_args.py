@@ -1,6 +1,5 @@
-"""argparse the way the `initmem` command wants it: every flag may be given once (a second value is a usage error
-naming both, where argparse would keep the last silently), usage errors are one line like every other initmem error,
-and an unknown flag is answered with the closest known one."""
+"""argparse the `initmem` way: usage errors in one line like every initmem error, every flag given once (argparse
+would keep the last value silently), and an unknown flag answered with the closest known one."""
 
 from __future__ import annotations
 
@@ -9,7 +8,7 @@ import difflib
 
 
 class Once(argparse.Action):
-    """Mixin: a flag given twice is a usage error naming both values (argparse keeps the last one silently)."""
+    """Mixin: a flag given twice is a usage error naming both values."""
 
     def __call__(self, parser, namespace, values, option_string=None):
         given = namespace.__dict__.setdefault("_given", {})
@@ -21,38 +20,28 @@ class Once(argparse.Action):
         super().__call__(parser, namespace, values, option_string)
 
 
-class _StoreOnce(Once, argparse._StoreAction):
-    pass
-
-
-class _StoreTrueOnce(Once, argparse._StoreTrueAction):
-    pass
-
-
-class _StoreFalseOnce(Once, argparse._StoreFalseAction):
-    pass
-
-
 class BooleanOnce(Once, argparse.BooleanOptionalAction):
     pass
 
 
+# argparse's store actions as `Once`, registered by `Parser` under their names (None: a plain `add_argument`)
+_ONCE_ACTIONS = {name: type(f"Once_{name}", (Once, base), {}) for name, base in (("store", argparse._StoreAction),
+                 ("store_true", argparse._StoreTrueAction), ("store_false", argparse._StoreFalseAction))}
+
+
 class Parser(argparse.ArgumentParser):
-    """argparse whose usage errors are ONE line, like every other initmem error (no usage block), and whose flags
-    may be given once (subcommand parsers are Parsers too)."""
+    """argparse with one-line usage errors (no usage block) and `Once` flags (subcommand parsers are Parsers too)."""
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
-        for name, cls in ((None, _StoreOnce), ("store", _StoreOnce), ("store_true", _StoreTrueOnce),
-                          ("store_false", _StoreFalseOnce)):
+        for name, cls in {None: _ONCE_ACTIONS["store"], **_ONCE_ACTIONS}.items():
             self.register("action", name, cls)
 
     def error(self, message: str):
         self.exit(2, f"{self.prog}: error: {message} (see '{self.prog} --help')\n")
 
     def parse_strict(self, argv: list[str] | None = None) -> argparse.Namespace:
-        """`parse_args`, with an unknown flag reported by its subcommand's parser together with the closest of that
-        subcommand's flags ("did you mean --sigma-w?")."""
+        """`parse_args`, an unknown flag reported by its subcommand's parser with that subcommand's closest flag."""
         args, extra = self.parse_known_args(argv)
         if extra:
             sub = next(a for a in self._actions if isinstance(a, argparse._SubParsersAction)).choices[args.command]

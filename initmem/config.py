@@ -1,10 +1,6 @@
-"""What defines a run, without torch: `TrainConfig`, its validation, `run_id`, the tables of accepted values, and
-`point_configs`, the one function that turns a notebook's (or a params file's) parameters into a point's runs.
-
-Each field's help text lives beside it (`field(metadata={"help": ...})`): the CLI's `--help`, docs/fields.md
-(`python -m initmem.config`) and the notebooks' parameter tables read it there. Reading results imports this
-module, never the training stack.
-"""
+"""What defines a run, torch-free (reading results imports it, never the training stack): `TrainConfig`, its
+validation, `run_id`, the accepted values, and `point_configs` (a point's runs from its parameters). Each field's
+help lives beside it: `--help`, docs/fields.md (`python -m initmem.config`) and the notebooks read it there."""
 
 from __future__ import annotations
 
@@ -18,7 +14,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from initmem.errors import ConfigError
+from initmem.errors import ConfigError, invalid
 
 # ---------------------------------------------------------------------------------------------- accepted values
 ARCHS = ("resnet9", "resnet20", "resnet56", "resnet110")
@@ -50,19 +46,15 @@ OPTIMIZER_HPARAMS: dict[str, tuple[str, ...]] = {
 }
 SCHEDULE_HPARAMS = {"step": ("step_milestones", "step_gamma")}  # used by that schedule only
 _OPT_FIELDS = ("lr", "momentum", "weight_decay")  # None → the optimiser's STUDY.md default
-_DEVICE_RE = re.compile(r"auto|cpu|cuda(:\d+)?")
 
-# Fields that cannot change the result beyond float rounding (where it runs, how it is evaluated in batches,
-# checkpointed or laid out in memory, where the data is read from, compilation, deterministic kernels): not part of
-# the run id, so a rerun elsewhere is the same run.
+# Fields that cannot change a result beyond float rounding: not in the run id, so a rerun elsewhere is the same run.
 RUN_ID_EXCLUDE = frozenset({"device", "eval_batch_size", "checkpoint_every", "data_root", "channels_last", "compile",
                             "deterministic"})
 MEMBER_FIELDS = ("sigma_w", "seed")  # the fields the members of one population may differ in
 
 
 def _f(default: Any, help: str, **meta: Any) -> Any:
-    """A dataclass field with its help text (and, for a field added after the first results, `id_default`: the value
-    that reproduces the old behaviour, left out of the run id so that no earlier run changes its name)."""
+    """A dataclass field with its help (and `id_default` for a field added after the first results: `LATER_FIELDS`)."""
     return field(default=default, metadata={"help": help, **meta})
 
 
@@ -101,10 +93,9 @@ class TrainConfig:
     n_test: int | None = _f(None, "test images (stratified subset); None: all 10,000")
     split_seed: int = _f(0, "seed of the train/validation split and of the subsets")
     augment: bool = _f(False, "random crop (pad 4) and horizontal flip")
-    drop_last: bool = _f(False, "drop each epoch's partial last minibatch (n_train mod batch_size images, a new "
-                                "random set every epoch): a step on a few images, taken right before every "
-                                "measurement, jolts a fast-moving network (docs/findings.md, tau_interp)",
-                         id_default=False)
+    drop_last: bool = _f(False, "drop each epoch's partial last minibatch (n_train mod batch_size images, a new random "
+                         "set every epoch): a step on a few images, taken right before every measurement, jolts a "
+                         "fast-moving network (docs/findings.md, tau_interp)", id_default=False)
     train_eval_size: int | None = _f(None, "clean eval-mode train accuracy on a fixed stratified subset of this "
                                            "size; None: the whole split")
     eval_every: int = _f(1, "measure train/val/test every N epochs (and at the last): tau_interp and the best "
@@ -125,8 +116,7 @@ class TrainConfig:
     compile: bool = _f(False, "torch.compile the training step (speed only; compiled once per process and shape)")
 
     def __post_init__(self) -> None:
-        check = _Check(self)
-        _check_recipe(self, check)
+        _check_recipe(self, check := _Check(self))
         _check_inapplicable(self)
         _check_data_and_engine(self, check)
 
@@ -139,16 +129,13 @@ class TrainConfig:
         """Inverse of `to_dict`; unknown keys are a ConfigError naming them (and the closest field)."""
         if not isinstance(d, dict):
             raise ConfigError(f"TrainConfig.from_dict got {type(d).__name__}: a dict of fields is accepted")
-        if unknown := [k for k in d if k not in _FIELDS]:
-            raise _unknown_keys(unknown)
+        _known(d)
         return cls(**{k: tuple(v) if isinstance(v, list) else v for k, v in d.items()})
 
     def replace(self, **changes: Any) -> TrainConfig:
-        """A copy with `changes`. When the optimiser changes, lr/momentum/weight_decay that still hold the old
-        optimiser's defaults (and are not in `changes`) follow the new optimiser's defaults: the adam copy of an sgd
-        config gets adam's lr 1e-3, not sgd's 0.01; unused hyper-parameters go back to neutral."""
-        if unknown := [k for k in changes if k not in _FIELDS]:
-            raise _unknown_keys(unknown)
+        """A copy with `changes`; with a new optimiser, hyper-parameters at the old one's defaults (and not in
+        `changes`) take the new one's (an sgd config's adam copy gets lr 1e-3), unused ones go back to neutral."""
+        _known(changes)
         new = changes.get("optimizer", self.optimizer)
         if new != self.optimizer and new in OPTIMIZER_DEFAULTS:
             old = OPTIMIZER_DEFAULTS[self.optimizer]
@@ -175,20 +162,15 @@ def _is_real(v: Any) -> bool:
     return isinstance(v, numbers.Real) and not isinstance(v, bool) and math.isfinite(v)
 
 
-def _is_int(v: Any) -> bool:
-    return isinstance(v, numbers.Integral) and not isinstance(v, bool)
-
-
-def _reals(name: str, v: Any, n: int | None, ok, accepted: str) -> tuple[float, ...]:
+def _reals(name: str, v: Any, n: int | None, ok, accepted: str, ordered: bool = False) -> tuple[float, ...]:
     if isinstance(v, (str, bytes)) or not isinstance(v, (tuple, list)) or (n is not None and len(v) != n) or not all(
-            _is_real(x) and ok(x) for x in v):
+            _is_real(x) and ok(x) for x in v) or (ordered and list(v) != sorted(v)):
         raise _bad(name, v, accepted)
     return tuple(float(x) for x in v)
 
 
 class _Check:
-    """The field checks of `TrainConfig.__post_init__`: each names the field and what is accepted, and stores the
-    normalised value (ints given for reals are stored as floats)."""
+    """`__post_init__`'s field checks: each error names the field and what is accepted; reals are stored as floats."""
 
     def __init__(self, config: TrainConfig):
         self.c = config
@@ -197,13 +179,11 @@ class _Check:
         object.__setattr__(self.c, name, value)
 
     def choice(self, name: str, options: tuple[str, ...]) -> None:
-        v = getattr(self.c, name)
-        if not isinstance(v, str) or v not in options:
+        if not isinstance(v := getattr(self.c, name), str) or v not in options:
             raise _bad(name, v, "one of " + ", ".join(repr(o) for o in options))
 
     def real(self, name: str, ok, accepted: str) -> None:
-        v = getattr(self.c, name)
-        if not _is_real(v) or not ok(float(v)):
+        if not _is_real(v := getattr(self.c, name)) or not ok(float(v)):
             raise _bad(name, v, accepted)
         self.put(name, float(v))
 
@@ -211,13 +191,14 @@ class _Check:
         v = getattr(self.c, name)
         if v is None and optional:
             return
-        if not _is_int(v) or not lo <= v <= hi:
+        if not isinstance(v, numbers.Integral) or isinstance(v, bool) or not lo <= v <= hi:
             raise _bad(name, v, f"an integer in [{lo}, {hi}]" + (" or None" if optional else ""))
         self.put(name, int(v))
 
-    def flag(self, name: str) -> None:
-        if not isinstance(getattr(self.c, name), bool):
-            raise _bad(name, getattr(self.c, name), "True or False")
+    def flag(self, *names: str) -> None:
+        for name in names:
+            if not isinstance(getattr(self.c, name), bool):
+                raise _bad(name, getattr(self.c, name), "True or False")
 
 
 def _check_recipe(c: TrainConfig, check: _Check) -> None:
@@ -225,9 +206,8 @@ def _check_recipe(c: TrainConfig, check: _Check) -> None:
     check.choice("arch", ARCHS)
     check.real("width", lambda v: 0 < v <= 64, "a real in (0, 64]")
     if round(MIN_CHANNELS[c.arch] * c.width) < 1:  # models rounds channel counts: none may round to 0
-        raise _bad("width", c.width, f"arch={c.arch!r} needs width > {0.5 / MIN_CHANNELS[c.arch]:.4g} "
-                                     f"(its narrowest layer, {MIN_CHANNELS[c.arch]} channels at width 1, "
-                                     "must keep one)")
+        raise _bad("width", c.width, f"arch={c.arch!r} needs width > {0.5 / MIN_CHANNELS[c.arch]:.4g} (its narrowest "
+                                     f"layer, {MIN_CHANNELS[c.arch]} channels at width 1, must keep one)")
     check.real("sigma_w", lambda v: v > 0, "a finite real > 0")
     check.choice("optimizer", OPTIMIZERS)
     for name in _OPT_FIELDS:
@@ -243,11 +223,8 @@ def _check_recipe(c: TrainConfig, check: _Check) -> None:
     check.choice("schedule", SCHEDULES)
     check.integer("epochs", 1, hi=10**7)
     check.real("warmup_epochs", lambda v: 0 <= v <= c.epochs, f"a real in [0, epochs={c.epochs}]")
-    m = _reals("step_milestones", c.step_milestones, None, lambda x: 0 < x <= 1,
-               "a non-decreasing sequence of fractions in (0, 1]")
-    if list(m) != sorted(m):
-        raise _bad("step_milestones", c.step_milestones, "a non-decreasing sequence of fractions in (0, 1]")
-    check.put("step_milestones", m)
+    check.put("step_milestones", _reals("step_milestones", c.step_milestones, None, lambda x: 0 < x <= 1,
+                                        "a non-decreasing sequence of fractions in (0, 1]", ordered=True))
     check.real("step_gamma", lambda v: v > 0, "a finite real > 0")
 
 
@@ -261,8 +238,7 @@ def _check_inapplicable(c: TrainConfig) -> None:
                                                f"default {defaults[name]!r} is accepted")
     for schedule, names in SCHEDULE_HPARAMS.items():
         for name in names:
-            default = _FIELDS[name].default
-            if c.schedule != schedule and getattr(c, name) != default:
+            if c.schedule != schedule and getattr(c, name) != (default := _FIELDS[name].default):
                 raise _bad(name, getattr(c, name), f"schedule={c.schedule!r} does not use it (only "
                                                    f"schedule={schedule!r} does); only {default!r} is accepted")
 
@@ -277,31 +253,29 @@ def _check_data_and_engine(c: TrainConfig, check: _Check) -> None:
     check.integer("n_val", NUM_CLASSES, hi=10**7)
     check.integer("n_test", NUM_CLASSES, optional=True, hi=10**7)
     check.integer("split_seed", 0)
-    check.flag("augment")
-    check.flag("drop_last")
+    check.flag("augment", "drop_last")
     check.integer("train_eval_size", NUM_CLASSES, optional=True, hi=10**7)
     check.integer("eval_every", 1, hi=c.epochs)
     check.integer("batch_size", 1, hi=10**7)
     check.integer("seed", 0)
-    if not isinstance(c.device, str) or not _DEVICE_RE.fullmatch(c.device):
+    if not isinstance(c.device, str) or not re.fullmatch(r"auto|cpu|cuda(:\d+)?", c.device):
         raise _bad("device", c.device, "'auto', 'cpu', 'cuda' or 'cuda:N'")
     check.integer("eval_batch_size", 1, hi=10**7)
     check.integer("checkpoint_every", 0, hi=10**7)
     check.choice("precision", PRECISIONS)
     if c.precision == "tf32" and c.device == "cpu":
         raise _bad("precision", c.precision, "'tf32' is CUDA only; 'fp32' or 'bf16' is accepted with device='cpu'")
-    for name in ("deterministic", "channels_last", "compile"):
-        check.flag(name)
+    check.flag("deterministic", "channels_last", "compile")
 
 
-def _unknown_keys(keys: list[str]) -> ConfigError:
-    hints = [f"{k!r} (did you mean {m[0]!r}?)" if (m := difflib.get_close_matches(k, list(_FIELDS), 1)) else repr(k)
-             for k in keys]
-    return ConfigError(f"TrainConfig has no field {', '.join(hints)}: accepted fields are {', '.join(_FIELDS)}")
+def _known(names: dict[str, Any]) -> None:
+    if hints := [f"{k!r} (did you mean {m[0]!r}?)" if (m := difflib.get_close_matches(k, list(_FIELDS), 1))
+                 else repr(k) for k in names if k not in _FIELDS]:
+        raise ConfigError(f"TrainConfig has no field {', '.join(hints)}: accepted fields are {', '.join(_FIELDS)}")
 
 
-# fields added after the first results were written, with the value that reproduces the behaviour before them: a
-# record without one was trained that way (record.check_record fills it in)
+# fields added after the first results, with the value that reproduces the behaviour before them: a record without
+# one was trained that way (record.check_record fills it in), and the run id leaves them out at that value
 LATER_FIELDS = {f.name: f.metadata["id_default"] for f in dataclasses.fields(TrainConfig) if "id_default" in f.metadata}
 
 
@@ -310,15 +284,13 @@ _AMP = {"fp32": "off", "bf16": "bf16"}  # precision replaced the field `amp` aft
 
 
 def run_id(config: TrainConfig | dict) -> str:
-    """First 12 hex chars of sha256 over the canonical JSON of the config minus the fields that cannot change the
-    result (`RUN_ID_EXCLUDE`) and minus later fields at their `id_default`: the same recipe on another device is
-    the same run, and a field added later renames no earlier run. `precision` is hashed under the name of the field
-    it replaced (`amp`: fp32 = "off") where that field could express it, for the same reason."""
+    """First 12 hex chars of sha256 over the canonical JSON of the config minus `RUN_ID_EXCLUDE` and `LATER_FIELDS`
+    at their `id_default`: the same recipe on another device is the same run, and a later field renames no earlier
+    run; for that reason too `precision` is hashed as the field it replaced, `amp` (fp32 = "off"), where it can be."""
     if isinstance(config, dict):
         config = TrainConfig.from_dict(config)
     d = {k: v for k, v in config.to_dict().items()
-         if k not in RUN_ID_EXCLUDE and not ("id_default" in _FIELDS[k].metadata
-                                             and v == _FIELDS[k].metadata["id_default"])}
+         if k not in RUN_ID_EXCLUDE and not (k in LATER_FIELDS and v == LATER_FIELDS[k])}
     if d["precision"] in _AMP:
         d["amp"] = _AMP[d.pop("precision")]
     return hashlib.sha256(json.dumps(d, sort_keys=True, separators=(",", ":")).encode()).hexdigest()[:12]
@@ -330,41 +302,31 @@ def shared_fields(config: TrainConfig) -> dict[str, Any]:
 
 
 def check_members(configs: list[TrainConfig]) -> list[TrainConfig]:
-    """ConfigError unless `configs` is a non-empty list of distinct TrainConfigs that differ only in MEMBER_FIELDS
-    (and in nothing that changes how they run: device, precision, ...)."""
+    """`configs` as a list, or ConfigError unless they are distinct TrainConfigs that differ only in MEMBER_FIELDS."""
     if isinstance(configs, TrainConfig) or not isinstance(configs, (list, tuple)) or not configs or not all(
             isinstance(c, TrainConfig) for c in configs):
         raise ConfigError(f"configs={type(configs).__name__} is invalid: a TrainConfig or a non-empty list of "
                           "TrainConfig is accepted")
-    base = {k: v for k, v in configs[0].to_dict().items() if k not in MEMBER_FIELDS}
-    for c in configs[1:]:
-        for key, v in c.to_dict().items():
-            if key not in MEMBER_FIELDS and v != base[key]:
-                raise ConfigError(f"TrainConfig.{key}={v!r} differs from the first member's {base[key]!r}: the "
-                                  f"members of a population may differ only in {' and '.join(MEMBER_FIELDS)}")
+    base = configs[0].to_dict()
+    for key, v in ((k, v) for c in configs[1:] for k, v in c.to_dict().items() if k not in MEMBER_FIELDS):
+        if v != base[key]:
+            raise ConfigError(f"TrainConfig.{key}={v!r} differs from the first member's {base[key]!r}: the members of "
+                              f"a population may differ only in {' and '.join(MEMBER_FIELDS)}")
     if len({run_id(c) for c in configs}) != len(configs):
         raise ConfigError("configs repeat a (sigma_w, seed) pair: distinct members are accepted")
     return list(configs)
 
 
 # ---------------------------------------------------------------------------------------------- a point's runs
-POINT_FIELDS = ("sigma_ws", "seeds")  # the parameters that expand a point into its runs
-
-
 def point_configs(params: dict[str, Any]) -> list[TrainConfig]:
-    """The TrainConfig of every sigma_w x seed run of a point, in (sigma_w, seed) order, from a parameters mapping
-    (a notebook's namespace, a params file's point): its TrainConfig-named entries make the base config, `sigma_ws`
-    and `seeds` expand it; every other entry is notebook-level and ignored here. The one place a point's runs are
-    derived, for the notebooks and the sweep alike."""
+    """The one derivation of a point's runs, in (sigma_w, seed) order, from its parameters (a notebook's namespace, a
+    params file's point): TrainConfig-named entries make the base config, `sigma_ws` x `seeds` expand it."""
     sigma_ws, seeds = params.get("sigma_ws"), params.get("seeds", [0])
-    if isinstance(sigma_ws, (str, bytes)) or not isinstance(sigma_ws, (list, tuple)) or not sigma_ws:
-        raise ConfigError(f"sigma_ws={sigma_ws!r} is invalid: a non-empty list of positive reals is accepted")
-    if isinstance(seeds, (str, bytes)) or not isinstance(seeds, (list, tuple)) or not seeds:
-        raise ConfigError(f"seeds={seeds!r} is invalid: a non-empty list of integers >= 0 is accepted")
-    for name, values in (("sigma_ws", sigma_ws), ("seeds", seeds)):
+    for name, values, what in (("sigma_ws", sigma_ws, "positive reals"), ("seeds", seeds, "integers >= 0")):
+        if isinstance(values, (str, bytes)) or not isinstance(values, (list, tuple)) or not values:
+            raise invalid(name, values, f"a non-empty list of {what}")
         if len(set(map(repr, values))) != len(values):
-            raise ConfigError(f"{name}={list(values)!r} is invalid: it repeats a value; distinct values are "
-                              "accepted")
+            raise ConfigError(f"{name}={list(values)!r} is invalid: it repeats a value; distinct values are accepted")
     base = TrainConfig(**{k: (tuple(v) if isinstance(v, list) else v) for k, v in params.items() if k in _FIELDS
                           and k not in MEMBER_FIELDS})
     configs = [base.replace(sigma_w=s, seed=seed) for s in sigma_ws for seed in seeds]  # each one validated
@@ -376,12 +338,10 @@ def point_configs(params: dict[str, Any]) -> list[TrainConfig]:
 
 def fields_markdown() -> str:
     """The field list of docs/fields.md: `name: type = default — help`, grouped as in the dataclass."""
-    lines = ["# TrainConfig fields", "",
-             "Generated from `initmem/config.py` by `python -m initmem.config > docs/fields.md`; do not edit.", "",
-             "| field | type | default | meaning |", "|---|---|---|---|"]
-    for f in _FIELDS.values():
-        default = "per optimizer" if f.name in _OPT_FIELDS else repr(f.default)
-        lines.append(f"| `{f.name}` | `{f.type}` | `{default}` | {f.metadata['help'].replace('|', '/')} |")
+    lines = ["# TrainConfig fields", "", "Generated from `initmem/config.py` by `python -m initmem.config > "
+             "docs/fields.md`; do not edit.", "", "| field | type | default | meaning |", "|---|---|---|---|"]
+    lines += [f"| `{f.name}` | `{f.type}` | `{'per optimizer' if f.name in _OPT_FIELDS else repr(f.default)}` | "
+              f"{f.metadata['help'].replace('|', '/')} |" for f in _FIELDS.values()]
     excluded = ", ".join(f"`{n}`" for n in sorted(RUN_ID_EXCLUDE))
     return "\n".join([*lines, "", f"Not part of the run id (cannot change a result): {excluded}.", ""])
 

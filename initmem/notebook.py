@@ -1,14 +1,10 @@
-"""Notebooks: jupytext percent `.py` files (the source of truth, read in memory with `jupytext.read`) executed by
-papermill with the kernel `python3`. The parameters cell (`name = literal` lines, optionally annotated) is read with
-`ast`, no kernel. Values are type-checked before anything runs (`check_parameters`) and again inside the kernel
-(`checked_parameters`), because papermill only *warns* on an unknown name and injects a YAML `1e-3` as a string.
-Torch-, papermill- and jupytext-free at import.
-"""
+"""Notebooks: jupytext `.py` files run by papermill (kernel `python3`). Parameters cells (`name = literal` lines) are
+read with `ast`; values are checked before the kernel starts and again inside it (`checked_parameters`): papermill
+only warns on an unknown name and injects a YAML `1e-3` as a string. Torch-, papermill- and jupytext-free at import."""
 
 from __future__ import annotations
 
 import ast
-import contextlib
 import dataclasses
 import difflib
 import hashlib
@@ -20,6 +16,7 @@ import sys
 import time
 from pathlib import Path
 from typing import Any, NamedTuple
+from unittest import mock
 
 from initmem.config import MEMBER_FIELDS, TrainConfig, point_configs
 from initmem.errors import ConfigError, InitmemError, NotebookError, ResultsError
@@ -27,21 +24,18 @@ from initmem.errors import ConfigError, InitmemError, NotebookError, ResultsErro
 # Kernel start-up failures worth a retry: parallel kernels can race for the same ports.
 _RETRYABLE = ("address already in use", "zmqerror", "kernel didn't respond", "kernel died before replying",
               "timeout waiting for kernel", "kernel_info")
-# The kernel logs "Kernel is running over TCP without encryption" on every start and sometimes "KeyboardInterrupt
-# caught in kernel" at a normal shutdown, straight to the inherited stderr; neither is a problem of the run.
+# silences what the kernel logs to the inherited stderr at every start and some normal shutdowns (no run's problem)
 KERNEL_ARGUMENTS = ["--IPKernelApp.log_level=CRITICAL"]
 SECTION_REQUIRED = ("results_dir", "section", "sigma_ws", "seeds")  # what every section notebook declares
-# A section notebook's scale for a TrainConfig field neither its parameters cell nor its caller sets: seconds on a
-# laptop (synthetic data, a 1/16-width network, 2 epochs); every profile of params/ sets these fields itself.
+# a section notebook's TrainConfig fields that nothing sets: seconds on a laptop (every params/ profile sets them)
 SMOKE = {"data": "synthetic", "width": 0.0625, "epochs": 2, "n_train": 256, "n_val": 128, "n_test": 128}
 NOT_IN_ID = ("results_dir", "section", "progress")  # where and how verbosely, not what: not in a point's digest
 INJECTED = "# Parameters\n"  # the first line of papermill's injected-parameters cell (python translator)
-_SCIENTIFIC = re.compile(r"[-+]?(?:[0-9][0-9_]*)(?:\.[0-9_]*)?[eE][-+]?[0-9]+")  # YAML 1.1 reads these as strings
+SCIENTIFIC = re.compile(r"[-+]?(?:[0-9][0-9_]*)(?:\.[0-9_]*)?[eE][-+]?[0-9]+")  # YAML 1.1 reads these as strings
 
 
 class Parameter(NamedTuple):
-    """One name a notebook accepts: its type (declared, inferred, or TrainConfig's) and default; `in_cell`: its
-    parameters cell sets it (False: a TrainConfig field a section notebook accepts without listing it)."""
+    """One name a notebook accepts: its type, default and whether its parameters cell lists it (`in_cell`)."""
 
     type: str
     default: Any
@@ -51,47 +45,39 @@ class Parameter(NamedTuple):
 # --- the parameters cell -----------------------------------------------------------------------------------
 def _read(path: str | Path):
     import jupytext
-
-    path = Path(path)
+    if (path := Path(path)).is_dir():
+        raise NotebookError(f"notebook {str(path)!r} is a folder: a jupytext .py notebook is accepted, e.g. "
+                            "notebooks/01_optimizers.py")
     if not path.is_file():
         raise NotebookError(f"notebook {str(path)!r} does not exist")
     return jupytext.read(path)
 
 
 def _infer_type(value: Any) -> str:
-    if value is None:
-        return "Any"
     if isinstance(value, (bool, int, float, str)):
         return type(value).__name__
     if isinstance(value, (list, tuple)):
         kinds = {_infer_type(v) for v in value}
         elem = kinds.pop() if len(kinds) == 1 else "float" if kinds <= {"int", "float"} else "Any"
         return f"list[{elem}]" if isinstance(value, list) else f"tuple[{elem}, ...]"
-    if isinstance(value, dict):
-        return "dict"
-    return "Any"
+    return "dict" if isinstance(value, dict) else "Any"
 
 
 def notebook_parameters(path: str | Path) -> dict[str, Parameter]:
-    """What a notebook accepts, with types and defaults: the names of the cell tagged `parameters` in cell order
-    (type: the annotation, else inferred from the default; an untyped `None` is `Any`), then, for a section
-    notebook, the other TrainConfig fields (`accepted_parameters`)."""
-    nb = _read(path)
-    cells = [c for c in nb.cells if "parameters" in c.get("metadata", {}).get("tags", [])]
+    """What a notebook accepts: the names of its cell tagged `parameters` in order, typed by their annotation or
+    default (an untyped `None` is `Any`), then, for a section notebook, the other TrainConfig fields."""
+    cells = [c for c in _read(path).cells if "parameters" in c.get("metadata", {}).get("tags", [])]
     if len(cells) != 1:
         raise NotebookError(f"{path}: expected exactly one cell tagged 'parameters', found {len(cells)}")
     return accepted_parameters(_parse_parameters(cells[0].source, str(path)))
 
 
 def accepted_parameters(cell: dict[str, Parameter]) -> dict[str, Parameter]:
-    """A parameters cell's names and, when it declares `SECTION_REQUIRED` (a section notebook), every TrainConfig
-    field but `MEMBER_FIELDS`: typed by the dataclass (in the cell too, where its annotation is not needed), with
-    the cell's default, else `SMOKE`'s, else TrainConfig's. One field added to TrainConfig is accepted everywhere."""
-    if not all(k in cell for k in SECTION_REQUIRED):
-        return dict(cell)
-    out = dict(cell)
+    """A cell's names and, for a section notebook (`SECTION_REQUIRED`), every TrainConfig field but `MEMBER_FIELDS`,
+    typed by the dataclass, defaulting to the cell's value, else `SMOKE`'s, else TrainConfig's."""
+    out, section = dict(cell), all(k in cell for k in SECTION_REQUIRED)
     for f in dataclasses.fields(TrainConfig):
-        if f.name not in MEMBER_FIELDS:
+        if section and f.name not in MEMBER_FIELDS:
             default = cell[f.name].default if f.name in cell else SMOKE.get(f.name, f.default)
             out[f.name] = Parameter(str(f.type), default, f.name in cell)
     return out
@@ -122,62 +108,44 @@ def _parse_parameters(source: str, path: str) -> dict[str, Parameter]:
 
 
 # --- type checking against the declared types --------------------------------------------------------------
+_IS = {"Any": lambda v: True, "bool": lambda v: isinstance(v, bool), "str": lambda v: isinstance(v, str),
+       "int": lambda v: isinstance(v, int) and not isinstance(v, bool), "dict": lambda v: isinstance(v, dict)}
+
+
 def _coerce(value: Any, node: ast.expr) -> tuple[bool, Any]:
     """(ok, value converted) for a value against an annotation's AST. int is accepted (and converted) for float,
     lists for tuples; bool is not an int here."""
     if isinstance(node, ast.BinOp) and isinstance(node.op, ast.BitOr):
-        for side in (node.left, node.right):
-            ok, v = _coerce(value, side)
-            if ok:
-                return True, v
-        return False, value
+        return next((r for r in (_coerce(value, side) for side in (node.left, node.right)) if r[0]), (False, value))
     if isinstance(node, ast.Constant) and node.value is None:
         return value is None, value
-    if isinstance(node, ast.Name):
-        name = node.id
-        if name == "Any":
-            return True, value
-        if name == "None":
-            return value is None, value
-        if name == "bool":
-            return isinstance(value, bool), value
-        if name == "int":
-            return isinstance(value, int) and not isinstance(value, bool), value
-        if name == "float":
-            if isinstance(value, str) and _SCIENTIFIC.fullmatch(value.strip()):  # YAML 1.1's "1e-3"
-                return True, float(value.replace("_", ""))
-            ok = isinstance(value, (int, float)) and not isinstance(value, bool)
-            return ok, float(value) if ok else value
-        if name == "str":
-            return isinstance(value, str), value
-        if name in ("list", "tuple"):
-            return isinstance(value, (list, tuple)), (list if name == "list" else tuple)(value) \
-                if isinstance(value, (list, tuple)) else value
-        if name == "dict":
-            return isinstance(value, dict), value
-        raise NotebookError(f"unsupported type {name!r} in a parameters-cell annotation")
-    if isinstance(node, ast.Subscript) and isinstance(node.value, ast.Name):
+    if isinstance(node, ast.Name) and node.id in _IS:
+        return _IS[node.id](value), value
+    if isinstance(node, ast.Name) and node.id == "float":
+        if isinstance(value, str) and SCIENTIFIC.fullmatch(value.strip()):  # YAML 1.1's "1e-3"
+            return True, float(value.replace("_", ""))
+        ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+        return ok, float(value) if ok else value
+    if isinstance(node, ast.Name) and node.id in ("list", "tuple"):  # bare: list[Any], tuple[Any, ...]
+        outer, args = node.id, [ast.Name("Any"), ast.Constant(...)]
+    elif isinstance(node, ast.Subscript) and isinstance(node.value, ast.Name) and node.value.id in (
+            "list", "tuple", "dict"):
         outer, args = node.value.id, node.slice.elts if isinstance(node.slice, ast.Tuple) else [node.slice]
-        if outer in ("list", "tuple"):
-            if not isinstance(value, (list, tuple)):
-                return False, value
-            if outer == "tuple" and not (len(args) == 2 and isinstance(args[1], ast.Constant)
-                                         and args[1].value is Ellipsis):
-                if len(args) != len(value):
-                    return False, value
-                pairs = [_coerce(v, a) for v, a in zip(value, args, strict=True)]
-            else:
-                pairs = [_coerce(v, args[0]) for v in value]
-            ok = all(p[0] for p in pairs)
-            items = [p[1] for p in pairs]
-            return ok, (tuple(items) if outer == "tuple" else items) if ok else value
-        if outer == "dict":
-            if not isinstance(value, dict):
-                return False, value
-            pairs = {k: _coerce(v, args[-1]) for k, v in value.items()}
-            ok = all(p[0] for p in pairs.values()) and all(_coerce(k, args[0])[0] for k in value)
-            return ok, {k: p[1] for k, p in pairs.items()} if ok else value
-    raise NotebookError(f"unsupported parameters-cell annotation {ast.unparse(node)!r}")
+    else:
+        raise NotebookError(f"unsupported parameters-cell annotation {ast.unparse(node)!r}")
+    if outer == "dict":
+        if not isinstance(value, dict):
+            return False, value
+        pairs = {k: _coerce(v, args[-1]) for k, v in value.items()}
+        ok = all(p[0] for p in pairs.values()) and all(_coerce(k, args[0])[0] for k in value)
+        return ok, {k: p[1] for k, p in pairs.items()} if ok else value
+    variadic = outer == "list" or (len(args) == 2 and isinstance(args[1], ast.Constant) and args[1].value is ...)
+    if not isinstance(value, (list, tuple)) or (not variadic and len(args) != len(value)):
+        return False, value
+    pairs = [_coerce(v, a) for v, a in zip(value, args[:1] * len(value) if variadic else args, strict=True)]
+    items = [p[1] for p in pairs]
+    ok = all(p[0] for p in pairs)
+    return ok, (tuple(items) if outer == "tuple" else items) if ok else value
 
 
 def check_value(name: str, value: Any, type_: str, where: str = "") -> Any:
@@ -189,8 +157,7 @@ def check_value(name: str, value: Any, type_: str, where: str = "") -> Any:
 
 
 def check_parameters(params: dict[str, Any], declared: dict[str, Parameter], where: str = "") -> dict[str, Any]:
-    """`params` type-checked and converted against a notebook's declared parameters; unknown names raise
-    ConfigError naming the name, the accepted names and the closest match."""
+    """`params` type-checked and converted; an unknown name is a ConfigError naming the accepted and closest ones."""
     for name in params:
         if name not in declared:
             close = difflib.get_close_matches(name, declared, n=1)
@@ -219,27 +186,20 @@ def _one_line(shell, etype, value, tb, tb_offset=None):  # noqa: ARG001 - IPytho
 
 
 def checked_parameters(namespace: dict[str, Any]) -> dict[str, Any]:
-    """Check, in the kernel, what papermill injected; returns `namespace` (call: `checked_parameters(globals())`).
-
-    IPython keeps the executed cells' sources in `In`: when the cell before this one is papermill's (`INJECTED`),
-    every name it assigns must be one the cell before it accepts (`accepted_parameters`), converted as
-    `check_parameters` converts it; without `In` (a script, plain JupyterLab) nothing was injected. In a section
-    notebook, a `SMOKE` field nothing set gets its smoke value (printed) and the point's runs are built once, so a bad
-    value fails here. A later InitmemError shows as its one line, like the `initmem` command's.
-    """
-    shell = namespace.get("get_ipython")
-    if callable(shell) and (ip := shell()) is not None and hasattr(ip, "set_custom_exc"):
+    """Check, in the kernel, what papermill injected; returns `namespace` (`checked_parameters(globals())`). When the
+    cell before this one in IPython's `In` is papermill's (`INJECTED`), every name it sets must be accepted by the cell
+    before that, converted as `check_parameters` does. A section notebook gets the `SMOKE` fields nothing set (printed)
+    and builds its runs, so a bad value fails here; a later InitmemError shows as one line, as in `initmem`."""
+    if callable(shell := namespace.get("get_ipython")) and hasattr(ip := shell(), "set_custom_exc"):
         ip.set_custom_exc((InitmemError,), _one_line)
-    sources = namespace.get("In")
-    if isinstance(sources, list) and len(sources) >= 3 and str(sources[-2]).startswith(INJECTED):
+    if isinstance(sources := namespace.get("In"), list) and len(sources) >= 3 and str(sources[-2]).startswith(INJECTED):
         accepted = accepted_parameters(_parse_parameters(str(sources[-3]), "the parameters cell"))
         names = [t.id for node in ast.parse(str(sources[-2])).body if isinstance(node, ast.Assign)
                  for t in node.targets if isinstance(t, ast.Name)]
         namespace.update(check_parameters({n: namespace[n] for n in names if n in namespace}, accepted,
                                           "papermill parameters: "))
     if all(k in namespace for k in SECTION_REQUIRED):
-        unset = {k: v for k, v in SMOKE.items() if k not in namespace}
-        if unset:
+        if unset := {k: v for k, v in SMOKE.items() if k not in namespace}:
             namespace.update(unset)
             print("at the smoke scale (initmem.notebook.SMOKE; set them in the parameters cell or with -p): "
                   + ", ".join(f"{k}={v!r}" for k, v in unset.items()), flush=True)
@@ -248,60 +208,30 @@ def checked_parameters(namespace: dict[str, Any]) -> dict[str, Any]:
 
 
 # --- execution ---------------------------------------------------------------------------------------------
-@contextlib.contextmanager
-def _environ(**values: str):
-    """Temporarily set environment variables: papermill's kernel inherits os.environ at start-up."""
-    old = {k: os.environ.get(k) for k in values}
-    os.environ.update(values)
-    try:
-        yield
-    finally:
-        for k, v in old.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
-
-
-class _KnownParameters(logging.Filter):
-    """Drops papermill's "Passed unknown parameter" warning (a TrainConfig field the cell does not list, or a form
-    papermill cannot parse): `check_parameters` has already accepted the name. Plain papermill still prints it."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        return not record.getMessage().startswith("Passed unknown parameter")
-
-
-def _quiet_papermill() -> None:
-    log = logging.getLogger("papermill")
-    if not any(isinstance(f, _KnownParameters) for f in log.filters):
-        log.addFilter(_KnownParameters())
+def _known_parameters(record: logging.LogRecord) -> bool:
+    """Drops papermill's "Passed unknown parameter" warning: `check_parameters` has accepted the name already."""
+    return not record.getMessage().startswith("Passed unknown parameter")
 
 
 def _is_retryable(exc: BaseException) -> bool:
     from nbclient.exceptions import DeadKernelError
-
-    if isinstance(exc, DeadKernelError):  # died mid-cell (e.g. out of memory): retrying would repeat it
-        return False
-    text = f"{type(exc).__name__}: {exc}".lower()
-    return any(s in text for s in _RETRYABLE)
+    # a kernel that died mid-cell (e.g. out of memory) would die again
+    return not isinstance(exc, DeadKernelError) and any(s in f"{type(exc).__name__}: {exc}".lower() for s in _RETRYABLE)
 
 
 def execute_notebook(path: str | Path, output_path: str | Path, parameters: dict[str, Any] | None = None,
                      cwd: str | Path | None = None, log_output: bool = True, kernel_name: str = "python3",
                      start_timeout: int = 60, retries: int = 2, env: dict[str, str] | None = None):
-    """Execute a jupytext notebook with papermill; return the executed `nbformat.NotebookNode`, also written to
-    `output_path` when a cell fails (NotebookError naming the cell). Kernel start-up is retried `retries` times on
-    port clashes; the kernel gets `env` and `INITMEM_PROGRESS=lines` (one line per epoch, not a progress bar)."""
+    """The executed notebook (`nbformat.NotebookNode`, also at `output_path` when a cell fails: NotebookError naming
+    it); a kernel start is retried on port clashes; the kernel gets `env` and `INITMEM_PROGRESS=lines`."""
     import papermill
     from papermill.exceptions import PapermillExecutionError
-
-    _quiet_papermill()
+    logging.getLogger("papermill").addFilter(_known_parameters)  # once: addFilter skips a filter it holds
     path, output_path = Path(path), Path(output_path)
     parameters = check_parameters(dict(parameters or {}), notebook_parameters(path), f"{path.name}: ")
     if cwd is not None and not Path(cwd).is_dir():
         raise ConfigError(f"cwd={str(cwd)!r} is invalid: an existing folder is accepted (it is not created)")
-    above = next((a for a in output_path.parents if a.exists()), None)
-    if above is not None and not above.is_dir():
+    if (above := next((a for a in output_path.parents if a.exists()), None)) is not None and not above.is_dir():
         raise ResultsError(f"executed-notebook path {str(output_path)!r} is under {str(above)!r}, which is a file: a "
                            "path under a folder is accepted")
     try:
@@ -310,9 +240,10 @@ def execute_notebook(path: str | Path, output_path: str | Path, parameters: dict
         raise ResultsError(f"executed-notebook path {str(output_path)!r} is not writable: {exc.strerror or exc} "
                            f"({exc.filename}); a path under a writable folder is accepted") from None
     streams = {"stdout_file": sys.stdout, "stderr_file": sys.stderr} if log_output else {}
+    kernel_env = {"INITMEM_PROGRESS": os.environ.get("INITMEM_PROGRESS", "lines"), **(env or {})}
     for attempt in range(retries + 1):
         try:
-            with _environ(INITMEM_PROGRESS=os.environ.get("INITMEM_PROGRESS", "lines"), **(env or {})):
+            with mock.patch.dict(os.environ, kernel_env):  # the kernel inherits it at start-up; restored after
                 return papermill.execute_notebook(
                     _read(path), str(output_path), parameters=parameters, kernel_name=kernel_name,
                     language="python", cwd=str(cwd) if cwd is not None else None, progress_bar=False,
@@ -327,29 +258,17 @@ def execute_notebook(path: str | Path, output_path: str | Path, parameters: dict
                 continue
             raise NotebookError(f"{path}: execution failed before finishing ({type(exc).__name__}: {exc}); "
                                 f"executed notebook: {output_path}") from exc
-    raise AssertionError("unreachable")
-
-
-def default_output(path: str | Path, parameters: dict[str, Any] | None = None, cwd: str | Path | None = None) -> Path:
-    """Where `initmem run` writes the executed copy: `<cwd>/results/notebooks/<notebook stem>-<digest>.ipynb`, the
-    digest naming the point (`parameters_digest` of the notebook's defaults overridden by `parameters`), so
-    executions of different points never overwrite each other."""
-    declared = notebook_parameters(path)
-    checked = check_parameters(dict(parameters or {}), declared, f"{Path(path).name}: ")
-    digest = parameters_digest({**{k: p.default for k, p in declared.items()}, **checked})
-    cwd = Path(cwd) if cwd is not None else Path.cwd()
-    return cwd / "results" / "notebooks" / f"{Path(path).stem}-{digest}.ipynb"
 
 
 def run_notebook(path: str | Path, parameters: dict[str, Any] | None = None, *, output: str | Path | None = None,
                  cwd: str | Path | None = None, log_output: bool = True) -> Path:
-    """Execute one notebook with `parameters` (type-checked against its parameters cell): `initmem run`. Returns
-    the executed notebook's path: `output`, by default `default_output(path, parameters, cwd)`. `cwd` (default:
-    the current folder) must exist."""
-    path = Path(path)
-    if cwd is not None and not Path(cwd).is_dir():
-        raise ConfigError(f"cwd={str(cwd)!r} is invalid: an existing folder is accepted (it is not created)")
-    output = Path(output) if output is not None else default_output(path, parameters, cwd)
-    execute_notebook(path.resolve(), output, parameters, cwd=Path(cwd) if cwd is not None else Path.cwd(),
-                     log_output=log_output)
-    return output
+    """`initmem run`: one notebook executed in `cwd` (default: here); returns `output`, by default
+    `<cwd>/results/notebooks/<stem>-<digest>.ipynb`, the digest naming the point so that points never overwrite."""
+    path, cwd = Path(path), Path(cwd) if cwd is not None else Path.cwd()
+    if output is None:
+        declared = notebook_parameters(path)
+        digest = parameters_digest({**{k: p.default for k, p in declared.items()},
+                                    **check_parameters(dict(parameters or {}), declared, f"{path.name}: ")})
+        output = cwd / "results" / "notebooks" / f"{path.stem}-{digest}.ipynb"
+    execute_notebook(path.resolve(), Path(output), parameters, cwd=cwd, log_output=log_output)
+    return Path(output)

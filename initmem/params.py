@@ -1,9 +1,5 @@
-"""Params files: `params/NN_section.yaml` → a type-checked `Section` → grid points; and the strict YAML they use.
-
-A params file is `{section, notebook, description, profiles: {name: {fixed, grid}}}`; a point's parameters are
-`fixed` ∪ one element of the cartesian product of `grid`, plus `results_dir` and `section`. Everything, every
-point's TrainConfigs included, is checked when the file is loaded, so a typo fails in a second, not after hours.
-"""
+"""Params files (`params/NN_section.yaml`, strict YAML) → a type-checked `Section` → its grid points. Everything,
+every point's TrainConfigs included, is checked when the file is loaded: a typo fails in a second, not after hours."""
 
 from __future__ import annotations
 
@@ -18,8 +14,8 @@ import yaml
 
 from initmem.config import point_configs
 from initmem.errors import ConfigError, InitmemError, SweepError
+from initmem.notebook import SCIENTIFIC, Parameter, check_parameters, notebook_parameters, parameters_digest
 from initmem.notebook import SECTION_REQUIRED as REQUIRED  # what every section notebook must declare
-from initmem.notebook import Parameter, check_parameters, notebook_parameters, parameters_digest
 
 PROFILE_KEYS = ("fixed", "grid")
 SWEEP_SET = ("results_dir", "section")  # set by the sweep, never by a profile
@@ -41,16 +37,14 @@ class StrictLoader(yaml.SafeLoader):
                 except TypeError:  # an unhashable key: the base class says so
                     continue
                 if first is not None:
-                    raise yaml.constructor.ConstructorError(
-                        None, None, f"key {key!r} is repeated (first at line {first}): each key once is accepted",
-                        key_node.start_mark)
+                    raise yaml.constructor.ConstructorError(None, None, f"key {key!r} is repeated (first at line "
+                                                            f"{first}): each key once is accepted", key_node.start_mark)
                 seen[key] = key_node.start_mark.line + 1
         return super().construct_mapping(node, deep=deep)
 
 
 StrictLoader.add_implicit_resolver(  # 1e-3, 5E+4, 2.5e-1: floats, as in YAML 1.2 (and Python, and papermill's -p)
-    "tag:yaml.org,2002:float", re.compile(r"^[-+]?(?:[0-9][0-9_]*)(?:\.[0-9_]*)?[eE][-+]?[0-9]+$"),
-    list("-+0123456789"))
+    "tag:yaml.org,2002:float", re.compile(f"^{SCIENTIFIC.pattern}$"), list("-+0123456789"))
 
 
 def yaml_error_line(exc: yaml.YAMLError) -> str:
@@ -66,8 +60,7 @@ def load_yaml(text: str) -> Any:
 
 
 def read_text(path: str | Path, what: str, error: type[InitmemError] = SweepError) -> str:
-    """The UTF-8 text of a file; `error` (one line naming the path and what is accepted) when it is missing, a
-    folder, unreadable or not UTF-8."""
+    """The UTF-8 text of a file; `error` (one line naming it) when it is missing, a folder, unreadable or not UTF-8."""
     path = Path(path)
     try:
         return path.read_text(encoding="utf-8")
@@ -97,14 +90,11 @@ def params_files(patterns: list[str]) -> list[str]:
     """Glob patterns (and plain paths) → paths, in order; SweepError naming a pattern that matches no file."""
     paths = []
     for pattern in patterns:
-        if glob.has_magic(pattern):
-            found = sorted(glob.glob(pattern))
-            if not found:
-                raise SweepError(f"params pattern {pattern!r} matches no file: a params file or a glob pattern that "
-                                 "matches some (like 'params/*.yaml') is accepted")
-            paths += found
-        else:
-            paths.append(pattern)
+        found = sorted(glob.glob(pattern)) if glob.has_magic(pattern) else [pattern]
+        if not found:
+            raise SweepError(f"params pattern {pattern!r} matches no file: a params file or a glob pattern that "
+                             "matches some (like 'params/*.yaml') is accepted")
+        paths += found
     return paths
 
 
@@ -139,18 +129,14 @@ class Section:
         """The cartesian product of the profile's grid, each point with `fixed` values and where to write."""
         if profile not in self.profiles:
             raise SweepError(f"{self.path}: unknown profile {profile!r}; profiles: {', '.join(self.profiles)}")
-        spec = self.profiles[profile]
-        out = self.results_for(profile, results)
+        spec, out = self.profiles[profile], self.results_for(profile, results)
         results_dir = str(out.relative_to(self.root)) if out.is_relative_to(self.root) else str(out)
-        defaults = {k: p.default for k, p in self.declared.items()}
-        grid = spec["grid"]
-        points = []
-        for combo in itertools.product(*grid.values()):
-            values = dict(zip(grid, combo, strict=True))
+        defaults, points = {k: p.default for k, p in self.declared.items()}, []
+        for combo in itertools.product(*spec["grid"].values()):
+            values = dict(zip(spec["grid"], combo, strict=True))
             params = {**spec["fixed"], **values, "results_dir": results_dir, "section": self.name}
-            digest = parameters_digest({**defaults, **params})
-            label = "_".join(f"{k}-{_fmt(v)}" for k, v in values.items()) or "base"
-            points.append(Point(self.name, f"{re.sub(r'[^A-Za-z0-9._+-]+', '-', label)[:80]}_{digest}", params, values))
+            label = re.sub(r"[^A-Za-z0-9._+-]+", "-", "_".join(f"{k}-{_fmt(v)}" for k, v in values.items()) or "base")
+            points.append(Point(self.name, f"{label[:80]}_{parameters_digest({**defaults, **params})}", params, values))
         return points
 
     def effective(self, point: Point) -> dict[str, Any]:
@@ -176,11 +162,9 @@ def _check_profile(path: Path, name: Any, spec: Any, declared: dict[str, Paramet
     fixed, grid = spec.get("fixed") or {}, spec.get("grid") or {}
     if not isinstance(fixed, dict) or not isinstance(grid, dict):
         raise SweepError(f"{where}'fixed' and 'grid' must be mappings")
-    for k in (*fixed, *grid):
-        if k in SWEEP_SET:
-            raise SweepError(f"{where}{k!r} is set by the sweep (--results / the section name), not by a profile")
-    both = set(fixed) & set(grid)
-    if both:
+    if ours := [k for k in (*fixed, *grid) if k in SWEEP_SET]:
+        raise SweepError(f"{where}{ours[0]!r} is set by the sweep (--results / the section name), not by a profile")
+    if both := set(fixed) & set(grid):
         raise SweepError(f"{where}{sorted(both)} are both fixed and in the grid; keep each in one place")
     fixed = check_parameters(fixed, declared, where)
     new_grid = {}
@@ -189,18 +173,16 @@ def _check_profile(path: Path, name: Any, spec: Any, declared: dict[str, Paramet
             raise SweepError(f"{where}grid {k!r} must be a non-empty list of values, got {values!r}: "
                              "the grid would expand to no point")
         new_grid[k] = [check_parameters({k: v}, declared, where)[k] for v in values]
-        seen: set[str] = set()
-        for raw, v in zip(values, new_grid[k], strict=True):
-            if _key(v) in seen:  # after conversion: 1 and 1.0 are one float
-                raise SweepError(f"{where}grid {k!r} repeats {raw!r} (in {values!r}): distinct values are "
-                                 "accepted; a repeated one would run the same point twice")
-            seen.add(_key(v))
+        keys = [_key(v) for v in new_grid[k]]  # after conversion: 1 and 1.0 are one float
+        if repeat := next((i for i in range(1, len(keys)) if keys[i] in keys[:i]), None):
+            raise SweepError(f"{where}grid {k!r} repeats {values[repeat]!r} (in {values!r}): distinct values are "
+                             "accepted; a repeated one would run the same point twice")
     return {"fixed": fixed, "grid": new_grid}
 
 
 def load_section(path: str | Path) -> Section:
-    """Parse a params file, type-check every profile against what the notebook accepts and build every point's
-    TrainConfigs; SweepError/ConfigError (one line naming the file, the profile and the value) otherwise."""
+    """A params file parsed, every profile type-checked against its notebook and every point's TrainConfigs built;
+    else SweepError/ConfigError naming the file, the profile and the value."""
     path = Path(path).resolve()
     try:
         doc = load_yaml(read_text(path, "params file"))
@@ -211,17 +193,14 @@ def load_section(path: str | Path) -> Section:
     if not isinstance(doc, dict) or set(doc) - set(keys) or not {"section", "notebook", "profiles"} <= set(doc):
         raise SweepError(f"{path}: a params file is a mapping with keys {', '.join(keys)} (description optional); "
                          f"found {sorted(doc, key=str) if isinstance(doc, dict) else type(doc).__name__}")
-    name = check_section_name(doc["section"], f"{path}: ")
-    root = path.parent.parent  # params/ lives in the repository root
+    name, root = check_section_name(doc["section"], f"{path}: "), path.parent.parent  # params/ is in the repository
     notebook = (root / str(doc["notebook"])).resolve()
     if not notebook.is_file():
         raise SweepError(f"{path}: notebook {doc['notebook']!r} does not exist (relative to {root})")
     declared = notebook_parameters(notebook)
-    missing = [k for k in REQUIRED if k not in declared]
-    if missing:
+    if missing := [k for k in REQUIRED if k not in declared]:
         raise SweepError(f"{notebook}: the parameters cell lacks {missing}; a section notebook declares {REQUIRED}")
-    profiles = doc["profiles"]
-    if not isinstance(profiles, dict) or not profiles:
+    if not isinstance(profiles := doc["profiles"], dict) or not profiles:
         raise SweepError(f"{path}: 'profiles' must map profile names to {{fixed: ..., grid: ...}}")
     checked = {pname: _check_profile(path, pname, spec, declared) for pname, spec in profiles.items()}
     section = Section(name, path, notebook, root, str(doc.get("description") or "").strip(), checked, declared)

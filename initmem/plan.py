@@ -1,8 +1,6 @@
-"""The planner: what a params file's profile will cost before anything trains (`initmem plan`, docs/planner.md).
-
-Steps are counted as `train` counts them; the clocks are exact for the schedule (per-step lrs summed with
-`math.fsum`). Torch-free except naming a CUDA device, and `device_name("auto")` where torch is installed.
-"""
+"""The planner: what a params file's profile costs before anything trains (`initmem plan`, docs/planner.md). Steps
+are counted as `train` counts them, clocks summed exactly per step (`math.fsum`). Torch-free but for naming a CUDA
+device, and `device_name("auto")` where torch is installed."""
 
 from __future__ import annotations
 
@@ -40,10 +38,9 @@ DEFAULT_SET = tuple(("resnet9", 1.0, b, "fp32") for b in (16, 32, 64, 128, 256))
 # --------------------------------------------------------------------------------------------- sizes and clocks
 def split_sizes(config: TrainConfig) -> dict[str, int]:
     """Images in the train split, validation, test and the train-eval subset, as `train` makes them."""
-    if config.data == "synthetic":
-        train, test = config.n_train or SYNTHETIC_TRAIN, config.n_test or SYNTHETIC_TEST
-    else:
-        train, test = config.n_train or CIFAR_TRAIN - config.n_val, config.n_test or CIFAR_TEST
+    synthetic = config.data == "synthetic"
+    train = config.n_train or (SYNTHETIC_TRAIN if synthetic else CIFAR_TRAIN - config.n_val)
+    test = config.n_test or (SYNTHETIC_TEST if synthetic else CIFAR_TEST)
     return {"train": train, "val": config.n_val, "test": test, "train_eval": config.train_eval_size or train}
 
 
@@ -58,15 +55,12 @@ def _lr_sums(schedule: str, lr: float, total: int, warmup: int, milestones: tupl
     """(fsum eta_k, fsum eta_k^2) over the `total` steps, eta_k = lr * optim.lr_factor(...) step by step."""
     if schedule == "constant" and warmup == 0:  # fsum of n equal terms is the correctly rounded n * term
         return total * lr, total * (lr * lr)
-    k = np.arange(total, dtype=np.int64)
+    k, f = np.arange(total, dtype=np.int64), np.ones(total)
     if schedule == "cosine":
-        t = np.minimum(1.0, (k - warmup) / max(1, total - warmup))
-        f = 0.5 * (1.0 + np.cos(math.pi * t))
-    elif schedule == "step":
+        f = 0.5 * (1.0 + np.cos(math.pi * np.minimum(1.0, (k - warmup) / max(1, total - warmup))))
+    elif schedule == "step" and milestones:
         levels = np.array([gamma ** j for j in range(len(milestones) + 1)])
-        f = levels[sum((k >= m * total).astype(np.int64) for m in milestones)] if milestones else np.ones(total)
-    else:
-        f = np.ones(total)
+        f = levels[sum((k >= m * total).astype(np.int64) for m in milestones)]
     f[:warmup] = (k[:warmup] + 1) / warmup
     eta = lr * f
     return math.fsum(eta.tolist()), math.fsum((eta * eta).tolist())
@@ -117,14 +111,11 @@ class Throughput:
 
 
 def load_throughput(path: str | Path, kind: str | None = None) -> Throughput:
-    """Read a throughput table; ConfigError (one line) when it is missing or malformed, or holds what the planner
-    cannot trust (`throughput.check_table`: a time that is not finite and positive, a foreign device; with `kind`,
-    a table of another device kind)."""
+    """A throughput table; ConfigError when it is missing, malformed or untrustworthy (`throughput.check_table`)."""
     try:
         doc = json.loads(Path(path).read_text(encoding="utf-8"))
-        entries = [Entry(str(e["arch"]), float(e["width"]), int(e["batch_size"]), str(e["precision"]),
-                         int(e.get("members", 1)), float(e["train_step_s"]), float(e["eval_image_s"]))
-                   for e in doc["entries"]]
+        entries = [Entry(str(e["arch"]), float(e["width"]), int(e["batch_size"]), str(e["precision"]), int(e.get(
+            "members", 1)), float(e["train_step_s"]), float(e["eval_image_s"])) for e in doc["entries"]]
         device = str(doc["device"])
     except FileNotFoundError:
         raise ConfigError(f"throughput table {str(path)!r} does not exist (make one with `initmem plan "
@@ -133,9 +124,8 @@ def load_throughput(path: str | Path, kind: str | None = None) -> Throughput:
         raise ConfigError(f"throughput table {str(path)!r} is invalid ({type(exc).__name__}: {exc}): "
                           '{"device", "torch", "entries": [{"arch", "width", "batch_size", "precision", '
                           '"members", "train_step_s", "eval_image_s"}]} is accepted') from None
-    table = Throughput(device, str(doc.get("torch", "")), entries, str(doc.get("kind") or (
-        "cpu" if device.lower().startswith("cpu") else "cuda")), str(path), doc.get("created"))
-    return check_table(table, kind, _describe)
+    return check_table(Throughput(device, str(doc.get("torch", "")), entries, str(doc.get("kind") or (
+        "cpu" if device.lower().startswith("cpu") else "cuda")), str(path), doc.get("created")), kind, _describe)
 
 
 def save_throughput(table: Throughput, path: str | Path) -> Path:
@@ -152,32 +142,20 @@ def _describe(e: Entry) -> str:
 
 
 def lookup(table: Throughput | None, config: TrainConfig, members: int = 1) -> tuple[Entry | None, str]:
-    """The entry for `config`'s (arch, width, batch size, precision, members) and where it comes from: "measured",
-    "estimated from <entry>" (the nearest members=1 entry, scaled by images per step and width^2 and the arch's
-    MACs), or "no throughput" (None)."""
-    if table is None or not table.entries:
+    """`config`'s entry and its source: "measured", "estimated from <entry>" (the nearest members=1 entry scaled by
+    images per step, width^2 and the arch's MACs) or "no throughput" (None)."""
+    if table is None:
         return None, "no throughput"
     want = (config.arch, config.width, config.batch_size, config.precision, members)
-    for e in table.entries:
-        if (e.arch, e.width, e.batch_size, e.precision, e.members) == want:
-            return e, "measured"
-    singles = [e for e in table.entries if e.members == 1]
-    if not singles:
+    if found := [e for e in table.entries if (e.arch, e.width, e.batch_size, e.precision, e.members) == want]:
+        return found[0], "measured"
+    if not (singles := [e for e in table.entries if e.members == 1]):  # also a table without entries
         return None, "no throughput"
-
-    def distance(e: Entry) -> tuple:
-        return (e.arch != config.arch, e.precision != config.precision,
-                abs(math.log(config.width / e.width)) + abs(math.log(config.batch_size / e.batch_size)))
-
-    near = min(singles, key=distance)
+    near = min(singles, key=lambda e: (e.arch != config.arch, e.precision != config.precision, abs(math.log(
+        config.width / e.width)) + abs(math.log(config.batch_size / e.batch_size))))
     flops = (config.width / near.width) ** 2 * ARCH_MACS[config.arch] / ARCH_MACS[near.arch]
     est = Entry(*want, near.train_step_s * flops * config.batch_size / near.batch_size, near.eval_image_s * flops)
     return est, f"estimated from {_describe(near)}"
-
-
-def cache_dir() -> Path:
-    """`$INITMEM_CACHE`, else `~/.cache/initmem` (as data.default_cache_dir)."""
-    return Path(os.environ.get("INITMEM_CACHE") or Path.home() / ".cache" / "initmem").expanduser()
 
 
 def device_name(device: str = "auto") -> tuple[str, str]:
@@ -188,23 +166,20 @@ def device_name(device: str = "auto") -> tuple[str, str]:
         device = "cpu"
     if device != "cpu":
         import torch
-
         if device == "auto":
             print("initmem plan: --device auto imported torch to look for a GPU (--device cpu or --throughput FILE "
                   "need no torch)", file=sys.stderr)
-        if device == "auto" and not torch.cuda.is_available():
-            device = "cpu"
-        elif not torch.cuda.is_available():
-            raise ConfigError(f"device={device!r} is invalid here: CUDA is not available; 'cpu' or 'auto' is "
-                              "accepted")
-        else:
+        if torch.cuda.is_available():
             return torch.cuda.get_device_name(torch.device(device if device != "auto" else "cuda")), "cuda"
+        if device != "auto":
+            raise ConfigError(f"device={device!r} is invalid here: CUDA is not available; 'cpu' or 'auto' is accepted")
     return f"CPU {cpu_model() or platform.machine()}".strip(), "cpu"
 
 
 def default_table_path(name: str) -> Path:
-    """`<cache>/throughput-<device-name-slug>.json`."""
-    return cache_dir() / f"throughput-{re.sub(r'[^a-z0-9]+', '-', name.lower()).strip('-')}.json"
+    """`<cache>/throughput-<device-name-slug>.json`, the cache as the data's (`imagefolder.default_cache_dir`)."""
+    cache = Path(os.environ.get("INITMEM_CACHE") or Path.home() / ".cache" / "initmem").expanduser()
+    return cache / f"throughput-{re.sub(r'[^a-z0-9]+', '-', name.lower()).strip('-')}.json"
 
 
 # ---------------------------------------------------------------------------------------------- planning
@@ -232,10 +207,9 @@ class SectionPlan:
     points: list[PointPlan] = field(default_factory=list)
 
     def totals(self) -> dict[str, Any]:
-        times = [p.seconds for p in self.points]
-        return {"points": len(self.points), "runs": sum(p.runs for p in self.points),
-                "steps": sum(p.steps for p in self.points),
-                "eval_images": sum(p.runs * p.run["eval_images"] for p in self.points),
+        pts, times = self.points, [p.seconds for p in self.points]
+        return {"points": len(pts), "runs": sum(p.runs for p in pts), "steps": sum(p.steps for p in pts),
+                "eval_images": sum(p.runs * p.run["eval_images"] for p in pts),
                 "seconds": math.fsum(times) if times and None not in times else None,
                 "seconds_known": math.fsum(t for t in times if t is not None),
                 "points_without_time": sum(t is None for t in times)}
@@ -245,30 +219,22 @@ def plan_point(point_id: str, grid: dict[str, Any], params: dict[str, Any],
                table: Throughput | None = None) -> PointPlan:
     """The plan of one point from its effective parameters (`Section.effective(point)`)."""
     configs = point_configs(params)
-    c = configs[0]
-    p = PointPlan(point_id, dict(grid), len(configs), run_plan(c), {k: getattr(c, k) for k in KEY_FIELDS}, 1)
-    entry, source = (lookup(table, c, len(configs)) if params.get("population") and len(configs) > 1
-                     else (None, "no throughput"))
-    if source == "measured":  # a population of exactly this point's runs was timed: one step trains all of them
-        p.members = len(configs)
-    else:
-        entry, source = lookup(table, c)
-    if entry is not None:
-        r = p.run
-        p.seconds = (p.runs // p.members) * (r["steps"] * entry.train_step_s + r["eval_images"] * entry.eval_image_s)
-    p.time_source = source
-    return p
+    c, runs, members = configs[0], len(configs), len(configs)
+    entry, source = lookup(table, c, runs) if params.get("population") and runs > 1 else (None, "")
+    if source != "measured":  # else a population of exactly this point's runs was timed: one step trains them all
+        (entry, source), members = lookup(table, c), 1
+    r = run_plan(c)
+    seconds = None if entry is None else (runs // members) * (r["steps"] * entry.train_step_s
+                                                             + r["eval_images"] * entry.eval_image_s)
+    return PointPlan(point_id, dict(grid), runs, r, {k: getattr(c, k) for k in KEY_FIELDS}, members, seconds, source)
 
 
 def plan_section(path: str | Path, profile: str, table: Throughput | None = None) -> SectionPlan:
     """Every point of a params file's profile; SweepError/ConfigError (one line) for a bad file."""
     from initmem.params import load_section
-
     section = load_section(path)
-    out = SectionPlan(section.name, str(path), profile)
-    for point in section.points(profile):
-        out.points.append(plan_point(point.point_id, point.grid, section.effective(point), table))
-    return out
+    return SectionPlan(section.name, str(path), profile, [plan_point(p.point_id, p.grid, section.effective(p), table)
+                                                          for p in section.points(profile)])
 
 
 def _point_json(p: PointPlan) -> dict[str, Any]:
@@ -307,23 +273,21 @@ LEGEND = ("columns: runs = sigma_w x seed runs of the point; T_SGD = sum eta^2 /
 
 
 def _hms(s: float | None) -> str:
-    if s is None:
-        return "no throughput"
-    return f"{s:.1f} s" if s < 120 else f"{s / 60:.1f} min" if s < 7200 else f"{s / 3600:.1f} h"
+    return ("no throughput" if s is None else f"{s:.1f} s" if s < 120 else f"{s / 60:.1f} min" if s < 7200
+            else f"{s / 3600:.1f} h")
 
 
 def format_plan(plans: list[SectionPlan], table: Throughput | None, note: str | None = None) -> str:
     """The readable form: which throughput table (`note`), the columns' legend, one table per section, totals."""
     doc = plan_json(plans, table)
-    where = "no throughput table" if table is None else f"{table.device} ({table.path})"
-    lines = [note or f"throughput: {where}", LEGEND]
+    lines = [note or f"throughput: {'no throughput table' if table is None else f'{table.device} ({table.path})'}",
+             LEGEND]
     width = max([5, *(len(p.point_id) for s in plans for p in s.points)])
     head = (f"  {'point':<{width}} {'runs':>4} {'epochs':>6} {'steps/ep':>8} {'steps/run':>10} {'T_SGD':>9} "
             f"{'T_L2':>9} {'T_adapt':>9} {'eval img/run':>12}  time")
     for s, d in zip(plans, doc["sections"], strict=True):
         t = d["totals"]
-        lines += ["", f"== {s.section} [{s.profile}] {plural(t['points'], 'point')}, {plural(t['runs'], 'run')}",
-                  head]
+        lines += ["", f"== {s.section} [{s.profile}] {plural(t['points'], 'point')}, {plural(t['runs'], 'run')}", head]
         for p in s.points:
             r, c = p.run, p.run["clocks"]
             note = "" if p.time_source in ("measured", "no throughput") else f" ({p.time_source})"

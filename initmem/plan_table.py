@@ -1,34 +1,24 @@
 """Which throughput table `initmem plan` times a profile with (docs/planner.md), and measuring one (`calibrate`). The
-reference CPU's table ships with the package so that a fresh clone answers "how long" before any calibration; a GPU
-without a table of its own gets no time (none is guessed from another device)."""
+reference CPU's ships with the package, so a fresh clone answers "how long"; a GPU without its own gets no time."""
 
 from __future__ import annotations
 
 import datetime
+import time
 from pathlib import Path
 
 from initmem import plan
 from initmem.config import TrainConfig
 from initmem.plan import KEY_FIELDS, Entry, SectionPlan, Throughput, device_name
 
-# Measured with `initmem plan --calibrate` on one of the project's 2-core machines (an AMD EPYC; the committed runs
-# were trained on such machines, Intel Xeon or AMD EPYC, one torch thread a run): the cpu profiles' configurations
-# (docs/planner.md says when and how). No GPU table yet.
-REFERENCE_CPU = Path(__file__).resolve().parent / "throughput" / "reference-cpu.json"
-REFERENCE_MACHINE = "2 cores, one torch thread a run"
-
-
-def _shown(path: Path) -> str:
-    """`path` relative to the repository when it is inside it (the shipped table), else as it is."""
-    try:
-        return path.resolve().relative_to(REFERENCE_CPU.parents[2]).as_posix()
-    except ValueError:
-        return str(path)
+# `initmem plan --calibrate` of the cpu profiles' configurations on a 2-core AMD EPYC (the committed runs: 2-core Xeon
+# or EPYC machines, one torch thread a run; docs/planner.md). No GPU table yet.
+_REFERENCE = "initmem/throughput/reference-cpu.json"  # in the repository: how the line names it, in every clone
+REFERENCE_CPU = Path(__file__).resolve().parents[1] / _REFERENCE
 
 
 def choose_table(device: str = "auto", path: str | Path | None = None) -> tuple[plan.Throughput | None, str]:
-    """The table for `device` ("auto" | "cpu" | "cuda" | "cuda:N") or the one at `path`, and the line that says
-    which (the first line `initmem plan` prints)."""
+    """The table for `device` (or the one at `path`) and the line saying which (`initmem plan`'s first)."""
     if path is not None:  # a table of another device kind than an explicit `device` is refused
         kind = None if device == "auto" else "cpu" if device == "cpu" else "cuda"
         table = plan.load_throughput(path, kind=kind)
@@ -40,9 +30,9 @@ def choose_table(device: str = "auto", path: str | Path | None = None) -> tuple[
     if kind == "cpu" and REFERENCE_CPU.is_file():
         table = plan.load_throughput(REFERENCE_CPU)
         when = f", measured {table.created[:10]}" if table.created else ""
-        return table, (f"throughput: the reference CPU's table ({table.device}, {REFERENCE_MACHINE}{when}; "
-                       f"{_shown(REFERENCE_CPU)}): times are for that machine; `initmem plan --calibrate --device "
-                       f"cpu` measures this one ({name})")
+        return table, (f"throughput: the reference CPU's table ({table.device}, 2 cores, one torch thread a run{when}; "
+                       f"{_REFERENCE}): times are for that machine; `initmem plan --calibrate --device cpu` measures "
+                       f"this one ({name})")
     return None, (f"throughput: no table for {name} yet, so no time is given (none is guessed from another "
                   f"device): measure one with `initmem plan --calibrate --device {device}` (looked for {cached})")
 
@@ -50,18 +40,14 @@ def choose_table(device: str = "auto", path: str | Path | None = None) -> tuple[
 # ---------------------------------------------------------------------------------------------- calibration
 def calibration_keys(plans: list[SectionPlan]) -> list[tuple[str, float, int, str]]:
     """The distinct (arch, width, batch size, precision) the plans need, in first-seen order."""
-    keys = [tuple(p.key[k] for k in KEY_FIELDS) for s in plans for p in s.points]
-    return list(dict.fromkeys(keys))
+    return list(dict.fromkeys(tuple(p.key[k] for k in KEY_FIELDS) for s in plans for p in s.points))
 
 
 def _time_eval(config: TrainConfig, images: int, reps: int = 3) -> float:
     """Seconds per image of an eval-mode forward pass (no gradients) of `config`'s network on its device."""
-    import time
-
     import torch
 
     from initmem import models
-
     dev = torch.device(config.device)
     net = models.build_model(config.arch, 1.0, config.width).to(dev).eval()
     x = torch.randn(images, 3, 32, 32, device=dev)
@@ -81,13 +67,11 @@ def _time_eval(config: TrainConfig, images: int, reps: int = 3) -> float:
 
 def calibrate(keys: list[tuple[str, float, int, str]], device: str = "auto", steps: int = 5,
               warmup: int = 2, members: tuple[int, ...] = (1,), say=print) -> Throughput:
-    """Time `steps` optimiser steps (after `warmup`) of each key, as one network and as populations of each of
-    `members`, with `train.time_steps` on `device`, and an eval-mode forward pass of one network (a population's
-    eval is taken as `members` times it); returns the table (save it with `save_throughput`)."""
+    """The table of `steps` optimiser steps (after `warmup`) of each key on `device`, for one network and populations
+    of `members` (`train.time_steps`), and of one network's eval forward pass (a population's: `members` times it)."""
     import torch
 
     from initmem.train import time_steps
-
     name, kind = device_name(device)
     dev = "cuda" if device == "auto" and kind == "cuda" else "cpu" if device == "auto" else device
     entries = []
@@ -101,5 +85,5 @@ def calibrate(keys: list[tuple[str, float, int, str]], device: str = "auto", ste
             step_s = time_steps(config, steps=steps, warmup=warmup, population=k)
             entries.append(Entry(arch, float(width), int(batch), precision, k, step_s, k * eval_s))
             say(f"  {plan._describe(entries[-1])}: {step_s * 1e3:.2f} ms/step, {k * eval_s * 1e6:.2f} us/eval image")
-    created = datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
-    return Throughput(name, torch.__version__, entries, kind, None, created)
+    return Throughput(name, torch.__version__, entries, kind, None,
+                      datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"))

@@ -1,16 +1,10 @@
-"""Sweeps: a section's params file → grid points → one papermill execution of the section notebook per point.
-
-Params files, sections and points live in `initmem.params` (re-exported here): every value is type-checked against
-the notebook's parameters cell and every point's TrainConfigs are built when a file is loaded, so a typo fails in a
-second, not after hours. A point is one configuration of everything except σ_w and seed (its notebook trains every
-σ_w × seed through `experiment.run_sigma_sweep`), so it is complete when all of its runs are: a re-run of a finished
-sweep executes nothing. Executors: `local` (in-process, or a pool of `jobs` processes with one GPU each, which die
-with their parent) and `slurm` (submitit, one array task per point). Notebooks run with the repository root (the
-parent of `params/`) as working folder.
-"""
+"""Sweeps: each grid point of a params file (`initmem.params`) is one papermill run of its section notebook in the
+repository root, complete when all its runs are (a finished sweep run again executes nothing). Executors: `local`
+(in-process, or `jobs` processes with one GPU each, dying with their parent), `slurm` (an array task per point)."""
 
 from __future__ import annotations
 
+import collections
 import concurrent.futures as cf
 import datetime
 import difflib
@@ -26,33 +20,28 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import pandas as pd
 from submitit.helpers import Checkpointable
 
 from initmem.config import point_configs
 from initmem.errors import InitmemError, SweepError
 from initmem.notebook import execute_notebook
-from initmem.params import REQUIRED, Point, Section, load_section, params_files
+from initmem.params import Point, Section, load_section, params_files  # noqa: F401 - the CLI's, through here
+from initmem.results import load_runs, run_id
+from initmem.run_folders import RunFolders
 
-__all__ = ["REQUIRED", "SLURM_OPTIONS", "Point", "Section", "load_section", "params_files", "point_configs",
-           "run_sweep"]
 SLURM_OPTIONS = ("partition", "gpus_per_node", "time", "mem_gb", "cpus_per_task", "array_parallelism", "extra")
-
-
-# --- completion: the same TrainConfigs the notebook builds (config.point_configs) ----------------------
-def _results_path(section: Section, point: Point) -> Path:
-    return section.root / point.parameters["results_dir"]  # an absolute results_dir wins the join
+_SUBMITIT = {"partition": "slurm_partition", "array_parallelism": "slurm_array_parallelism",
+             "extra": "slurm_additional_parameters"}  # submitit's names where they are not ours
 
 
 def point_progress(section: Section, point: Point) -> tuple[int, int]:
-    """(complete runs, runs) of a point."""
-    from initmem.run_folders import RunFolders
-
+    """(complete runs, runs) of a point: the TrainConfigs its notebook builds (`config.point_configs`)."""
     configs = point_configs(section.effective(point))
-    owner = RunFolders(_results_path(section, point), section.name)
+    owner = RunFolders(section.root / point.parameters["results_dir"], section.name)  # an absolute one wins the join
     return sum(owner.is_complete(c) for c in configs), len(configs)
 
 
-# --- executing one point (also what a Slurm array task runs) -----------------------------------------------
 @dataclass
 class PointReport:
     point_id: str
@@ -65,50 +54,40 @@ class PointReport:
 
 def execute_point(point: Point, notebook: str, cwd: str, output: str, parameters: dict[str, Any],
                   log_output: bool = True) -> PointReport:
-    """Execute one point's notebook; a failure becomes a `failed` report, never an exception (one bad point must
-    not stop the others, and a Slurm job's result should carry a readable message, not a pickled traceback)."""
+    """One point's notebook executed (a Slurm task's work); a failure is a `failed` report, so the others go on."""
     t0 = time.perf_counter()
     try:
         execute_notebook(notebook, output, parameters, cwd=cwd, log_output=log_output)
         status, message = "ran", ""
-    except InitmemError as exc:
-        status, message = "failed", str(exc)
-    except Exception as exc:  # noqa: BLE001 - reported per point, with its type
-        status, message = "failed", f"{type(exc).__name__}: {exc}"
+    except Exception as exc:  # noqa: BLE001 - reported per point, an unexpected one with its type
+        status, message = "failed", str(exc) if isinstance(exc, InitmemError) else f"{type(exc).__name__}: {exc}"
     return PointReport(point.point_id, status, message, output, time.perf_counter() - t0)
 
 
 class PointJob(Checkpointable):
-    """A Slurm array task: `execute_point(*task)`. Checkpointable, so when Slurm preempts the job or its time runs
-    out, submitit calls `checkpoint(*task)`, which resubmits this same point (submitit's default: the callable with
-    the same arguments) and requeues the job. The point's runs make the resume exact: complete runs are skipped,
-    a run cut short resumes from its newest checkpoint (`checkpoint_every`), and its run lock died with the job."""
+    """A Slurm array task: `execute_point(*task)`, resubmitted as is when preempted or out of time (submitit): complete
+    runs are skipped, a cut one resumes from its newest checkpoint, and its run lock died with the job."""
 
     def __call__(self, *task: Any) -> PointReport:
         return execute_point(*task)
 
 
 def _visible_gpus() -> list[str]:
-    env = os.environ.get("CUDA_VISIBLE_DEVICES")
-    if env is not None:
+    if (env := os.environ.get("CUDA_VISIBLE_DEVICES")) is not None:
         return [g for g in env.split(",") if g.strip() not in ("", "-1")]
     try:
         import torch
-
         return [str(i) for i in range(torch.cuda.device_count())]
     except Exception:  # noqa: BLE001 - no torch or no driver: no GPUs
         return []
 
 
 def _die_with_parent(parent: int) -> None:
-    """Make this pool worker die with the sweep that started it, even by SIGKILL (which runs no cleanup and leaves
-    a ProcessPoolExecutor's workers running): Linux's PR_SET_PDEATHSIG sends it SIGKILL when its parent exits; a
-    watchdog thread polling the parent's id covers other systems and a parent that died before the prctl. The
-    notebook kernels a worker starts poll their parent (ipykernel's JPY_PARENT_PID) and exit after it."""
+    """This pool worker dies with its sweep, even a SIGKILLed one (whose ProcessPool workers would live on): Linux's
+    PR_SET_PDEATHSIG, and a watchdog polling the parent elsewhere or if it died first. Its kernels follow it."""
     if sys.platform.startswith("linux"):
         try:
             import ctypes
-
             ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL, 0, 0, 0)  # 1: PR_SET_PDEATHSIG
         except (OSError, AttributeError):  # no libc prctl: the watchdog alone
             pass
@@ -121,12 +100,9 @@ def _die_with_parent(parent: int) -> None:
     threading.Thread(target=watch, name="initmem-parent-watchdog", daemon=True).start()
 
 
-def _init_worker(gpus: mp.Queue, parent: int | None = None) -> None:
-    if parent is not None:
-        _die_with_parent(parent)
-    # One GPU per worker process: the kernels it starts inherit the variable.
-    gpu = gpus.get()
-    if gpu is not None:
+def _init_worker(gpus: mp.Queue, parent: int) -> None:
+    _die_with_parent(parent)
+    if (gpu := gpus.get()) is not None:  # one GPU per worker process: the kernels it starts inherit the variable
         os.environ["CUDA_VISIBLE_DEVICES"] = gpu
 
 
@@ -134,14 +110,12 @@ def _run_local(tasks: list[tuple], jobs: int, on_done) -> list[PointReport]:
     if jobs <= 1 or len(tasks) <= 1:
         return [on_done(execute_point(*t)) for t in tasks]
     ctx = mp.get_context("spawn")  # the parent may hold torch/CUDA state that a fork must not copy
-    gpus, queue = _visible_gpus(), ctx.Queue()
-    n = min(jobs, len(tasks))
+    gpus, queue, n = _visible_gpus(), ctx.Queue(), min(jobs, len(tasks))
     for i in range(n):
         queue.put(gpus[i % len(gpus)] if gpus else None)
-    with cf.ProcessPoolExecutor(n, mp_context=ctx, initializer=_init_worker,
-                                initargs=(queue, os.getpid())) as pool:
+    done = {}
+    with cf.ProcessPoolExecutor(n, mp_context=ctx, initializer=_init_worker, initargs=(queue, os.getpid())) as pool:
         futures = {pool.submit(execute_point, *t): t[0] for t in tasks}
-        done = {}
         for fut in cf.as_completed(futures):
             point = futures[fut]
             try:
@@ -152,21 +126,13 @@ def _run_local(tasks: list[tuple], jobs: int, on_done) -> list[PointReport]:
 
 
 def slurm_parameters(section: str, options: dict[str, Any]) -> dict[str, Any]:
-    """The submitit parameters a sweep's Slurm array requests (what `--dry-run` prints); unset ones are the
-    cluster's defaults."""
-    params: dict[str, Any] = {"name": f"initmem-{section}", "timeout_min": int(options.get("time") or 24 * 60)}
-    for ours, theirs in (("partition", "slurm_partition"), ("gpus_per_node", "gpus_per_node"),
-                         ("mem_gb", "mem_gb"), ("cpus_per_task", "cpus_per_task"),
-                         ("array_parallelism", "slurm_array_parallelism"),
-                         ("extra", "slurm_additional_parameters")):
-        if options.get(ours) is not None:
-            params[theirs] = options[ours]
-    return params
+    """The submitit parameters of a sweep's Slurm array (what `--dry-run` prints); unset: the cluster's default."""
+    return {"name": f"initmem-{section}", "timeout_min": int(options.get("time") or 24 * 60),
+            **{_SUBMITIT.get(k, k): options[k] for k in SLURM_OPTIONS if k != "time" and options.get(k) is not None}}
 
 
 def _run_slurm(tasks: list[tuple], folder: Path, section: str, options: dict[str, Any], on_done) -> list[PointReport]:
     import submitit
-
     ex = submitit.AutoExecutor(folder=folder, cluster="slurm")
     ex.update_parameters(**slurm_parameters(section, options))
     jobs = ex.map_array(PointJob(), *zip(*tasks, strict=True))
@@ -183,7 +149,6 @@ def _run_slurm(tasks: list[tuple], folder: Path, section: str, options: dict[str
     return reports
 
 
-# --- the sweep ---------------------------------------------------------------------------------------------
 @dataclass
 class SweepReport:
     section: str
@@ -191,73 +156,45 @@ class SweepReport:
     results: Path
     executor: str
     points: list[PointReport] = field(default_factory=list)
-    summary: Any = None  # pandas DataFrame: one row per point
+    summary: pd.DataFrame | None = None  # one row per point
 
     @property
     def exit_code(self) -> int:
         return int(any(p.status == "failed" for p in self.points))
 
-    def counts(self) -> dict[str, int]:
-        return {s: sum(p.status == s for p in self.points) for s in ("skipped", "would-run", "ran", "failed")}
 
-
-def summarize(section: Section, points: list[Point]) -> Any:
+def summarize(section: Section, points: list[Point]) -> pd.DataFrame:
     """The end-of-run table: one row per point (`point_report.sweep_row`)."""
-    import pandas as pd
-
-    from initmem.point_report import sweep_row
-    from initmem.results import load_runs, run_id
-
-    folder = _results_path(section, points[0]) / section.name if points else None
+    from initmem.point_report import sweep_row  # matplotlib: only once the sweep has run
+    folder = section.root / points[0].parameters["results_dir"] / section.name if points else None
     runs = load_runs(folder, damaged="skip") if folder is not None and folder.is_dir() else None
     return pd.DataFrame([sweep_row(runs, p.point_id, [run_id(c) for c in point_configs(section.effective(p))])
                          for p in points])
 
 
 class Progress:
-    """Points finished out of all the points one command runs (over every params file), with an ETA from the wall
-    time per point so far (wall time, so points run in parallel count as such)."""
+    """Points finished of all a command's points (every params file), with an ETA from the wall time per point."""
 
     def __init__(self, total: int):
         self.total, self.done, self.t0 = total, 0, time.monotonic()
 
     def step(self) -> str:
         self.done += 1
-        left = (time.monotonic() - self.t0) / self.done * max(self.total - self.done, 0)
-        return f"[{self.done}/{self.total} points] ETA {_hms(left)}"
-
-
-def _hms(seconds: float) -> str:
-    s = int(round(seconds))
-    return f"{s // 3600:02d}:{s // 60 % 60:02d}:{s % 60:02d}"
-
-
-def _check_tree(out: Path, section: str, dry_run: bool) -> None:
-    """Before a point is looked at: records of an older schema stop the sweep (SweepError naming `initmem migrate`:
-    they are readable, never trained again), and copies or renamed run folders are tidied (`RunFolders.tidy_copies`,
-    one line each), so that no readable run is moved aside or retrained and the tree stays loadable."""
-    from initmem.run_folders import RunFolders
-
-    refuse_older(out, section)
-    for line in RunFolders(out, section).tidy_copies(dry_run=dry_run):
-        print(line, flush=True)
+        s = round((time.monotonic() - self.t0) / self.done * max(self.total - self.done, 0))
+        return f"[{self.done}/{self.total} points] ETA {s // 3600:02d}:{s // 60 % 60:02d}:{s % 60:02d}"
 
 
 def refuse_older(out: Path, section: str) -> None:
     """SweepError naming `initmem migrate` when `<out>/<section>` holds run records of an older schema."""
-    from initmem.run_folders import RunFolders
-
     if old := RunFolders(out, section).older_records():
         raise SweepError(f"{len(old)} run record(s) of section {section} are of an older schema (first: {old[0]}): run "
                          f"`initmem migrate {out}` to upgrade them (every number kept); nothing was trained or moved")
 
 
 def points_to_run(section: Section, profile: str, results: str | Path | None = None, seen: set | None = None) -> int:
-    """How many of a profile's points are incomplete (what a sweep would execute); with `seen`, points another
-    params file of the same command already counted are left out (and this file's are added to it)."""
-    return sum(done < total for done, total in (point_progress(section, p) for p in
-                                                _once(section, section.points(profile, results), profile, results,
-                                                      seen)))
+    """How many of a profile's points a sweep would execute, less those in `seen` (which gets this file's added)."""
+    points = _once(section, section.points(profile, results), profile, results, seen)
+    return sum(done < total for done, total in (point_progress(section, p) for p in points))
 
 
 def _once(section: Section, points: list[Point], profile: str, results: str | Path | None,
@@ -278,8 +215,7 @@ def _check_options(executor: str, jobs: int, slurm: dict[str, Any] | None, dry_r
     if isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 1:
         raise SweepError(f"jobs={jobs!r} is invalid: a positive integer is accepted")
     slurm = dict(slurm or {})
-    bad = [k for k in slurm if k not in SLURM_OPTIONS]
-    if bad:
+    if bad := [k for k in slurm if k not in SLURM_OPTIONS]:
         close = difflib.get_close_matches(bad[0], SLURM_OPTIONS, n=1)
         raise SweepError(f"unknown Slurm option {bad[0]!r}" + (f" (did you mean {close[0]!r}?)" if close else "")
                          + f"; accepted: {', '.join(SLURM_OPTIONS)}")
@@ -290,8 +226,7 @@ def _check_options(executor: str, jobs: int, slurm: dict[str, Any] | None, dry_r
 
 def _plan(section: Section, points: list[Point], out: Path, dry_run: bool,
           progress: bool) -> tuple[list[tuple], dict[str, PointReport]]:
-    """Every point's status (building every TrainConfig first: a bad value fails here, before anything runs) and
-    the notebook executions of the pending ones; a bad results folder fails now, not once per point."""
+    """Each point's status (its TrainConfigs built: a bad value fails now) and the pending ones' notebook runs."""
     tasks, plan = [], {}
     extra = {"progress": progress} if "progress" in section.declared else {}
     for p in points:
@@ -303,54 +238,45 @@ def _plan(section: Section, points: list[Point], out: Path, dry_run: bool,
             tasks.append((p, str(section.notebook), str(section.root), str(nb_out), {**p.parameters, **extra},
                           progress))
     if tasks:
-        from initmem.run_folders import RunFolders
-
-        RunFolders(out, section.name).writable()
+        RunFolders(out, section.name).writable()  # a bad results folder fails now, not once per point
     return tasks, plan
 
 
 def _print_dry_run(section: Section, points: list[Point], plan: dict[str, PointReport]) -> None:
     """A dry run's table: each point's runs, epochs and steps, what is complete, and the totals."""
     from initmem.plan import plan_point, plural
-
-    sizes = {"runs": 0, "epochs": 0, "steps": 0, "todo_runs": 0, "todo_steps": 0}
+    n = collections.Counter()
     for p in points:
         r, pp = plan[p.point_id], plan_point(p.point_id, p.grid, section.effective(p))
         what = "skip (complete)" if r.status == "skipped" else f"run ({r.runs} runs complete)"
         todo = pp.runs - int(r.runs.split("/")[0])
-        sizes.update(runs=sizes["runs"] + pp.runs, epochs=sizes["epochs"] + pp.runs * pp.run["epochs"],
-                     steps=sizes["steps"] + pp.steps, todo_runs=sizes["todo_runs"] + todo,
-                     todo_steps=sizes["todo_steps"] + todo * pp.run["steps"])
+        n.update(runs=pp.runs, epochs=pp.runs * pp.run["epochs"], steps=pp.steps, todo_runs=todo,
+                 todo_steps=todo * pp.run["steps"])
         print(f"  {p.point_id:<48} {what:<28} {plural(pp.runs, 'run')} x {plural(pp.run['epochs'], 'epoch')} x "
               f"{plural(pp.run['steps_per_epoch'], 'step')} = {plural(pp.steps, 'step')} "
               f"{json.dumps(p.grid, default=str)}")
-    print(f"  total: {plural(sizes['runs'], 'run')}, {plural(sizes['epochs'], 'epoch')}, "
-          f"{plural(sizes['steps'], 'step')}; to run: {plural(sizes['todo_runs'], 'run')}, "
-          f"{plural(sizes['todo_steps'], 'step')} (`initmem plan` adds clocks and time)")
+    print(f"  total: {plural(n['runs'], 'run')}, {plural(n['epochs'], 'epoch')}, {plural(n['steps'], 'step')}; to run: "
+          f"{plural(n['todo_runs'], 'run')}, {plural(n['todo_steps'], 'step')} (`initmem plan` adds clocks and time)")
 
 
 def run_sweep(params_path: str | Path | Section, *, profile: str, results: str | Path | None = None,
               executor: str = "local", jobs: int = 1, dry_run: bool = False, slurm: dict[str, Any] | None = None,
               progress: bool = True, overall: Progress | None = None, seen: set | None = None) -> SweepReport:
-    """Run every incomplete point of a section's profile; return per-point statuses and a summary table.
-
-    `results` defaults to `<repo>/results/<profile>`; executed notebooks go to
-    `<results>/<section>/notebooks/<point_id>.ipynb`. `executor`: `local` (`jobs` points at a time, one GPU per
-    worker) or `slurm` (submitit job array; `slurm` options: partition, gpus_per_node, time (minutes), mem_gb,
-    cpus_per_task, array_parallelism, extra). `progress` streams the notebooks' output. `params_path` may be a
-    loaded `Section`; `overall` counts the points of several sweeps of one command (default: this sweep's), and
-    `seen` (a set shared by them) lists and runs a point that two params files of one command share only once.
-    """
+    """Run every incomplete point of a section's profile (`params_path`: a params file or a `Section`) into `results`
+    (default `<repo>/results/<profile>`, notebooks in `<section>/notebooks/`); per-point statuses and a summary table.
+    `executor`: `local` (`jobs` points at a time) or `slurm` (`slurm`: `SLURM_OPTIONS`, `time` in minutes); `progress`
+    streams output; `overall` counts one command's points and `seen` (shared) runs a point two files share once."""
     slurm = _check_options(executor, jobs, slurm, dry_run)
     section = params_path if isinstance(params_path, Section) else load_section(params_path)
-    every = section.points(profile, results)
-    points = _once(section, every, profile, results, seen)
+    points = _once(section, every := section.points(profile, results), profile, results, seen)
     if len(points) < len(every):
         print(f"{section.path}: {len(every) - len(points)} point(s) already listed by an earlier params file of this "
               "command, counted once", flush=True)
     out = section.results_for(profile, results)
     report = SweepReport(section.name, profile, out, executor)
-    _check_tree(out, section.name, dry_run)
+    refuse_older(out, section.name)  # readable records: never moved aside nor trained again
+    for line in RunFolders(out, section.name).tidy_copies(dry_run=dry_run):  # copies and renamed run folders
+        print(line, flush=True)
     tasks, plan = _plan(section, points, out, dry_run, progress)
     to_run = sum(r.status in ("pending", "would-run") for r in plan.values())
     print(f"== {section.name} [{profile}] {len(points)} point(s), {to_run} to run, "
@@ -359,23 +285,22 @@ def run_sweep(params_path: str | Path | Section, *, profile: str, results: str |
         _print_dry_run(section, points, plan)
         if executor == "slurm":
             req = slurm_parameters(section.name, slurm)
-            print(f"  slurm: an array of {to_run} task(s) (one per point to run), each requesting "
-                  + ", ".join(f"{k}={v}" for k, v in req.items())
-                  + "; " + (", ".join(k for k in ("slurm_partition", "gpus_per_node", "mem_gb", "cpus_per_task")
-                                      if k not in req) or "nothing") + " left to the cluster's defaults")
+            left = ", ".join(k for k in ("slurm_partition", "gpus_per_node", "mem_gb", "cpus_per_task") if k not in req)
+            print(f"  slurm: an array of {to_run} task(s) (one per point to run), each requesting " + ", ".join(
+                f"{k}={v}" for k, v in req.items()) + f"; {left or 'nothing'} left to the cluster's defaults")
     else:
         counter = overall if overall is not None else Progress(len(tasks))
 
         def on_done(r: PointReport) -> PointReport:
             print(f"{counter.step()} {section.name} {r.point_id}: {r.status} in {r.seconds:.1f} s"
-                  + (f"\n    {r.message}" if r.message else ""), file=sys.stdout, flush=True)
+                  + (f"\n    {r.message}" if r.message else ""), flush=True)
             return r
 
         if tasks and executor == "local":
             finished = _run_local(tasks, jobs, on_done)
         elif tasks:  # every sweep its own submitit folder: job ids restart after a Slurm reset
-            stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S-%f")
-            finished = _run_slurm(tasks, out / ".submitit" / f"{section.name}-{stamp}", section.name, slurm, on_done)
+            folder = out / ".submitit" / f"{section.name}-{datetime.datetime.now():%Y%m%d-%H%M%S-%f}"
+            finished = _run_slurm(tasks, folder, section.name, slurm, on_done)
         else:
             finished = []
         for r in finished:
@@ -386,6 +311,6 @@ def run_sweep(params_path: str | Path | Section, *, profile: str, results: str |
         report.summary = summarize(section, points)
         if len(report.summary):
             print(report.summary.to_string(index=False), flush=True)
-    c = report.counts()
-    print(f"== {section.name} [{profile}]: " + ", ".join(f"{v} {k}" for k, v in c.items() if v), flush=True)
+    counts = {s: sum(p.status == s for p in report.points) for s in ("skipped", "would-run", "ran", "failed")}
+    print(f"== {section.name} [{profile}]: " + ", ".join(f"{v} {k}" for k, v in counts.items() if v), flush=True)
     return report

@@ -1,5 +1,4 @@
-"""The checks of a throughput table (docs/planner.md): what `plan.load_throughput` reads and `initmem plan
---calibrate` writes. Torch-free."""
+"""Torch-free checks of a throughput table (docs/planner.md): what `plan.load_throughput` reads, --calibrate writes."""
 
 from __future__ import annotations
 
@@ -16,18 +15,16 @@ KINDS = ("cpu", "cuda")
 
 
 def check_table(table: Any, kind: str | None, describe: Callable[[Any], str]) -> Any:
-    """`table` (a `plan.Throughput`) once every entry's times, width, batch size and members are finite and
-    positive, its arch and precision known, and its device a CPU or CUDA one (of `kind`, when given); ConfigError
-    naming the file, the entry (`describe`) and the value otherwise."""
+    """`table` (a `plan.Throughput`) once every entry's numbers are finite and positive, its arch and precision known
+    and its device a CPU or CUDA one (of `kind`, if given); else ConfigError naming the file, entry and value."""
     where = f"throughput table {str(table.path)!r}"
     if not table.entries or not table.device.strip() or table.kind not in KINDS:
         what = "no entries" if not table.entries else f"device {table.device!r} of kind {table.kind!r}"
         raise ConfigError(f"{where} is invalid ({what}): a device of kind {' or '.join(KINDS)} with at least one "
                           "entry is accepted")
     for e in table.entries:
-        bad = next(((k, v) for k in ("train_step_s", "eval_image_s", "width", "batch_size", "members")
-                    if not math.isfinite(v := getattr(e, k)) or v <= 0), None)
-        if bad:
+        if bad := next(((k, v) for k in ("train_step_s", "eval_image_s", "width", "batch_size", "members")
+                        if not math.isfinite(v := getattr(e, k)) or v <= 0), None):
             raise ConfigError(f"{where} has {bad[0]}={bad[1]!r} for {describe(e)}: a finite positive number is "
                               "accepted")
         if e.arch not in ARCHS or e.precision not in PRECISIONS:
@@ -40,8 +37,7 @@ def check_table(table: Any, kind: str | None, describe: Callable[[Any], str]) ->
 
 
 def check_table_path(path: str | Path) -> Path:
-    """`path` once a throughput table can be written there (its folder is created), checked before calibrating:
-    ConfigError naming it when it is a folder, lies under a file or in a folder that cannot be written."""
+    """`path` once a table can be written there (its folder created), else ConfigError saying why; before timing."""
     path = Path(path)
     above = next((a for a in path.parents if a.exists()), None)
     problem = ("is a folder" if path.is_dir() else f"lies under {str(above)!r}, which is a file"
