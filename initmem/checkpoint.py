@@ -3,8 +3,6 @@ a JSON header `{"format", "sha256", "size"}` checked before the `torch.save` pay
 damaged file is a `CheckpointError`, never a wrong resume. Test-only: `INITMEM_FAULT=kill_during_checkpoint_write[@E]`
 SIGKILLs `save` with half the file written and synced (a power cut)."""
 
-from __future__ import annotations
-
 import errno
 import hashlib
 import io

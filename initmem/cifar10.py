@@ -1,8 +1,6 @@
 """CIFAR-10 as the readers in `initmem.sources` and `initmem.imagefolder` return it: `Cifar10` (uint8 CPU tensors and
 the class names) and `check_dataset`, the one check every source's output passes before it is used."""
 
-from __future__ import annotations
-
 from dataclasses import dataclass
 
 import torch

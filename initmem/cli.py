@@ -1,8 +1,6 @@
 """The `initmem` command. Thin: each subcommand (`_add_<name>`, `_cmd_<name>`) parses flags that mirror a library
 function's keyword arguments, calls it, and turns an `InitmemError` into one line on stderr and a non-zero exit."""
 
-from __future__ import annotations
-
 import argparse
 import dataclasses
 import json

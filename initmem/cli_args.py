@@ -1,8 +1,6 @@
 """argparse the `initmem` way: usage errors in one line like every initmem error, every flag given once (argparse
 would keep the last value silently), and an unknown flag answered with the closest known one."""
 
-from __future__ import annotations
-
 import argparse
 import difflib
 

@@ -2,7 +2,7 @@
 validation, `run_id`, the accepted values, and `point_configs` (a point's runs from its parameters). Each field's
 help lives beside it: `--help`, docs/fields.md (`python -m initmem.config`) and the notebooks read it there."""
 
-from __future__ import annotations
+from __future__ import annotations  # TrainConfig's field types stay strings: the CLI and docs/fields.md read them
 
 import dataclasses
 import difflib
@@ -12,7 +12,7 @@ import math
 import numbers
 import re
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Self
 
 from initmem.errors import ConfigError, invalid
 
@@ -125,14 +125,14 @@ class TrainConfig:
         return {k: list(v) if isinstance(v, tuple) else v for k, v in dataclasses.asdict(self).items()}
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> TrainConfig:
+    def from_dict(cls, d: dict[str, Any]) -> Self:
         """Inverse of `to_dict`; unknown keys are a ConfigError naming them (and the closest field)."""
         if not isinstance(d, dict):
             raise ConfigError(f"TrainConfig.from_dict got {type(d).__name__}: a dict of fields is accepted")
         _known(d)
         return cls(**{k: tuple(v) if isinstance(v, list) else v for k, v in d.items()})
 
-    def replace(self, **changes: Any) -> TrainConfig:
+    def replace(self, **changes: Any) -> Self:
         """A copy with `changes`; with a new optimiser, hyper-parameters at the old one's defaults (and not in
         `changes`) take the new one's (an sgd config's adam copy gets lr 1e-3), unused ones go back to neutral."""
         _known(changes)

@@ -1,8 +1,6 @@
 """CIFAR-10 as the engine trains on it: `make_splits` → `Splits` (stratified, normalised device tensors),
 `augment_batch`, `batches`, `steps_per_epoch`; `load_cifar10` (`initmem.sources`) is re-exported."""
 
-from __future__ import annotations
-
 import hashlib
 import math
 from collections.abc import Iterator

@@ -4,8 +4,6 @@ BatchNorm is scale-invariant: its state is its direction). `angle:<layer>` (degr
 whole-network sum: a *measured* clock); no layer: all weights as one vector. cos(1e-4 rad) is 1 in float32, so an
 angle is atan2(|t|, |b| + rho) from d = a - b (rho = <d, b> / |b|, t^2 = |d|^2 - rho^2), in float64."""
 
-from __future__ import annotations
-
 import math
 
 import torch

@@ -2,8 +2,6 @@
 top folder); sorted class folders give the labels. Decoded once with PIL and cached by content hash (later loads
 take about a second); a corrupt cache is named and rebuilt, a corrupt archive named and refused."""
 
-from __future__ import annotations
-
 import contextlib
 import gzip
 import hashlib

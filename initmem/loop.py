@@ -2,14 +2,13 @@
 Every tensor is on the run's device except, by design, the data-order generators (one minibatch order on every
 device), torch's Adam/AdamW step counters (host scalars) and, on `meta` (no meta generator), the augmentation ones."""
 
-from __future__ import annotations
-
 import copy
 import hashlib
 import math
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from typing import Self
 
 import torch
 
@@ -71,7 +70,7 @@ class Loop:
     checked: bool = False  # check_device ran after a step (the optimiser's state exists from the first step on)
 
     @classmethod
-    def build(cls, configs: list[TrainConfig], dev: torch.device, splits: _data.Splits) -> Loop:
+    def build(cls, configs: list[TrainConfig], dev: torch.device, splits: _data.Splits) -> Self:
         """The loop of `configs` (one point's members) on `dev`, at epoch 0, before any measurement."""
         cfg, k = configs[0], len(configs)
         evals = [(splits.train_x, splits.train_y) if splits.train_eval_idx is None else (

@@ -3,8 +3,6 @@ a `PlainPopulation` (K = 1) or a `GroupedPopulation`: member 0's network by modu
 conv with groups=K, BatchNorm K*C channels, the head a batched matmul; members share no arithmetic, so a NaN stays
 in its member. Not torch.func's vmap: slower here (`benchmarks/bench_members.py`, docs/performance.md)."""
 
-from __future__ import annotations
-
 import contextlib
 import copy
 import ctypes

@@ -1,8 +1,6 @@
 """The study's metrics, each computable from a run's history (one row per epoch; epoch 0 = at initialisation).
 Epochs are 1-based: in a per-epoch sequence, element i is epoch i + 1. Accuracies are fractions in [0, 1]."""
 
-from __future__ import annotations
-
 import math
 from collections.abc import Sequence
 

@@ -3,8 +3,6 @@ the loss is invariant to each filter's scale (sigma_w changes only the effective
 resnet9: Page's DAWNBench layout (no 0.125 logit scale; a head bias: 6,573,130 parameters); resnet20/56/110: He et
 al.'s, option-A shortcuts (269,722 / 853,018 / 1,727,962). `width` multiplies every channel count (rounded)."""
 
-from __future__ import annotations
-
 import functools
 import math
 

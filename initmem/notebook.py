@@ -2,8 +2,6 @@
 read with `ast`; values are checked before the kernel starts and again inside it (`checked_parameters`): papermill
 only warns on an unknown name and injects a YAML `1e-3` as a string. Torch-, papermill- and jupytext-free at import."""
 
-from __future__ import annotations
-
 import ast
 import dataclasses
 import difflib

@@ -2,8 +2,6 @@
 for step but takes conv kernels and, as `MuonWithAuxAdam`, carries the AdamW part for what Muon must not touch.
 Schedules scale every group's `initial_lr` by one factor (`set_lr_factor`), so the two parts' lrs stay in ratio."""
 
-from __future__ import annotations
-
 import math
 from collections.abc import Iterable
 

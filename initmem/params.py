@@ -1,8 +1,6 @@
 """Params files (`params/NN_section.yaml`, strict YAML) → a type-checked `Section` → its grid points. Everything,
 every point's TrainConfigs included, is checked when the file is loaded: a typo fails in a second, not after hours."""
 
-from __future__ import annotations
-
 import glob
 import itertools
 import re

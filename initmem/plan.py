@@ -2,8 +2,6 @@
 are counted as `train` counts them, clocks summed exactly per step (`math.fsum`). Torch-free but for naming a CUDA
 device, and `device_name("auto")` where torch is installed."""
 
-from __future__ import annotations
-
 import functools
 import importlib.util
 import json

@@ -1,8 +1,6 @@
 """Which throughput table `initmem plan` times a profile with (docs/planner.md), and measuring one (`calibrate`). The
 reference CPU's ships with the package, so a fresh clone answers "how long"; a GPU without its own gets no time."""
 
-from __future__ import annotations
-
 import datetime
 import time
 from pathlib import Path

@@ -1,8 +1,6 @@
 """Where and how a run computes: `run_device`, the process-wide numerics (`engine_settings`, recorded with the run),
 bf16 `autocast`, and the network the loop calls (`network`: compiled once per process and shape with `compile`)."""
 
-from __future__ import annotations
-
 import contextlib
 import os
 

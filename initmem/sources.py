@@ -1,8 +1,6 @@
 """CIFAR-10 from disk as uint8 CPU tensors, every source `load_cifar10` reads: `torchvision` (`cifar-10-batches-py`,
 read with numpy), `imagefolder` (`initmem.imagefolder`), `synthetic` (tests, smoke runs), `auto` (the first real)."""
 
-from __future__ import annotations
-
 import os
 import pickle
 from pathlib import Path

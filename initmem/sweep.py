@@ -2,8 +2,6 @@
 repository root, complete when all its runs are (a finished sweep run again executes nothing). Executors: `local`
 (in-process, or `jobs` processes with one GPU each, dying with their parent), `slurm` (an array task per point)."""
 
-from __future__ import annotations
-
 import collections
 import concurrent.futures as cf
 import datetime

@@ -1,7 +1,5 @@
 """Torch-free checks of a throughput table (docs/planner.md): what `plan.load_throughput` reads, --calibrate writes."""
 
-from __future__ import annotations
-
 import math
 import os
 from collections.abc import Callable

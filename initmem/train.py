@@ -2,8 +2,6 @@
 member equal to its separate run. Airbench-style: the splits live on the device, minibatches are index gathers, and
 an epoch reads nothing back to the host but its one measurement. The state is `initmem.loop.Loop`; here, the steps."""
 
-from __future__ import annotations
-
 import math
 import os
 import sys
