@@ -3,6 +3,7 @@ read with `ast`; values are checked before the kernel starts and again inside it
 only warns on an unknown name and injects a YAML `1e-3` as a string. Torch-, papermill- and jupytext-free at import."""
 
 import ast
+import contextlib
 import dataclasses
 import difflib
 import hashlib
@@ -14,7 +15,6 @@ import sys
 import time
 from pathlib import Path
 from typing import Any, NamedTuple
-from unittest import mock
 
 from initmem.config import MEMBER_FIELDS, TrainConfig, point_configs
 from initmem.errors import ConfigError, InitmemError, NotebookError, ResultsError
@@ -206,6 +206,21 @@ def checked_parameters(namespace: dict[str, Any]) -> dict[str, Any]:
 
 
 # --- execution ---------------------------------------------------------------------------------------------
+@contextlib.contextmanager
+def _environ(values: dict[str, str]):
+    """`values` set in os.environ for the block (a kernel inherits it at start-up), then only those keys restored."""
+    old = {k: os.environ.get(k) for k in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for k, v in old.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
 def _known_parameters(record: logging.LogRecord) -> bool:
     """Drops papermill's "Passed unknown parameter" warning: `check_parameters` has accepted the name already."""
     return not record.getMessage().startswith("Passed unknown parameter")
@@ -241,7 +256,7 @@ def execute_notebook(path: str | Path, output_path: str | Path, parameters: dict
     kernel_env = {"INITMEM_PROGRESS": os.environ.get("INITMEM_PROGRESS", "lines"), **(env or {})}
     for attempt in range(retries + 1):
         try:
-            with mock.patch.dict(os.environ, kernel_env):  # the kernel inherits it at start-up; restored after
+            with _environ(kernel_env):
                 return papermill.execute_notebook(
                     _read(path), str(output_path), parameters=parameters, kernel_name=kernel_name,
                     language="python", cwd=str(cwd) if cwd is not None else None, progress_bar=False,

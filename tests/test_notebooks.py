@@ -9,6 +9,7 @@ from __future__ import annotations
 import ast
 import dataclasses
 import math
+import os
 from pathlib import Path
 
 import jupytext
@@ -208,3 +209,18 @@ def test_long_training_table_reads_each_run_at_its_best_validation_epoch_so_far(
         long_training_table(runs, marks=[4])
     with pytest.raises(ValueError, match="epoch_marks=\\[\\] is invalid"):
         long_training_table(runs, marks=[])
+
+
+def test_the_kernel_environment_is_set_for_the_start_and_only_its_own_keys_restored(monkeypatch):
+    """execute_notebook's environment for a kernel: set inside the block; afterwards the keys it set are as they were
+    (absent again, or their old value), and a variable something else set meanwhile is kept."""
+    from initmem.notebook import _environ
+
+    monkeypatch.setenv("INITMEM_PROGRESS", "bar")
+    monkeypatch.delenv("INITMEM_TEST_NEW", raising=False)
+    monkeypatch.delenv("INITMEM_TEST_OTHER", raising=False)
+    with _environ({"INITMEM_PROGRESS": "lines", "INITMEM_TEST_NEW": "1"}):
+        assert (os.environ["INITMEM_PROGRESS"], os.environ["INITMEM_TEST_NEW"]) == ("lines", "1")
+        os.environ["INITMEM_TEST_OTHER"] = "kept"
+    assert os.environ["INITMEM_PROGRESS"] == "bar" and "INITMEM_TEST_NEW" not in os.environ
+    assert os.environ.pop("INITMEM_TEST_OTHER") == "kept"
