@@ -33,7 +33,7 @@ test: venv  ## run the test suite (what CI runs): two pytest-xdist workers, each
 lint: venv  ## ruff
 	$(VENV)/bin/ruff check .
 
-# Without RESULTS/OUT on the command line: every committed set (initmem.figures.COMMITTED_SETS). RESULTS alone
+# Without RESULTS/OUT on the command line: every committed set (initmem.figures.artefacts.COMMITTED_SETS). RESULTS alone
 # writes <RESULTS>/figures (a committed tree: its own set); a committed set from another tree is refused.
 FIGURES_ARGS = $(if $(filter command line,$(origin RESULTS)),--results $(RESULTS)) \
                $(if $(filter command line,$(origin OUT)),--out $(OUT))
@@ -44,7 +44,7 @@ smoke: venv  ## the whole study at smoke scale (synthetic data, seconds per sect
 	$(MAKE) reproduce PROFILE=smoke
 
 # figures of results/<profile> go to its committed set (cpu: figures/) or beside it (results/<profile>/figures/),
-# so they never overwrite the committed figures/ from other results (initmem.figures.default_out); or OUT=...
+# so they never overwrite the committed figures/ from other results (initmem.figures.artefacts.default_out); or OUT=...
 reproduce: venv  ## every section's sweep for PROFILE=smoke|cpu|paper, then the figures
 	$(INITMEM) sweep params/*.yaml --profile $(PROFILE) --results results/$(PROFILE)
 	$(INITMEM) figures --results results/$(PROFILE) $(if $(filter command line,$(origin OUT)),--out $(OUT))

@@ -13,9 +13,9 @@ import statistics
 
 import torch
 
-from initmem import forgetting
 from initmem.config import TrainConfig
-from initmem.train import time_steps
+from initmem.engine import instruments
+from initmem.engine.trainer import time_steps
 
 
 def main() -> None:
@@ -32,14 +32,14 @@ def main() -> None:
     torch.set_num_threads(a.threads)
     config = TrainConfig(arch=a.arch, width=a.width, batch_size=a.batch_size, optimizer=a.optimizer, device=a.device)
     on, off = [], []
-    real = forgetting.Instruments.before_step, forgetting.Instruments.after_step
+    real = instruments.Instruments.before_step, instruments.Instruments.after_step
     for _ in range(a.repeats):
         on.append(time_steps(config, steps=a.steps))
-        forgetting.Instruments.before_step = forgetting.Instruments.after_step = lambda self: None
+        instruments.Instruments.before_step = instruments.Instruments.after_step = lambda self: None
         try:
             off.append(time_steps(config, steps=a.steps))
         finally:
-            forgetting.Instruments.before_step, forgetting.Instruments.after_step = real
+            instruments.Instruments.before_step, instruments.Instruments.after_step = real
     t_on, t_off = statistics.median(on), statistics.median(off)
     print(f"{a.arch} width {a.width:g} b={a.batch_size} {a.optimizer} on {a.device} ({a.threads} thread(s)), "
           f"{a.repeats} alternated repeats of {a.steps} steps")

@@ -16,7 +16,7 @@ import torch
 import torch.nn.functional as F
 from torch.func import functional_call, stack_module_state, vmap
 
-from initmem import members, models
+from initmem.engine import members, models
 
 
 def _timed(step, device: torch.device, repeats: int) -> float:

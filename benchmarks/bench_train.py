@@ -4,7 +4,7 @@ width 0.25 by default), optimiser and batch size.
 
 Contenders, alternated within each repeat (a, a16, b0, b2, c-separate, c-population, a, ...) so that load from
 other processes hits them alike; the first epoch / first steps of each are warm-up and are not timed:
-  a   engine       `initmem.train.train` itself at `--precision` (default fp32): an epoch of `--steps` steps
+  a   engine       `initmem.engine.trainer.train` itself at `--precision` (default fp32): an epoch of `--steps` steps
                    (n_train = steps * b) timed from the run's own `wall_time` column (epoch 2 minus epoch 1; epoch 1
                    is the warm-up). Evaluation is kept to 10 images per split, so the timed epoch is training plus a
                    negligible measurement.
@@ -40,12 +40,12 @@ import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
 
-from initmem import data as _data  # noqa: E402
-from initmem import members as _members  # noqa: E402
-from initmem import models, optim  # noqa: E402
 from initmem.config import TrainConfig  # noqa: E402
-from initmem.provenance import portable_source  # noqa: E402
-from initmem.train import train  # noqa: E402
+from initmem.data import splits as _data  # noqa: E402
+from initmem.engine import members as _members  # noqa: E402
+from initmem.engine import models, optim  # noqa: E402
+from initmem.engine.trainer import train  # noqa: E402
+from initmem.store.provenance import portable_source  # noqa: E402
 
 SIGMA_GRID = (0.1, 0.25, 0.5, 1.0, 1.5, 2.0, 2.5)
 SHARED_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"  # the workspace beside the repo

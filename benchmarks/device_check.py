@@ -165,10 +165,10 @@ def preload() -> None:
     """Import what every step needs once, here, so that forked steps start at once (never initialises CUDA)."""
     import torch  # noqa: F401
 
-    import initmem.checkpoint  # noqa: F401
+    import initmem.engine.checkpoint  # noqa: F401
+    import initmem.engine.trainer  # noqa: F401
     import initmem.metrics  # noqa: F401
-    import initmem.plan  # noqa: F401
-    import initmem.train  # noqa: F401
+    import initmem.study.plan  # noqa: F401
 
     with contextlib.suppress(Exception):  # torch.use_deterministic_algorithms imports it: seconds, once
         import torch._inductor  # noqa: F401
@@ -272,7 +272,7 @@ def report(args: argparse.Namespace, steps: list[dict], settings: dict, notes: l
                       "failed": [r["name"] for r in steps if r["pass"] is False]},
            "steps": steps}
     doc["exit_code"] = exit_code(doc)
-    from initmem.plan import save_throughput
+    from initmem.study.plan import save_throughput
 
     table = throughput(doc)
     doc["throughput"] = {"path": "throughput.json", "entries": len(table.entries)}
@@ -294,9 +294,9 @@ def exit_code(doc: dict[str, Any]) -> int:
 
 # ------------------------------------------------------------------------------------------------ outputs
 def throughput(doc: dict[str, Any]):
-    """The planner's table (docs/planner.md, `initmem.plan.Throughput`) from the eager epoch times (members 1) and
+    """The planner's table (docs/planner.md, `initmem.study.plan.Throughput`) from the eager epoch times (members 1) and
     the population step (members K and 1; eval time K times the same-precision ResNet-9 entry's)."""
-    from initmem.plan import Entry, Throughput
+    from initmem.study.plan import Entry, Throughput
 
     step = {r["name"]: r["results"] for r in doc["steps"]}
     entries: dict[tuple, Entry] = {}

@@ -3,7 +3,7 @@
 A step function takes a `Ctx` (the settings, its deadline, `put`/`add` to record results as it goes: a step killed
 at its limit keeps what it had recorded) and returns a verdict: True / False (a check passed or not) or None (a
 pure measurement). It raises `Skip` when it does not apply here (tf32 on a CPU) and anything else when it fails.
-Imports only the training stack (`initmem.train`, `.config`, `.plan`, `.checkpoint`, `.metrics`): no papermill,
+Imports only the training stack (`initmem.engine.trainer`, `.config`, `.plan`, `.checkpoint`, `.metrics`): no papermill,
 jupytext or submitit.
 """
 
@@ -154,7 +154,7 @@ def step_env(ctx: Ctx) -> bool:
 
     import torch
 
-    from initmem.plan import device_name
+    from initmem.study.plan import device_name
 
     info = {"python": sys.version.split()[0], "torch": torch.__version__, "cuda_build": torch.version.cuda,
             "cuda_available": torch.cuda.is_available(), "platform": platform.platform(), "cpus": os.cpu_count(),
@@ -173,7 +173,7 @@ def step_env(ctx: Ctx) -> bool:
     name, kind = device_name(ctx.s["device"])
     ctx.put("device_name", name)
     ctx.put("kind", kind)
-    from initmem.data import load_cifar10
+    from initmem.data.splits import load_cifar10
 
     t0 = time.perf_counter()
     try:
@@ -189,7 +189,7 @@ def step_env(ctx: Ctx) -> bool:
 def step_parity(ctx: Ctx, precision: str, optimizer: str = "sgd") -> bool:
     """The same short deterministic run on the CPU in fp32 (the reference) and on the device at `precision`."""
     from initmem.config import run_id
-    from initmem.train import train
+    from initmem.engine.trainer import train
 
     if precision == "tf32" and not ctx.cuda:
         raise Skip("tf32 is CUDA only: a CPU has no TF32 to compare")
@@ -217,7 +217,7 @@ def step_population_vs_separate(ctx: Ctx) -> bool:
     """A 2-member population (sigma_w 0.5 and 2.0, seeds 0 and 1: each member its own minibatches and augmentation,
     the grouped stem) against the same two runs trained separately, both on the device: every member within
     TOLERANCES["population"], with the same status. The path every GPU sweep point takes (population=True)."""
-    from initmem.train import train
+    from initmem.engine.trainer import train
 
     cfg = config(ctx, "parity", deterministic=True, augment=True)
     configs = [cfg.replace(sigma_w=0.5, seed=0), cfg.replace(sigma_w=2.0, seed=1)]
@@ -237,7 +237,7 @@ def step_population_vs_separate(ctx: Ctx) -> bool:
 def step_rerun(ctx: Ctx) -> bool:
     """Two identical device runs under deterministic=True: bitwise equal histories; the same for a 2-member
     population (grouped convolutions); and, for the record, two runs with deterministic=False."""
-    from initmem.train import train
+    from initmem.engine.trainer import train
 
     cfg = config(ctx, "parity", deterministic=True)
     ctx.put("deterministic", identical(train(cfg, progress=False).history, train(cfg, progress=False).history))
@@ -258,9 +258,9 @@ def step_rerun(ctx: Ctx) -> bool:
 def step_resume(ctx: Ctx) -> bool:
     """A run killed (SIGKILL, in a helper process) while writing epoch 2's checkpoint, then resumed in the same
     out_dir, against the uninterrupted run: bitwise equal histories (deterministic=True, checkpoint_every=1)."""
-    from initmem import checkpoint
-    from initmem.run_folders import RunFolders
-    from initmem.train import train
+    from initmem.engine import checkpoint
+    from initmem.engine.trainer import train
+    from initmem.store.folders import RunFolders
 
     cfg = config(ctx, "parity", deterministic=True, epochs=3, checkpoint_every=1)
     tmp = Path(tempfile.mkdtemp(prefix="device-check-resume-"))
@@ -294,9 +294,9 @@ def _timed_epochs(cfg, ctx: Ctx | None = None) -> dict[str, Any]:
 
     import torch
 
-    from initmem.plan import split_sizes
-    from initmem.runtime import run_device
-    from initmem.train import train
+    from initmem.engine.runtime import run_device
+    from initmem.engine.trainer import train
+    from initmem.study.plan import split_sizes
 
     dev, sizes = run_device(cfg), split_sizes(cfg)
     p = math.ceil(sizes["train"] / cfg.batch_size)
@@ -358,8 +358,8 @@ def step_epochs(ctx: Ctx, compile: bool) -> None:
     "reduce-overhead" on CUDA, and torch logged no "skipping cudagraphs")."""
     import torch
 
-    from initmem import runtime
-    from initmem.plan import split_sizes
+    from initmem.engine import runtime
+    from initmem.study.plan import split_sizes
 
     size = SIZES[ctx.s["mode"]]
     skips = _CudagraphSkips()
@@ -405,7 +405,7 @@ def step_epochs(ctx: Ctx, compile: bool) -> None:
 def step_population(ctx: Ctx) -> None:
     """K sigma_w members as one population, K separate runs one after another, and K concurrent processes on the
     one device, at each batch size: member-steps per second (K per population step)."""
-    from initmem.train import time_steps
+    from initmem.engine.trainer import time_steps
 
     size = SIZES[ctx.s["mode"]]
     k, steps, warmup, prec = size["members"], size["steps"], size["warmup"], ctx.s["precision"]
@@ -478,9 +478,10 @@ def _paper_population(configs: list, out: Path, end: float) -> dict[str, Any]:
 
     import torch
 
-    from initmem import checkpoint, metrics
-    from initmem.run_folders import RunFolders, checkpoints
-    from initmem.train import train
+    from initmem import metrics
+    from initmem.engine import checkpoint
+    from initmem.engine.trainer import train
+    from initmem.store.folders import RunFolders, checkpoints
 
     def stop_at_end(step: int) -> None:
         if time.time() > end:
@@ -523,7 +524,7 @@ def _paper_population(configs: list, out: Path, end: float) -> dict[str, Any]:
 def child_train(ctx: Ctx) -> None:
     """Train `args.configs` (one run or a population) into `args.out_dir` (the resume step's victim)."""
     from initmem.config import TrainConfig
-    from initmem.train import train
+    from initmem.engine.trainer import train
 
     configs = [TrainConfig.from_dict(d) for d in ctx.args["configs"]]
     train(configs, out_dir=ctx.args["out_dir"], progress=False)
@@ -533,7 +534,7 @@ def child_steps(ctx: Ctx) -> None:
     """One of the K concurrent processes: at each batch size, signal ready, wait for go, time one run's steps."""
     import torch
 
-    from initmem.train import time_steps
+    from initmem.engine.trainer import time_steps
 
     torch.set_num_threads(ctx.args["threads"])
     barrier, i, size = Path(ctx.args["barrier"]), ctx.args["index"], SIZES[ctx.s["mode"]]

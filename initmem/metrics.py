@@ -7,7 +7,7 @@ from collections.abc import Sequence
 import numpy as np
 import pandas as pd
 
-from .errors import ConfigError
+from initmem.errors import ConfigError
 
 SUMMARY_KEYS = ("best_epoch", "test_acc_at_best", "val_loss_at_best", "val_acc_at_best", "tau_interp", "interpolated",
                 "repair_gap", "init_weight_norm", "final_weight_norm", "norm_ratio", "final_train_acc",

@@ -45,9 +45,9 @@ optimizer = "sgd"
 lr = None  # None: the optimiser's STUDY.md default (sgd: 0.01)
 
 # %%
-from initmem import point_report, table_text, tables
-from initmem.notebook import checked_parameters
-from initmem.point import run_point
+from initmem.analysis import display, point_report, tables
+from initmem.study.notebook import checked_parameters
+from initmem.study.point import run_point
 
 runs = run_point(checked_parameters(globals()))  # a misspelt or mistyped -p is refused here, before training
 
@@ -58,4 +58,4 @@ point_report.show_point(runs)  # per sigma_w, the point's figure, per run, and i
 # The spread at each epoch mark: finding 3 predicts it stays flat as training goes on, while `T_SGD` grows.
 
 # %%
-table_text.display_frame(tables.long_training_table(runs, marks=epoch_marks))  # T2, as figures/ writes it
+display.display_frame(tables.long_training_table(runs, marks=epoch_marks))  # T2, as figures/ writes it

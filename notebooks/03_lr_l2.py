@@ -40,9 +40,9 @@ weight_decay = 0.0  # coupled L2 (added to the gradient)
 optimizer = "sgd"
 
 # %%
-from initmem import point_report
-from initmem.notebook import checked_parameters
-from initmem.point import run_point
+from initmem.analysis import point_report
+from initmem.study.notebook import checked_parameters
+from initmem.study.point import run_point
 
 runs = run_point(checked_parameters(globals()))  # a misspelt or mistyped -p is refused here, before training
 

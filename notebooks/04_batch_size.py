@@ -40,9 +40,9 @@ optimizer = "sgd"  # sgd | adam
 lr = None  # None: the optimiser's STUDY.md default
 
 # %%
-from initmem import point_report
-from initmem.notebook import checked_parameters
-from initmem.point import run_point
+from initmem.analysis import point_report
+from initmem.study.notebook import checked_parameters
+from initmem.study.point import run_point
 
 runs = run_point(checked_parameters(globals()))  # a misspelt or mistyped -p is refused here, before training
 

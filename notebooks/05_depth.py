@@ -41,9 +41,9 @@ width = 0.25  # channel multiplier (ResNet-20's narrowest layer has 16 channels 
 optimizer = "sgd"  # sgd | adam
 
 # %%
-from initmem import point_report
-from initmem.notebook import checked_parameters
-from initmem.point import run_point
+from initmem.analysis import point_report
+from initmem.study.notebook import checked_parameters
+from initmem.study.point import run_point
 
 runs = run_point(checked_parameters(globals()))  # a misspelt or mistyped -p is refused here, before training
 

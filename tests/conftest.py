@@ -22,7 +22,7 @@ def cifar10_archive_path() -> Path | None:
 
 @dataclass
 class RealCifar10:
-    data: object  # initmem.data.Cifar10
+    data: object  # initmem.data.splits.Cifar10
     archive: Path
     cache_dir: Path
     decode_s: float  # first load: read the archive, decode 60,000 JPEGs, write the cache
@@ -34,7 +34,7 @@ def cifar10_real(tmp_path_factory: pytest.TempPathFactory) -> RealCifar10:
     archive = cifar10_archive_path()
     if archive is None:
         pytest.skip("CIFAR-10 archive not found (set INITMEM_TEST_ARCHIVE or put it at ../shared/data/)")
-    from initmem.data import load_cifar10
+    from initmem.data.splits import load_cifar10
 
     cache = tmp_path_factory.mktemp("initmem-cache")
     t0 = time.perf_counter()
@@ -72,7 +72,7 @@ def smoke_study(tmp_path_factory: pytest.TempPathFactory) -> SmokeStudy:
     import fcntl
     import pickle
 
-    from initmem.sweep import run_sweep
+    from initmem.study.sweep import run_sweep
 
     base = tmp_path_factory.getbasetemp()
     shared = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base  # xdist: <session>/popen-gwN

@@ -2,7 +2,7 @@
 
 Subprocesses run single-threaded (so that two runs of one config are bit-for-bit comparable and the shared cores
 stay free) with `INITMEM_PROGRESS=lines` (one line per epoch, which is what the tests wait for). The in-code fault
-hook is `INITMEM_FAULT=kill_during_checkpoint_write[@EPOCH]` (see initmem/checkpoint.py).
+hook is `INITMEM_FAULT=kill_during_checkpoint_write[@EPOCH]` (see initmem/engine/checkpoint.py).
 """
 
 from __future__ import annotations
@@ -130,8 +130,8 @@ def mini_project(root: Path, notebook: str, fixed: dict, grid: dict | None = Non
 
 
 def sweep_point(base: dict, sigma_ws: list[float], results, section: str, seeds=(0,), progress: bool = False):
-    """Train a point's runs one by one through `initmem.point.run_point` (what a notebook calls)."""
-    from initmem.point import run_point
+    """Train a point's runs one by one through `initmem.study.point.run_point` (what a notebook calls)."""
+    from initmem.study.point import run_point
 
     return run_point({**base, "sigma_ws": list(sigma_ws), "seeds": list(seeds)}, results=results, section=section,
                      population=False, progress=progress)

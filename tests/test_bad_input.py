@@ -25,10 +25,10 @@ import pytest
 import torch
 from PIL import Image
 
-from initmem.data import CIFAR10_CLASSES
+from initmem.data.splits import CIFAR10_CLASSES
+from initmem.engine.trainer import TrainConfig, train
 from initmem.errors import InitmemError
-from initmem.point import run_point
-from initmem.train import TrainConfig, train
+from initmem.study.point import run_point
 
 NB = str(faults.REPO / "notebooks" / "01_optimizers.py")
 TRAIN = ["train", "--arch", "resnet9", "--width", "0.0625", "--data", "synthetic", "--n-train", "200", "--n-val", "50",
@@ -330,7 +330,7 @@ def test_the_table_is_big_enough():
 
 
 def test_an_archive_missing_its_gzip_trailer_is_refused(world):
-    from initmem.data import load_cifar10
+    from initmem.data.splits import load_cifar10
     from initmem.errors import DataError
 
     with pytest.raises(DataError, match="truncated"):

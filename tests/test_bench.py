@@ -9,7 +9,7 @@ from pathlib import Path
 
 import torch
 
-from initmem.data import Cifar10, make_synthetic
+from initmem.data.splits import Cifar10, make_synthetic
 
 REPO = Path(__file__).resolve().parents[1]
 

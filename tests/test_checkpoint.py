@@ -19,14 +19,14 @@ import pandas as pd
 import pytest
 import torch
 
-import initmem.train as train_mod
-from initmem import checkpoint as ckpt
-from initmem import point
+import initmem.engine.trainer as train_mod
 from initmem.config import TrainConfig
+from initmem.engine import checkpoint as ckpt
+from initmem.engine.trainer import train
 from initmem.errors import CheckpointError, SweepError
-from initmem.results import read_run
-from initmem.run_folders import FAILED, RunFolders, checkpoints, clear_checkpoints
-from initmem.train import train
+from initmem.store.folders import FAILED, RunFolders, checkpoints, clear_checkpoints
+from initmem.store.results import read_run
+from initmem.study import point
 
 CFG = {**faults.TINY, "epochs": 6, "checkpoint_every": 1}
 LOCAL = {**faults.TINY, "epochs": 4, "checkpoint_every": 1, "augment": True}  # in-process runs
@@ -182,18 +182,18 @@ def _equal(a, b) -> bool:
 def test_a_failed_loop_restore_changes_nothing(damage):
     """Loop.load_state_dict is all or nothing: a state that fails at any item leaves model, optimiser, instruments,
     generators, clocks, live mask, history, counters, wall clock and the global generators exactly as before."""
-    from initmem import data
-    from initmem.loop import Loop
+    from initmem.data import splits
+    from initmem.engine.loop import Loop
 
     cfg = TrainConfig(**{**LOCAL, "optimizer": "adam", "n_train": 128})
     configs = [cfg.replace(sigma_w=s, seed=seed) for s, seed in ((0.5, 0), (2.0, 1))]
-    splits = data.make_splits(data.make_synthetic(cfg.n_train + cfg.n_val, cfg.n_test), cfg.n_val, cfg.n_train,
+    data = splits.make_splits(splits.make_synthetic(cfg.n_train + cfg.n_val, cfg.n_test), cfg.n_val, cfg.n_train,
                               cfg.n_test, 0, "cpu")
-    donor = Loop.build(configs, torch.device("cpu"), splits)
+    donor = Loop.build(configs, torch.device("cpu"), data)
     for _ in range(2):
         donor.record(donor.measure(*donor.run_epoch()))
     theirs, rng = copy.deepcopy(donor.state_dict()), ckpt.rng_state()
-    loop = Loop.build(configs, torch.device("cpu"), splits)
+    loop = Loop.build(configs, torch.device("cpu"), data)
     loop.record(loop.measure(*loop.run_epoch()))  # a loop with state of its own, different from the donor's
     torch.manual_seed(123)
     before = _loop_state(loop)
@@ -323,7 +323,7 @@ def test_the_sweep_goes_on_after_a_diverged_run(tmp_path, monkeypatch):
         seen.append(c.sigma_w)
         if c.sigma_w == 0.25:
             with monkeypatch.context() as m:
-                m.setattr("initmem.optim.lr_factor", lambda *a: 1e30)
+                m.setattr("initmem.engine.optim.lr_factor", lambda *a: 1e30)
                 return real(c, **kw)
         return real(c, **kw)
 
@@ -340,7 +340,7 @@ def test_the_slurm_job_callable_is_checkpointable_and_resubmits_the_same_point()
     from submitit.core.utils import DelayedSubmission
     from submitit.helpers import Checkpointable
 
-    from initmem import sweep
+    from initmem.study import sweep
 
     job = sweep.PointJob()
     assert isinstance(job, Checkpointable)
@@ -362,7 +362,7 @@ def test_a_slurm_job_signalled_for_timeout_is_requeued_and_resumes_its_run(tmp_p
 
     from slurm_cluster import SlurmCluster, missing_binaries
 
-    from initmem.sweep import load_section, point_configs, run_sweep
+    from initmem.study.sweep import load_section, point_configs, run_sweep
 
     if missing := missing_binaries():
         pytest.skip(f"needs Slurm, munge and MariaDB binaries {missing} (install with .ci/install-slurm.sh)")

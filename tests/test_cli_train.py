@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from initmem.cli import _train_value, build_parser, main
+from initmem.cli.commands import _train_value, build_parser, main
 from initmem.config import TrainConfig, field_help
 from initmem.errors import ConfigError
-from initmem.results import read_run
+from initmem.store.results import read_run
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY = ["--arch", "resnet9", "--width", "0.0625", "--data", "synthetic", "--n-train", "128", "--n-val", "50",

@@ -21,12 +21,12 @@ from pathlib import Path
 
 import pytest
 
-from initmem.cli import main
+from initmem.cli.commands import main
 from initmem.config import TrainConfig, run_id
 from initmem.errors import ResultsError
-from initmem.migrate import migrate
-from initmem.results import load_histories, load_runs, read_run, verify_run
-from initmem.run_folders import DAMAGED_DIR, RunFolders, set_aside
+from initmem.store.folders import DAMAGED_DIR, RunFolders, set_aside
+from initmem.store.migrate import migrate
+from initmem.store.results import load_histories, load_runs, read_run, verify_run
 
 REPO = Path(__file__).resolve().parents[1]
 TINY = dict(data="synthetic", arch="resnet9", width=0.0625, n_train=64, n_val=32, n_test=32, batch_size=32, epochs=1,
@@ -40,7 +40,7 @@ ALL_IDS = {run_id(TrainConfig(**TINY, sigma_w=s)) for s in SIGMAS}
 @pytest.fixture(scope="module")
 def tree(tmp_path_factory, one_torch_thread) -> Path:
     """A results tree of three real runs (synthetic data, ResNet-9 width 1/16, one epoch)."""
-    from initmem.train import train
+    from initmem.engine.trainer import train
 
     root = tmp_path_factory.mktemp("results")
     for s in SIGMAS:
@@ -335,8 +335,8 @@ def test_the_committed_cpu_study_verifies():
 
 
 def test_reading_results_does_not_import_torch(tree):
-    code = ("import sys, initmem.results as r; from initmem.cli import main\n"
-            "from initmem.run_folders import RunFolders\n"
+    code = ("import sys, initmem.store.results as r; from initmem.cli.commands import main\n"
+            "from initmem.store.folders import RunFolders\n"
             "runs, hist = r.load_runs(sys.argv[1]), r.load_histories(sys.argv[1])\n"
             "rec = r.verify_run(runs['path'][0])\n"
             "assert len(runs) == 3 and len(hist) == 6 and RunFolders(sys.argv[1], 's1').is_complete(rec['config'])\n"

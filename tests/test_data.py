@@ -1,4 +1,4 @@
-"""initmem.data: every source, the cache, the splits, augmentation and minibatch order."""
+"""initmem.data.splits: every source, the cache, the splits, augmentation and minibatch order."""
 
 from __future__ import annotations
 
@@ -14,9 +14,9 @@ import torch
 import torch.nn.functional as F
 from PIL import Image
 
-import initmem.imagefolder as imagefolder
-import initmem.sources as D
-from initmem.data import (
+import initmem.data.imagefolder as imagefolder
+import initmem.data.sources as D
+from initmem.data.splits import (
     CIFAR10_CLASSES,
     Cifar10,
     augment_batch,

@@ -3,9 +3,9 @@ docs/findings.md); the default keeps it, and committed run ids do not change."""
 
 from __future__ import annotations
 
-from initmem import plan
 from initmem.config import TrainConfig, run_id
-from initmem.train import train
+from initmem.engine.trainer import train
+from initmem.study import plan
 
 BASE = dict(data="synthetic", arch="resnet9", width=0.0625, n_train=50, n_val=20, n_test=20, batch_size=16,
             epochs=2, device="cpu")
@@ -42,7 +42,7 @@ def test_records_written_before_the_field_read_as_the_old_behaviour(tmp_path):
     import shutil
     from pathlib import Path
 
-    from initmem.results import load_runs
+    from initmem.store.results import load_runs
 
     src = next((Path(__file__).resolve().parent.parent / "results" / "cpu" / "01_optimizers").glob("*/run.json"))
     dst = tmp_path / "01_optimizers" / src.parent.name

@@ -17,8 +17,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from initmem import figures, plots, point_report, table_cells, table_text, tables
+from initmem.analysis import cells, display, plots, point_report, tables
 from initmem.errors import ConfigError, NoResults
+from initmem.figures import artefacts
 
 REPO = Path(__file__).resolve().parents[1]
 SECTIONS = ("01_optimizers", "02_long_training", "03_lr_l2", "04_batch_size", "05_depth")
@@ -86,7 +87,7 @@ def test_optimizer_table_spread_of_seed_means_with_seed_std(two_optimizers):
     assert t.loc["sgd", "radial_slope"] == pytest.approx(1.0) and t.loc["adam", "radial_slope"] == pytest.approx(0.0)
     assert t.loc["adam", "norm_ratio_min"] == pytest.approx(1.5) and t.loc["adam", "norm_ratio_max"] == pytest.approx(
         6.0)
-    headers, rows = table_text.display_rows(t.reset_index())
+    headers, rows = display.display_rows(t.reset_index())
     assert headers[:4] == ["optimizer", "σ_w=0.5", "σ_w=1", "σ_w=2"] and "spread (pp)" in headers
     assert rows[0][headers.index("spread (pp)")] == "24.5 ± 2.8"
 
@@ -137,8 +138,8 @@ def test_long_training_table_reads_the_histories_of_run_folders_like_spread_at_m
 
     from initmem.config import TrainConfig, run_id
     from initmem.metrics import summarize_history
-    from initmem.results import load_runs
-    from initmem.run_folders import RunFolders
+    from initmem.store.folders import RunFolders
+    from initmem.store.results import load_runs
 
     for sigma, val_loss, test_acc in ((0.1, [9, 1.0, 2.0, 0.5], [0.0, 0.6, 0.7, 0.9]),  # best: epoch 1, then 3
                                       (2.5, [9, 3.0, 1.0, 2.0], [0.0, 0.2, 0.3, 0.8])):  # best: epoch 2 throughout
@@ -187,7 +188,7 @@ def test_paper_spreads_sit_beside_ours_in_t1_and_f1(two_optimizers):
     assert math.isnan(t.loc["adam", "paper_spread_pp"])
     assert math.isnan(tables.paper_spread({"optimizer": "sgd", "arch": "resnet9", "batch_size": 256,
                                            "weight_decay": 0.0}))  # not the paper's conditions
-    headers, rows = table_text.display_rows(t.reset_index())
+    headers, rows = display.display_rows(t.reset_index())
     assert "paper spread (pp)" in headers and rows[0][headers.index("paper spread (pp)")] == "26.5"
     fig = plots.accuracy_vs_sigma(runs)
     ax = fig.axes[0]
@@ -246,7 +247,7 @@ def test_depth_table_cells_and_config_spreads():
 
 
 def test_the_display_rule_shows_the_signal(two_optimizers):
-    n = table_text.number
+    n = display.number
     assert [n(0.5163, "fraction"), n(51.63, "percent"), n(22.94, "percent")] == ["51.6", "51.6", "22.9"]
     # a norm ratio 0.4 % above 1 reads as such, not as 1; angles likewise keep 4 significant digits
     assert [n(1.0037, "fine"), n(1.68, "fine"), n(33.57, "fine"), n(0.99613, "fine"), n(5.2, "fine")] == [
@@ -255,31 +256,31 @@ def test_the_display_rule_shows_the_signal(two_optimizers):
         "9.083e-05", "36", "0.84", "-0.40", "2.5e-05"]
     assert [n(128.0), n(0.001), n(None, "fine"), n(math.nan), n("diverged", "percent")] == [
         "128", "0.001", "–", "–", "diverged"]
-    assert table_text.with_std(1.0037, 0.00123, "fine") == "1.004 ± 0.001"  # the std at the mean's resolution
-    assert table_text.with_std(0.516, 0.011, "fraction") == "51.6 ± 1.1"
-    assert table_text.with_std(51.6, math.nan, "percent") == "51.6"
+    assert display.with_std(1.0037, 0.00123, "fine") == "1.004 ± 0.001"  # the std at the mean's resolution
+    assert display.with_std(0.516, 0.011, "fraction") == "51.6 ± 1.1"
+    assert display.with_std(51.6, math.nan, "percent") == "51.6"
     with pytest.raises(ValueError, match="display kind 'pct' is unknown"):
         n(1.0, "pct")
-    assert [table_text.column_kind(c) for c in ("sigma_w=0.5", "spread_pp", "test_acc_at_best", "norm_ratio_min",
+    assert [display.column_kind(c) for c in ("sigma_w=0.5", "spread_pp", "test_acc_at_best", "norm_ratio_min",
                                                 "angle_at_best", "best_epoch", "T_SGD", "lr")] == [
         "percent", "percent", "fraction", "fine", "fine", "count", "clock", "general"]
     # the inline table is the written one: display_rows' headers and cells, first column as the index
     t = tables.optimizer_table(two_optimizers)
-    headers, rows = table_text.display_rows(t)
-    shown = table_text.display_frame(t)
+    headers, rows = display.display_rows(t)
+    shown = display.display_frame(t)
     assert shown.index.name == headers[0] and list(shown.columns) == headers[1:]
-    assert shown.reset_index().values.tolist() == rows and table_text.display_frame("no results") == "no results"
+    assert shown.reset_index().values.tolist() == rows and display.display_frame("no results") == "no results"
 
 
 def test_text_formats_escape_and_stamp(tmp_path, two_optimizers):
-    assert table_text.tex_escape("σ_w=0.5 & 10% ± 1_x") == r"$\sigma_w$=0.5 \& 10\% $\pm$ 1\_x"
-    md = table_text.markdown_table(["a", "b"], [["1", "x|y"]])
+    assert display.tex_escape("σ_w=0.5 & 10% ± 1_x") == r"$\sigma_w$=0.5 \& 10\% $\pm$ 1\_x"
+    md = display.markdown_table(["a", "b"], [["1", "x|y"]])
     assert md.splitlines() == ["| a | b |", "|---|---|", r"| 1 | x\|y |"]
     runs = two_optimizers.assign(git_commit="abcdef0123456789", data_source="imagefolder")
-    stamp = figures.Stamp.of(runs, tmp_path / "cpu", ["01_optimizers"])
+    stamp = artefacts.Stamp.of(runs, tmp_path / "cpu", ["01_optimizers"])
     assert stamp.profile == "cpu" and stamp.n_runs == 12
     assert "abcdef0123" in stamp.caption() and "imagefolder" in stamp.caption() and "12 runs" in stamp.caption()
-    paths = figures.save_table(tables.optimizer_table(runs), "T1_optimizers", tmp_path / "out", stamp, "Title")
+    paths = artefacts.save_table(tables.optimizer_table(runs), "T1_optimizers", tmp_path / "out", stamp, "Title")
     assert [p.name for p in paths] == [f"T1_optimizers.{x}" for x in ("md", "tex", "csv", "json")]
     tex = paths[1].read_text()
     assert r"\toprule" in tex and r"\bottomrule" in tex and "24.5 $\\pm$ 2.8" in tex and stamp.caption()[:20] in tex
@@ -292,10 +293,10 @@ def test_text_formats_escape_and_stamp(tmp_path, two_optimizers):
 
 
 def test_figures_are_deterministic_and_stamped(tmp_path, two_optimizers):
-    stamp = figures.Stamp.of(two_optimizers, tmp_path / "cpu", ["01_optimizers"])
+    stamp = artefacts.Stamp.of(two_optimizers, tmp_path / "cpu", ["01_optimizers"])
     blobs = []
     for k in range(2):
-        paths = figures.save_figure(plots.accuracy_vs_sigma(two_optimizers), "F1", tmp_path / f"o{k}", stamp, "T")
+        paths = artefacts.save_figure(plots.accuracy_vs_sigma(two_optimizers), "F1", tmp_path / f"o{k}", stamp, "T")
         blobs.append([p.read_bytes() for p in paths])
     assert blobs[0] == blobs[1]  # same data, same bytes: no timestamps in PNG, PDF or sidecar
     assert b"CreationDate" not in blobs[0][1] and b"Software" not in blobs[0][0]
@@ -361,7 +362,7 @@ def write_fake_results(root: Path, sections=SECTIONS) -> Path:
 
     from initmem.config import TrainConfig, run_id
     from initmem.metrics import summarize_history
-    from initmem.run_folders import RunFolders
+    from initmem.store.folders import RunFolders
 
     for section in sections:
         for over, epochs, seeds in FAKE[section]:
@@ -386,7 +387,7 @@ def results(smoke_study) -> Path:
 
 @pytest.fixture(scope="module")
 def made(results, tmp_path_factory) -> tuple[Path, list[Path]]:
-    from initmem.figures import make_figures
+    from initmem.figures.artefacts import make_figures
 
     out = tmp_path_factory.mktemp("figures")
     return out, make_figures(results, out, progress=False)
@@ -420,7 +421,7 @@ def test_every_png_decodes_to_a_non_blank_image(made):
 
 
 def test_tables_have_one_row_per_configuration_and_a_column_per_sigma(made, results):
-    from initmem.results import load_runs
+    from initmem.store.results import load_runs
 
     out, _ = made
     runs = load_runs(results)
@@ -433,7 +434,7 @@ def test_tables_have_one_row_per_configuration_and_a_column_per_sigma(made, resu
 
     r1, t1 = sec("01_optimizers"), csv("T1_optimizers")
     assert sorted(t1["optimizer"]) == sorted(r1["optimizer"].unique())
-    sig = [table_cells.sigma_column(s) for s in sorted(r1["sigma_w"].unique())]
+    sig = [cells.sigma_column(s) for s in sorted(r1["sigma_w"].unique())]
     assert [c for c in t1.columns if c.startswith("sigma_w=") and not c.endswith("_std")] == sig
     assert {"spread_pp", "interpolated", "tau_interp", "norm_ratio_min", "radial_slope"} <= set(t1.columns)
     assert (t1["spread_pp"] >= 0).all()
@@ -450,7 +451,7 @@ def test_tables_have_one_row_per_configuration_and_a_column_per_sigma(made, resu
 
 
 def test_missing_section_gives_no_results_artefacts_through_the_cli(tmp_path, capsys):
-    from initmem.cli import main
+    from initmem.cli.commands import main
 
     root = write_fake_results(tmp_path / "cpu", sections=("01_optimizers",))
     out = tmp_path / "figs"
@@ -473,14 +474,14 @@ def matplotlib_ink(png: Path) -> float:
 
 def test_a_section_without_runs_or_a_builder_without_data_gives_a_placeholder(tmp_path, two_optimizers, capsys):
     root = write_fake_results(tmp_path / "cpu", sections=("01_optimizers",))
-    s = figures.FigureBook(root, tmp_path / "out", "05_depth")  # the tree exists, the section has no runs
+    s = artefacts.FigureBook(root, tmp_path / "out", "05_depth")  # the tree exists, the section has no runs
     assert s.message == f"no results for section 05_depth in {s.stamp.results_dir}" and s.stamp.n_runs == 0
     assert s.table("T5_depth", lambda: tables.depth_table(s.runs), "t") == s.message
     s.figure("F6_depth_interpolation", lambda: plots.depth_interpolation_map(s.runs), "t")
     assert "no results for section 05_depth" in capsys.readouterr().out
     assert (tmp_path / "out" / "F6_depth_interpolation.pdf").is_file() and len(s.written) == 7
     # runs present, but not the optimisers a figure needs: a placeholder naming what is missing
-    s = figures.FigureBook(root, tmp_path / "out", "01_optimizers")
+    s = artefacts.FigureBook(root, tmp_path / "out", "01_optimizers")
     assert s.message is None and len(s.runs) == 3 * 3 * 2
     s.figure("F2_weight_norm", lambda: plots.weight_norm_curves(s.runs, s.histories, optimizers=("sgd_momentum",)),
              "t")
@@ -489,7 +490,7 @@ def test_a_section_without_runs_or_a_builder_without_data_gives_a_placeholder(tm
 
 
 def test_unknown_notebook_is_a_config_error(tmp_path):
-    from initmem.figures import make_figures
+    from initmem.figures.artefacts import make_figures
 
     with pytest.raises(ConfigError, match="01_optimizers"):
         make_figures(tmp_path, tmp_path / "out", notebooks=["99_nope"])

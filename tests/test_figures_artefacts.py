@@ -1,4 +1,4 @@
-"""Writing the artefacts (`initmem.figures`): stamps that do not depend on the machine, atomic files that a SIGKILL
+"""Writing the artefacts (`figures.artefacts`): stamps that do not depend on the machine, atomic files that a SIGKILL
 cannot truncate, footers that fit, loud failures for a results folder that is not there or is damaged, and figure
 notebooks that show their figures inline (image/png) and read relative paths against the repository root."""
 
@@ -19,10 +19,11 @@ import pytest
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from test_figures import FIGURES, _runs, write_fake_results
 
-from initmem import figures, plot_style, plots, tables
+from initmem.analysis import plots, style, tables
 from initmem.errors import ConfigError, ResultsError
+from initmem.figures import artefacts
 
-ROOT = figures.ROOT
+ROOT = artefacts.ROOT
 
 
 @pytest.fixture
@@ -35,23 +36,23 @@ def runs() -> pd.DataFrame:
 # --- stamps and paths --------------------------------------------------------------------------------------
 def test_relative_paths_mean_the_repository_root_wherever_the_caller_is(tmp_path, monkeypatch, runs):
     monkeypatch.chdir(tmp_path)
-    assert figures.repo_path("results/cpu") == ROOT / "results" / "cpu"
-    assert figures.repo_path(tmp_path / "x") == tmp_path / "x"
-    assert figures.display_path(ROOT / "results" / "cpu") == "results/cpu" == figures.display_path("results/cpu")
-    assert figures.display_path(tmp_path / "smoke") == str(tmp_path / "smoke")  # outside: as given
-    stamp = figures.Stamp.of(runs, ROOT / "results" / "cpu", ["01_optimizers"])
+    assert artefacts.repo_path("results/cpu") == ROOT / "results" / "cpu"
+    assert artefacts.repo_path(tmp_path / "x") == tmp_path / "x"
+    assert artefacts.display_path(ROOT / "results" / "cpu") == "results/cpu" == artefacts.display_path("results/cpu")
+    assert artefacts.display_path(tmp_path / "smoke") == str(tmp_path / "smoke")  # outside: as given
+    stamp = artefacts.Stamp.of(runs, ROOT / "results" / "cpu", ["01_optimizers"])
     assert stamp.results_dir == "results/cpu" and stamp.profile == "cpu"
     assert str(ROOT) not in json.dumps(stamp.sidecar("F1", "figure", "t", ["F1.png"]))
 
 
 def test_artefacts_are_byte_stable_and_leave_no_temp_files(tmp_path, runs):
-    stamp = figures.Stamp.of(runs, ROOT / "results" / "cpu", ["01_optimizers"])
+    stamp = artefacts.Stamp.of(runs, ROOT / "results" / "cpu", ["01_optimizers"])
     blobs = []
     for k in range(2):
         out = tmp_path / f"o{k}"
-        paths = figures.save_table(tables.optimizer_table(runs), "T1", out, stamp, "t")
-        paths += figures.save_figure(plots.radial_memory_plot(runs), "F3", out, stamp, "t")
-        figures.write_index(out)
+        paths = artefacts.save_table(tables.optimizer_table(runs), "T1", out, stamp, "t")
+        paths += artefacts.save_figure(plots.radial_memory_plot(runs), "F3", out, stamp, "t")
+        artefacts.write_index(out)
         blobs.append({p.relative_to(out): p.read_bytes() for p in sorted(out.rglob("*")) if p.is_file()})
     assert blobs[0] == blobs[1] and len(blobs[0]) == 4 + 3 + 1
     assert not [p for p in blobs[0] if p.name.startswith(".")]
@@ -59,32 +60,32 @@ def test_artefacts_are_byte_stable_and_leave_no_temp_files(tmp_path, runs):
 
 
 def test_a_failed_write_keeps_the_old_file(tmp_path):
-    path = figures.write_text(tmp_path / "T1.md", "old\n")
+    path = artefacts.write_text(tmp_path / "T1.md", "old\n")
 
     def half(f):
         f.write(b"new, half written")
         raise OSError("disk full")
 
     with pytest.raises(OSError, match="disk full"):
-        figures.atomic_write(path, half)
+        artefacts.atomic_write(path, half)
     assert path.read_text() == "old\n" and [p.name for p in tmp_path.iterdir()] == ["T1.md"]
 
 
 def test_a_sigkill_mid_write_never_leaves_a_truncated_pdf(tmp_path, runs):
     """A child writing F3.pdf over an old one is SIGKILLed half way: the old PDF stays whole; the next run of
     make_figures removes the temp file the child left."""
-    stamp = figures.Stamp.of(runs, tmp_path / "cpu", ["01_optimizers"])
-    pdf = figures.save_figure(plots.radial_memory_plot(runs), "F3", tmp_path, stamp, "t")[1]
+    stamp = artefacts.Stamp.of(runs, tmp_path / "cpu", ["01_optimizers"])
+    pdf = artefacts.save_figure(plots.radial_memory_plot(runs), "F3", tmp_path, stamp, "t")[1]
     old = pdf.read_bytes()
     child = ("import os, signal, sys\nfrom initmem import figures\n"
              "def half(f):\n    f.write(b'%PDF-1.4 half'); f.flush(); os.kill(os.getpid(), signal.SIGKILL)\n"
-             "figures.atomic_write(sys.argv[1], half)\n")
+             "artefacts.atomic_write(sys.argv[1], half)\n")
     proc = subprocess.run([sys.executable, "-c", child, str(pdf)], capture_output=True, timeout=120)
     assert proc.returncode == -signal.SIGKILL
     assert pdf.read_bytes() == old
     left = list(tmp_path.glob(".F3.pdf.*.tmp"))
     assert len(left) == 1 and left[0].read_bytes() == b"%PDF-1.4 half"
-    figures._remove_temp_files(tmp_path)
+    artefacts._remove_temp_files(tmp_path)
     assert not list(tmp_path.glob(".*.tmp"))
 
 
@@ -103,24 +104,24 @@ def test_the_provenance_footer_fits_every_figure(runs):
     """F1, F3, F4, F8 (and the others) with a long caption: the footer is wrapped inside the figure, under the axes."""
     long = runs.assign(data_source="imagefolder-tar:/a/rather/long/path/to/the/shared/data/cifar10-jpeg.tar.gz",
                        git_commit=[f"{k:040x}" for k in range(len(runs))])
-    stamp = figures.Stamp.of(long, "/a/results/folder/outside/the/repository/cpu", ["01_optimizers"])
+    stamp = artefacts.Stamp.of(long, "/a/results/folder/outside/the/repository/cpu", ["01_optimizers"])
     b = long.assign(section="04_batch_size", batch_size=[32 if k % 2 else 128 for k in range(len(long))])
-    with matplotlib.rc_context(plot_style.STYLE):
+    with matplotlib.rc_context(style.STYLE):
         built = {"F1": plots.accuracy_vs_sigma(long), "F3": plots.radial_memory_plot(long),
                  "F4": plots.spread_vs_batch_size(b), "F7": plots.spread_vs_clocks(long),
-                 "F8": plots.repair_gap_bars(long), "msg": plot_style.message_figure("no results for section 05_depth")}
+                 "F8": plots.repair_gap_bars(long), "msg": style.message_figure("no results for section 05_depth")}
     for name, fig in built.items():
         title = "a title that is long enough to need wrapping " * 3
-        plot_style.caption_figure(fig, title, f"{name}: {stamp.caption()}")
+        style.caption_figure(fig, title, f"{name}: {stamp.caption()}")
         if fig.get_figwidth() < 7:
             assert "\n" in fig.texts[-1].get_text(), name  # this caption needs more than one line there
-        with matplotlib.rc_context(plot_style.STYLE):
+        with matplotlib.rc_context(style.STYLE):
             _footer_fits(fig)
 
 
 # --- loud failures -----------------------------------------------------------------------------------------
 def test_a_results_folder_that_is_not_there_fails_in_one_line_and_writes_nothing(tmp_path, capsys):
-    from initmem.cli import main
+    from initmem.cli.commands import main
 
     out = tmp_path / "figures"
     out.mkdir()
@@ -132,14 +133,14 @@ def test_a_results_folder_that_is_not_there_fails_in_one_line_and_writes_nothing
     assert [p.name for p in out.iterdir()] == ["F1_accuracy_vs_sigma.png"]
     assert (out / "F1_accuracy_vs_sigma.png").read_bytes() == b"the committed figure"
     with pytest.raises(ResultsError, match=re.escape(str(missing))):
-        figures.FigureBook(missing, out, "01_optimizers")
+        artefacts.FigureBook(missing, out, "01_optimizers")
     assert [p.name for p in out.iterdir()] == ["F1_accuracy_vs_sigma.png"]
     (tmp_path / "afile").write_text("x")
     assert main(["figures", "--results", str(tmp_path), "--out", str(tmp_path / "afile"), "--no-progress"]) != 0
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "afile" in err and "is a file" in err
     with pytest.raises(ConfigError, match="is a file"):
-        figures.FigureBook(tmp_path, tmp_path / "afile")
+        artefacts.FigureBook(tmp_path, tmp_path / "afile")
 
 
 def test_a_damaged_results_tree_is_an_error_not_a_placeholder(tmp_path):
@@ -147,7 +148,7 @@ def test_a_damaged_results_tree_is_an_error_not_a_placeholder(tmp_path):
     victim = next(root.rglob("run.json"))
     victim.write_text(victim.read_text()[:50])  # truncated
     with pytest.raises(ResultsError, match=re.escape(victim.parent.name)):
-        figures.FigureBook(root, tmp_path / "out", "03_lr_l2")
+        artefacts.FigureBook(root, tmp_path / "out", "03_lr_l2")
     assert not (tmp_path / "out").exists()
 
 
@@ -159,7 +160,7 @@ def _png_outputs(ipynb: Path) -> int:
 
 def test_make_figures_shows_figures_inline_and_counts_its_files_once(tmp_path, capsys):
     """The executed notebook holds image/png outputs (one per figure), and `initmem figures` prints one count."""
-    from initmem.cli import main
+    from initmem.cli.commands import main
 
     root = write_fake_results(tmp_path / "cpu", sections=("01_optimizers", "02_long_training", "03_lr_l2",
                                                           "04_batch_size", "05_depth"))
@@ -169,23 +170,23 @@ def test_make_figures_shows_figures_inline_and_counts_its_files_once(tmp_path, c
     counts = re.findall(r"(\d+) files", text)
     # F7, F8, F11, F12 (png, pdf, json each), T6, T7, T8 (md, tex, csv, json) and the index, said the same way twice
     assert counts == ["25", "25"], text
-    assert _png_outputs(out / figures.EXECUTED / "06_forgetting_clocks.ipynb") == 4
+    assert _png_outputs(out / artefacts.EXECUTED / "06_forgetting_clocks.ipynb") == 4
     for f in FIGURES[6:8]:
         assert not json.loads((out / f"{f}.json").read_text())["missing"]
 
 
 def test_a_notebook_opened_where_jupyterlab_opens_it_reads_paths_against_the_repository_root(tmp_path):
     """JupyterLab's kernel runs in notebooks/figures/: relative results_dir/out_dir still mean the repository root."""
-    from initmem.notebook import execute_notebook
+    from initmem.study.notebook import execute_notebook
 
     root = write_fake_results(tmp_path / "cpu", sections=("03_lr_l2",))
     out = tmp_path / "out"
     rel = {"results_dir": os.path.relpath(root, ROOT), "out_dir": os.path.relpath(out, ROOT)}
     assert not rel["results_dir"].startswith("/")
-    execute_notebook(figures.NOTEBOOK_DIR / "03_lr_l2.py", tmp_path / "executed.ipynb", rel,
-                     cwd=figures.NOTEBOOK_DIR, log_output=False)
+    execute_notebook(artefacts.NOTEBOOK_DIR / "03_lr_l2.py", tmp_path / "executed.ipynb", rel,
+                     cwd=artefacts.NOTEBOOK_DIR, log_output=False)
     assert (out / "F5_spread_lr_l2.png").is_file() and (out / "tables" / "T3_lr_l2.csv").is_file()
-    assert not (figures.NOTEBOOK_DIR / rel["out_dir"]).exists()
+    assert not (artefacts.NOTEBOOK_DIR / rel["out_dir"]).exists()
     assert _png_outputs(tmp_path / "executed.ipynb") == 1
     assert json.loads((out / "F5_spread_lr_l2.json").read_text())["results_dir"] == rel["results_dir"]
 
@@ -193,19 +194,20 @@ def test_a_notebook_opened_where_jupyterlab_opens_it_reads_paths_against_the_rep
 def test_every_figure_notebook_says_how_its_paths_are_read():
     import jupytext
 
-    for path in figures.figure_notebooks():
+    for path in artefacts.figure_notebooks():
         first = next(c for c in jupytext.read(path).cells if c.cell_type == "markdown")
         assert "relative to the repository root" in " ".join(first.source.split()), path.name
 
 
 def test_compute_is_apart_from_writing_and_imports_no_torch():
     """tables/plots compute (no writer, no stamp, no notebook helper, no torch, nothing of figures); figures writes."""
-    code = ("import sys, initmem.plots as p, initmem.tables as t\n"
-            "assert not {'torch', 'initmem.train', 'initmem.figures'} & set(sys.modules), sorted(sys.modules)\n"
+    code = ("import sys, initmem.analysis.plots as p, initmem.analysis.tables as t\n"
+            "assert not {'torch', 'initmem.engine.trainer', 'initmem.figures.artefacts'} & set(sys.modules), \\\n"
+            "    sorted(sys.modules)\n"
             "for m in (t, p):\n"
             "    assert not [n for n in ('Stamp', 'save_table', 'save_figure', 'Section', 'write_sidecar',\n"
             "                            'markdown_table', 'tex_table', 'FigureBook') if hasattr(m, n)], m\n"
-            "import initmem.figures as f\n"
+            "import initmem.figures.artefacts as f\n"
             "assert 'torch' not in sys.modules\n"
             "assert all(hasattr(f, n) for n in ('Stamp', 'save_table', 'save_figure', 'FigureBook', 'write_index'))\n")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)

@@ -13,8 +13,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from initmem import metrics, plots, plots_forgetting, point_report, table_cells, table_text, tables
-from initmem import tables_forgetting as tf
+from initmem import metrics
+from initmem.analysis import cells, display, instrument_plots, plots, point_report, tables
+from initmem.analysis import instrument_tables as tf
 from initmem.errors import ConfigError, NoResults
 
 
@@ -133,7 +134,7 @@ def test_clock_correlations_on_hand_made_spreads():
 
 def test_spread_vs_measured_clock_places_every_configuration():
     runs = _measured_configs()
-    fig = plots_forgetting.spread_vs_measured_clock(runs)
+    fig = instrument_plots.spread_vs_measured_clock(runs)
     left, right = fig.axes[:2]
     pts = sorted((float(c.lines[0].get_xdata()[0]), float(c.lines[0].get_ydata()[0])) for c in left.containers)
     assert np.allclose(pts, [(5, 10), (10, 20), (15, 30), (20, 40)])
@@ -143,7 +144,7 @@ def test_spread_vs_measured_clock_places_every_configuration():
     labels = [t.get_text() for t in fig.legends[0].get_texts()]
     assert labels == ["03 lr=0.01", "03 lr=0.02", "03 lr=0.03", "03 lr=0.04"]  # the old section-01 runs left out
     with pytest.raises(NoResults):
-        plots_forgetting.spread_vs_measured_clock(runs[runs["section"] == "01_optimizers"])
+        instrument_plots.spread_vs_measured_clock(runs[runs["section"] == "01_optimizers"])
 
 
 # --- F10 -----------------------------------------------------------------------------------------------------
@@ -156,7 +157,7 @@ def test_angle_curves_one_panel_per_configuration_one_line_per_sigma():
         if r.optimizer != "muon":  # muon's runs predate the instruments: no angle column values
             h["angle"] = np.arange(4) * (10.0 if r.optimizer == "adam" else 1.0 / r.sigma_w) + r.seed
         frames.append(h)
-    fig = plots_forgetting.angle_curves(runs, pd.concat(frames, ignore_index=True))
+    fig = instrument_plots.angle_curves(runs, pd.concat(frames, ignore_index=True))
     axes = [ax for ax in fig.axes if ax.get_visible() and ax.lines]
     assert [ax.get_title() for ax in axes] == ["sgd", "adam"]
     sgd = {line.get_label(): line.get_ydata().tolist() for line in axes[0].lines}
@@ -164,13 +165,13 @@ def test_angle_curves_one_panel_per_configuration_one_line_per_sigma():
     assert axes[0].get_shared_y_axes().joined(axes[0], axes[1])
     assert [t.get_text() for t in fig.legends[0].get_texts()] == ["σ_w=0.5", "σ_w=2"]
     with pytest.raises(NoResults, match="angle"):
-        plots_forgetting.angle_curves(runs, pd.concat(frames).drop(columns="angle"))
+        instrument_plots.angle_curves(runs, pd.concat(frames).drop(columns="angle"))
 
 
 # --- diverged σ_w --------------------------------------------------------------------------------------------
 def _write(root, section, cfg, diverged: bool, acc: float):
     from initmem.config import run_id
-    from initmem.run_folders import RunFolders
+    from initmem.store.folders import RunFolders
 
     e = np.arange(4)
     bad = np.where(e >= 1, np.nan, 2.3) if diverged else None
@@ -208,7 +209,7 @@ def diverged_tree(tmp_path):
 
 
 def test_a_diverged_sigma_is_shown_in_every_spread_table(diverged_tree):
-    from initmem.results import load_runs
+    from initmem.store.results import load_runs
 
     runs = load_runs(diverged_tree)
     assert runs["status"].eq("diverged").sum() == 2 and runs["test_acc_at_best"].isna().sum() == 2
@@ -216,11 +217,11 @@ def test_a_diverged_sigma_is_shown_in_every_spread_table(diverged_tree):
     assert summary["sigma_ws_missing"] == [2.5] and summary["diverged_sigma_ws"] == [2.5]
 
     t1 = tables.optimizer_table(runs).set_index("weight_decay")
-    assert t1.loc[0.01, "sigma_w=2.5"] == table_cells.DIVERGED and t1.loc[0.0, "sigma_w=2.5"] == pytest.approx(30.5)
+    assert t1.loc[0.01, "sigma_w=2.5"] == cells.DIVERGED and t1.loc[0.0, "sigma_w=2.5"] == pytest.approx(30.5)
     assert t1.loc[0.01, "diverged"] == "2/6" and t1.loc[0.0, "diverged"] == "0/6"
     assert t1.loc[0.01, "spread_pp"] == pytest.approx(10.0)  # over σ_w 0.1 and 1 only: and it says so
 
-    headers, rows = table_text.display_rows(t1.reset_index())
+    headers, rows = display.display_rows(t1.reset_index())
     assert rows[1][headers.index("σ_w=2.5")] == "diverged"
 
     cs = tables.config_spreads(runs).set_index("label")
@@ -305,7 +306,7 @@ def test_unfolding_table_is_point_summarys_spread_of_the_restricted_selection(di
     """Every row, diverged σ_w included (wd = 0.01: σ_w 2.5 diverged at epoch 1, out of every spread), equals
     `point_spread` of the runs read at `test_at_best(history, upto=e, rule)`; the last epoch under the paper's rule
     is the configuration's spread."""
-    from initmem.results import load_histories, load_runs
+    from initmem.store.results import load_histories, load_runs
 
     runs, h = load_runs(diverged_tree), load_histories(diverged_tree)
     t = tf.unfolding_table(runs)
@@ -319,7 +320,7 @@ def test_unfolding_table_is_point_summarys_spread_of_the_restricted_selection(di
 
     for r in t.itertuples():
         g = confs[confs["config"] == r.config]
-        want = table_cells.point_spread(g.assign(test_acc_at_best=[at(x, r.epoch, r.rule) for x in g["run_id"]]))
+        want = cells.point_spread(g.assign(test_acc_at_best=[at(x, r.epoch, r.rule) for x in g["run_id"]]))
         assert [r.spread_pp, r.spread_pp_std] == pytest.approx(list(want), nan_ok=True), r
     wd = t[t["label"] == "wd=0.01"]
     assert (wd["n_sigma_in_spread"] == 2).all() and (wd["n_sigma"] == 3).all()
@@ -357,7 +358,7 @@ def test_collapse_table_measures_the_disagreement_at_equal_clock():
 
 def test_unfolding_figure_one_line_per_configuration_per_rule_and_clock():
     runs, h = _unfolding_runs()
-    fig = plots_forgetting.unfolding_figure(runs, h)
+    fig = instrument_plots.unfolding_figure(runs, h)
     axes = np.array(fig.axes).reshape(3, 4)
     sgd = axes[2, 0]  # last-epoch rule against T_SGD
     assert [line.get_label() for line in sgd.lines] == ["03 lr=0.01", "03 lr=0.1"]
@@ -373,7 +374,7 @@ def test_unfolding_figure_one_line_per_configuration_per_rule_and_clock():
 
 # --- one point -----------------------------------------------------------------------------------------------
 def test_point_table_one_row_per_sigma_with_mean_and_std(diverged_tree):
-    from initmem.results import load_runs
+    from initmem.store.results import load_runs
 
     runs = load_runs(diverged_tree)
     point = runs[runs["weight_decay"] > 0]
@@ -395,7 +396,7 @@ def test_point_table_one_row_per_sigma_with_mean_and_std(diverged_tree):
 def test_point_figure_reads_the_run_folders_and_shows_inline(diverged_tree):
     from IPython.core.formatters import DisplayFormatter
 
-    from initmem.results import load_runs
+    from initmem.store.results import load_runs
 
     runs = load_runs(diverged_tree)
     fig = point_report.point_figure(runs[runs["weight_decay"] > 0])  # histories from the runs' own folders
@@ -420,7 +421,7 @@ def test_show_point_shows_each_view_under_the_line_that_says_what_it_is(diverged
     import IPython.display
     from matplotlib.figure import Figure
 
-    from initmem.results import load_runs
+    from initmem.store.results import load_runs
 
     shown = []
     monkeypatch.setattr(IPython.display, "display", lambda *objs: shown.append(objs))

@@ -10,11 +10,11 @@ from pathlib import Path
 import pytest
 from test_figures import write_fake_results
 
-from initmem import figures
-from initmem.cli import main
+from initmem.cli.commands import main
 from initmem.errors import ConfigError
+from initmem.figures import artefacts
 
-ROOT = figures.ROOT
+ROOT = artefacts.ROOT
 
 
 def _snapshot(folder: Path) -> dict[str, tuple[int, int]]:
@@ -50,11 +50,11 @@ def test_a_committed_set_is_written_only_from_its_own_tree(tmp_path, capsys, tar
     assert "committed figure set" in err and str(tree / "figures") in err and "--overwrite" in err
     assert _snapshot(ROOT / "figures") == before
     # the committed trees' own sets are theirs to write (nothing is written by the check itself)
-    for results, out, _ in figures.COMMITTED_SETS:
-        figures.check_out(ROOT / results, ROOT / out)
+    for results, out, _ in artefacts.COMMITTED_SETS:
+        artefacts.check_out(ROOT / results, ROOT / out)
     with pytest.raises(ConfigError, match="made from results/cpu_steps only"):
-        figures.check_out(ROOT / "results" / "cpu", ROOT / "figures" / "cpu_steps")
-    figures.check_out(tree, ROOT / target, overwrite=True)  # asked explicitly
+        artefacts.check_out(ROOT / "results" / "cpu", ROOT / "figures" / "cpu_steps")
+    artefacts.check_out(tree, ROOT / target, overwrite=True)  # asked explicitly
 
 
 def test_a_folder_holding_other_files_is_refused_unless_asked(tmp_path, capsys):
@@ -70,18 +70,18 @@ def test_a_folder_holding_other_files_is_refused_unless_asked(tmp_path, capsys):
     assert "holds other files (a.txt)" in _one_line_error(capsys)
     assert [p.name for p in project.iterdir()] == ["README.md"]
     assert (project / "README.md").read_text() == "# my project\n"
-    figures.check_out(tree, project, overwrite=True)
+    artefacts.check_out(tree, project, overwrite=True)
 
 
 def test_relative_paths_are_the_shells_and_another_tree_writes_beside_its_results(tmp_path, monkeypatch, capsys):
     """From another folder, `--results smoke` is ./smoke and its figures go to ./smoke/figures (the notebooks are
     handed those absolute paths; running them is test_figures' part); the committed figures/ are not touched, and
     a second run into that folder (an earlier output) is accepted."""
-    import initmem.notebook
+    import initmem.study.notebook
 
     write_fake_results(tmp_path / "smoke", sections=("03_lr_l2",))
     before, handed = _snapshot(ROOT / "figures"), []
-    monkeypatch.setattr(initmem.notebook, "execute_notebook", lambda nb, output, params, **kw: handed.append(
+    monkeypatch.setattr(initmem.study.notebook, "execute_notebook", lambda nb, output, params, **kw: handed.append(
         (Path(nb).stem, params)))
     monkeypatch.chdir(tmp_path)
     for _ in range(2):
@@ -89,7 +89,7 @@ def test_relative_paths_are_the_shells_and_another_tree_writes_beside_its_result
     assert handed == [("03_lr_l2", {"results_dir": str(tmp_path / "smoke"),
                                     "out_dir": str(tmp_path / "smoke" / "figures")})] * 2
     assert f"index: {tmp_path / 'smoke' / 'figures' / 'README.md'}" in capsys.readouterr().out
-    assert (tmp_path / "smoke" / "figures" / "README.md").read_text().startswith(figures.INDEX_HEAD)
+    assert (tmp_path / "smoke" / "figures" / "README.md").read_text().startswith(artefacts.INDEX_HEAD)
     assert _snapshot(ROOT / "figures") == before
 
 
@@ -113,7 +113,7 @@ def test_a_figure_notebook_refuses_a_committed_set_of_another_tree_too(tmp_path,
     """JupyterLab: a notebook whose results_dir was changed but whose out_dir is still the committed figures."""
     tree = write_fake_results(tmp_path / "smoke", sections=("03_lr_l2",))
     with pytest.raises(ConfigError, match="committed figure set figures/"):
-        figures.FigureBook(tree, "figures", "03_lr_l2")
-    figures.FigureBook(tree, tmp_path / "mine", "03_lr_l2")  # any other folder: the notebook fills it as it runs
-    monkeypatch.setenv(figures.OVERWRITE_ENV, "1")  # what make_figures(overwrite=True) sets for its notebooks
-    assert figures.FigureBook(tree, "figures", "03_lr_l2").out_dir == ROOT / "figures"
+        artefacts.FigureBook(tree, "figures", "03_lr_l2")
+    artefacts.FigureBook(tree, tmp_path / "mine", "03_lr_l2")  # any other folder: the notebook fills it as it runs
+    monkeypatch.setenv(artefacts.OVERWRITE_ENV, "1")  # what make_figures(overwrite=True) sets for its notebooks
+    assert artefacts.FigureBook(tree, "figures", "03_lr_l2").out_dir == ROOT / "figures"

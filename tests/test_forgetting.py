@@ -1,4 +1,4 @@
-"""Forgetting instruments (`initmem.forgetting`): angles from initialisation, relative displacements and per-step
+"""Forgetting instruments (`engine.instruments`): angles from initialisation, relative displacements and per-step
 angles on hand-made weights with known answers, then in real runs: a population's diagnostics equal its separate
 runs', a resumed run's equal the uninterrupted run's, and the columns agree with one another.
 
@@ -18,11 +18,11 @@ import pandas as pd
 import pytest
 import torch
 
-from initmem import data as data_mod
-from initmem import forgetting
 from initmem.config import TrainConfig
-from initmem.run_folders import RunFolders, checkpoints
-from initmem.train import train
+from initmem.data import splits as data_mod
+from initmem.engine import instruments
+from initmem.engine.trainer import train
+from initmem.store.folders import RunFolders, checkpoints
 
 U32 = 2.0**-24  # float32 unit roundoff
 TINY = TrainConfig(arch="resnet9", width=1 / 16, data="synthetic", n_train=256, n_val=100, n_test=100, batch_size=64,
@@ -58,7 +58,7 @@ def _exact(a: torch.Tensor, b: torch.Tensor) -> float:
     return 2 * math.atan2(float((a - b).norm()), float((a + b).norm()))
 
 
-def _read(inst: forgetting.Instruments) -> dict[str, np.ndarray]:
+def _read(inst: instruments.Instruments) -> dict[str, np.ndarray]:
     """Instruments.read() as {column: [K] values}."""
     values = inst.read().cpu().numpy()
     assert values.shape == (inst.k, len(inst.columns())) and values.dtype == np.float64
@@ -70,19 +70,19 @@ def _read(inst: forgetting.Instruments) -> dict[str, np.ndarray]:
 def test_angle_between_a_rotation_and_its_start_is_the_rotation_angle(theta):
     w = _unit((4, 3, 3, 3), 0) * 7.0  # float64: the answer to rounding
     a = _turned(w, _orthogonal(w, 1), theta)
-    assert forgetting.angle_between(a, w) == pytest.approx(DEG(theta), rel=1e-12)
+    assert instruments.angle_between(a, w) == pytest.approx(DEG(theta), rel=1e-12)
     w32 = w.float()
     a32 = _turned(w32, _orthogonal(w32, 1), theta)
-    assert forgetting.angle_between(a32, w32) == pytest.approx(DEG(_exact(a32, w32)), rel=1e-6)  # the stored tensors
-    assert forgetting.angle_between(a32, w32) == pytest.approx(DEG(theta), rel=2e-4 if theta < 1e-3 else 1e-6)
+    assert instruments.angle_between(a32, w32) == pytest.approx(DEG(_exact(a32, w32)), rel=1e-6)  # the stored tensors
+    assert instruments.angle_between(a32, w32) == pytest.approx(DEG(theta), rel=2e-4 if theta < 1e-3 else 1e-6)
 
 
 def test_angle_between_is_symmetric_and_scale_free():
     w = _unit((50,), 2)
     a = _turned(w, _orthogonal(w, 3), 0.7)
-    assert forgetting.angle_between(a, w) == pytest.approx(forgetting.angle_between(w, a), rel=1e-12)
-    assert forgetting.angle_between(4 * a, w) == pytest.approx(DEG(0.7), rel=1e-12)
-    assert forgetting.angle_between(-w, w) == pytest.approx(180.0, rel=1e-12)
+    assert instruments.angle_between(a, w) == pytest.approx(instruments.angle_between(w, a), rel=1e-12)
+    assert instruments.angle_between(4 * a, w) == pytest.approx(DEG(0.7), rel=1e-12)
+    assert instruments.angle_between(-w, w) == pytest.approx(180.0, rel=1e-12)
 
 
 # ---------------------------------------------------------------------------------------------------- instruments
@@ -90,7 +90,7 @@ def test_the_instruments_read_known_rotations_per_layer_and_for_the_whole_networ
     # two unit-norm layers turned by 60 and 120 degrees: as one vector, cos = (cos 60 + cos 120) / 2 = 0, 90 degrees;
     # displacements 2 sin(30) = 1 and 2 sin(60) = sqrt(3), together sqrt((1 + 3) / 2) = sqrt(2)
     ws = [_unit((4, 3, 3, 3), 0, torch.float32), _unit((10, 4), 1, torch.float32)]
-    inst = forgetting.Instruments(ws, 1, ["conv", "head"])
+    inst = instruments.Instruments(ws, 1, ["conv", "head"])
     assert inst.columns() == ["angle", "angle:conv", "angle:head", "disp", "disp:conv", "disp:head", "step_angle",
                               "step_angle:conv", "step_angle:head", "Theta"]
     r = _read(inst)  # nothing moved yet
@@ -111,7 +111,7 @@ def test_a_rotation_by_1e_4_rad_reads_1e_4_rad(dtype):
     # cos(1e-4) = 1 - 5e-9 is below float32 resolution: an arccos of the cosine would read 0 here
     ws = [_unit((8, 4, 3, 3), 0, dtype), _unit((10, 8), 1, dtype)]
     w0 = [w.clone() for w in ws]
-    inst = forgetting.Instruments(ws, 1, ["conv", "head"])
+    inst = instruments.Instruments(ws, 1, ["conv", "head"])
     with torch.no_grad():
         ws[0].copy_(_turned(ws[0], _orthogonal(ws[0], 5), 1e-4))
         ws[1].copy_(_turned(ws[1], _orthogonal(ws[1], 6), 2e-4))
@@ -126,7 +126,7 @@ def test_a_rotation_by_1e_4_rad_reads_1e_4_rad(dtype):
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 def test_a_pure_rescaling_has_angle_0_and_displacement_s_minus_1(s, dtype):
     ws = [_unit((6, 4, 3, 3), 0, dtype) * 3, _unit((10, 6), 1, dtype)]
-    inst = forgetting.Instruments(ws, 1, ["conv", "head"])
+    inst = instruments.Instruments(ws, 1, ["conv", "head"])
     with torch.no_grad():
         for w in ws:
             w.mul_(s)
@@ -154,7 +154,7 @@ def test_each_member_is_read_in_its_own_row():
 
     conv = member_units((3, 2, 3, 3), 2, 0).reshape(6, 2, 3, 3)
     head = member_units((4, 5), 2, 10)
-    inst = forgetting.Instruments([conv, head], 2, ["conv", "head"])
+    inst = instruments.Instruments([conv, head], 2, ["conv", "head"])
     c, h = conv.reshape(2, 3, 2, 3, 3), head  # views: member j is c[j], h[j]
     with torch.no_grad():
         c[0].copy_(_turned(c[0], _orthogonal(c[0], 20), math.pi / 3))  # member 0: conv turned 60, head halved
@@ -183,7 +183,7 @@ def test_the_per_step_angle_of_two_known_steps(dtype, alphas, rtol):
     ws = [_unit((4, 3, 3, 3), 0, dtype), _unit((10, 4), 1, dtype)]
     w0 = [w.clone() for w in ws]
     dirs = [_orthogonal(w, 7 + i) for i, w in enumerate(ws)]
-    inst = forgetting.Instruments(ws, 1, ["conv", "head"])
+    inst = instruments.Instruments(ws, 1, ["conv", "head"])
     total = 0.0
     for a in alphas:
         inst.before_step()
@@ -237,11 +237,11 @@ def test_the_instruments_state_round_trips():
         for inst in instruments:
             inst.after_step()
 
-    inst = forgetting.Instruments(ws, 1, ["conv", "head"])
+    inst = instruments.Instruments(ws, 1, ["conv", "head"])
     step([inst], 0.1)
     _read(inst)
     step([inst], 0.2)  # mid-epoch: one step in the epoch's accumulators
-    fresh = forgetting.Instruments(ws, 1, ["conv", "head"])  # its W_0 would be the current weights...
+    fresh = instruments.Instruments(ws, 1, ["conv", "head"])  # its W_0 would be the current weights...
     fresh.load_state_dict(inst.state_dict())  # ...until the state restores the real one
     step([inst, fresh], 0.3)
     a, b = _read(inst), _read(fresh)

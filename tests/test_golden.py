@@ -34,7 +34,7 @@ ACCS = ("train_acc_running", "train_acc", "val_acc", "test_acc")
 
 @pytest.mark.parametrize("optimizer", sorted(GOLDEN))
 def test_the_first_epochs_of_committed_runs_are_reproduced(optimizer, cifar10_real, one_torch_thread, monkeypatch):
-    from initmem.train import train
+    from initmem.engine.trainer import train
 
     folder = REPO / "results" / "cpu" / "01_optimizers" / GOLDEN[optimizer]
     record = json.loads((folder / "run.json").read_text(encoding="utf-8"))

@@ -4,37 +4,75 @@ docs/fields.md is generated from config.py, and reading results needs no torch."
 from __future__ import annotations
 
 import ast
+import collections
+import importlib
 import re
 import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from initmem import config
 
 REPO = Path(__file__).resolve().parents[1]
 PACKAGE = REPO / "initmem"
+TOP = ("errors", "config", "metrics")  # the shared vocabulary beside the subpackages
+# package -> the packages it may import ("top": the vocabulary). The house reads one way: nothing imports upward.
+MAY_IMPORT = {
+    "top": {"top"},
+    "store": {"top", "store"},
+    "data": {"top", "store", "data"},
+    "engine": {"top", "store", "data", "engine"},
+    "analysis": {"top", "store", "analysis"},
+    "study": {"top", "store", "data", "engine", "analysis", "study"},
+    "figures": {"top", "store", "analysis", "study", "figures"},
+    "cli": {"top", "store", "data", "engine", "analysis", "study", "figures", "cli"},
+}
+TORCH_FREE = ("top", "store", "analysis")  # reading and analysing results never loads torch
+
+
+def modules() -> dict[str, Path]:
+    """`pkg.module` (or a top module's name) -> its file, for every module of initmem but the faces."""
+    found = {}
+    for path in sorted(PACKAGE.rglob("*.py")):
+        rel = path.relative_to(PACKAGE).with_suffix("")
+        if rel.name in ("__init__", "__main__") or rel.parts[0] == "__pycache__":
+            continue
+        found[".".join(rel.parts)] = path
+    return found
+
+
+def package_of(module: str) -> str:
+    return module.split(".")[0] if "." in module else "top"
+
+
+def imports_of(source: str, known: set[str]) -> set[str]:
+    """The initmem modules (keys of `known`) a source imports anywhere (lazy imports in functions included); a
+    `from initmem.pkg import name` of a module counts as that module, of another name as the package's face."""
+    deps = set()
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.ImportFrom) and node.level == 0 and (node.module or "").split(".")[0] == "initmem":
+            base = node.module.removeprefix("initmem").lstrip(".")
+            for alias in node.names:
+                full = f"{base}.{alias.name}" if base else alias.name
+                deps.add(full if full in known else base or alias.name)
+        elif isinstance(node, ast.Import):
+            deps |= {a.name.removeprefix("initmem.") for a in node.names if a.name.startswith("initmem.")}
+    return {d for d in deps if d}
 
 
 def import_graph() -> dict[str, set[str]]:
-    """module -> the initmem modules it imports anywhere in its source (lazy imports in functions included)."""
-    modules = {p.stem for p in PACKAGE.glob("*.py") if p.stem != "__init__"}
-    graph: dict[str, set[str]] = {}
-    for name in modules:
-        tree = ast.parse((PACKAGE / f"{name}.py").read_text(encoding="utf-8"))
-        deps = set()
-        for node in ast.walk(tree):
-            if isinstance(node, ast.ImportFrom):
-                base = node.module or ""
-                if node.level == 1:  # from .x import y / from . import y
-                    base = f"initmem.{base}" if base else "initmem"
-                if base == "initmem":
-                    deps |= {a.name for a in node.names if a.name in modules}
-                elif base.startswith("initmem."):
-                    deps.add(base.split(".")[1])
-            elif isinstance(node, ast.Import):
-                deps |= {a.name.split(".")[1] for a in node.names if a.name.startswith("initmem.")}
-        graph[name] = deps - {name}
-    return graph
+    """module -> the initmem modules (or packages, for a face) it imports anywhere in its source."""
+    mods = modules()
+    return {name: imports_of(path.read_text(encoding="utf-8"), set(mods)) - {name} for name, path in mods.items()}
+
+
+def forbidden_imports(graph: dict[str, set[str]]) -> list[str]:
+    """`module imports dep (package may import only ...)` for every edge the package rules forbid."""
+    return [f"{m} imports {d} ({package_of(m)} may import only {sorted(MAY_IMPORT[package_of(m)])})"
+            for m, deps in sorted(graph.items()) for d in sorted(deps)
+            if package_of(d) not in MAY_IMPORT[package_of(m)]]
 
 
 def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
@@ -61,8 +99,8 @@ def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
 
 def test_the_package_has_no_import_cycle():
     graph = import_graph()
-    assert {"config", "train", "results", "point", "members"} <= set(graph)  # the graph really was read
-    assert "config" in graph["results"] and "train" in graph["point"]
+    assert {"config", "engine.trainer", "store.results", "study.point", "engine.members"} <= set(graph)
+    assert "config" in graph["store.results"] and "engine.trainer" in graph["study.point"]  # the graph was read
     assert find_cycle(graph) is None, " -> ".join(find_cycle(graph))
 
 
@@ -71,18 +109,69 @@ def test_the_cycle_finder_finds_a_cycle():
     assert find_cycle({"a": {"b"}, "b": set()}) is None
 
 
-def test_config_and_results_are_torch_free():
-    code = ("import sys, initmem.config, initmem.results, initmem.metrics, initmem.run_folders; "
+def test_packages_import_only_the_packages_below_them():
+    graph = import_graph()
+    assert {package_of(m) for m in graph} == set(MAY_IMPORT), "a package without a rule, or a rule without one"
+    assert not forbidden_imports(graph), "\n".join(forbidden_imports(graph))
+
+
+def test_a_planted_forbidden_import_is_caught():
+    """The rule check reads real sources: an engine module that imports the study, or a store module that imports
+    the engine (lazily, inside a function), fails it."""
+    graph = import_graph()
+    mods = set(modules())
+    planted = {**graph, "engine.loop": graph["engine.loop"] | imports_of("from initmem.study import sweep\n", mods),
+               "store.results": graph["store.results"] | imports_of(
+                   "def f():\n    from initmem.engine.trainer import train\n", mods)}
+    assert forbidden_imports(planted) == [
+        "engine.loop imports study.sweep (engine may import only ['data', 'engine', 'store', 'top'])",
+        "store.results imports engine.trainer (store may import only ['store', 'top'])"]
+
+
+def test_the_torch_free_packages_import_no_torch():
+    """store, analysis and the vocabulary never name torch in their sources, and importing all of them (and the
+    top-level face's load_runs) loads none of torch, papermill, jupytext or submitit."""
+    named = [m for m, p in modules().items() if package_of(m) in TORCH_FREE
+             and re.search(r"^\s*(import torch|from torch)", p.read_text(encoding="utf-8"), flags=re.M)]
+    assert not named, named
+    free = [f"initmem.{m}" for m in modules() if package_of(m) in TORCH_FREE]
+    code = (f"import sys, importlib, initmem; [importlib.import_module(m) for m in {free!r}]; "
+            "initmem.load_runs('results/cpu'); "
             "print(sorted(m for m in ('torch', 'papermill', 'jupytext', 'submitit') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, timeout=120)
     assert out.returncode == 0 and out.stdout.strip() == "[]", out.stderr
 
 
 def test_the_training_path_needs_no_notebook_or_cluster_tools():
-    code = ("import sys, initmem.train, initmem.point; "
+    code = ("import sys, initmem.engine.trainer, initmem.study.point; "
             "print(sorted(m for m in ('papermill', 'jupytext', 'submitit', 'nbformat') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, timeout=120)
     assert out.returncode == 0 and out.stdout.strip() == "[]", out.stderr
+
+
+def test_the_folders_show_the_architecture():
+    """At most 6 top-level modules beside the subpackages; no three sibling modules share a name prefix (a prefix
+    standing in for a folder); each package's face is short and names only what its modules define."""
+    top = sorted(p.stem for p in PACKAGE.glob("*.py"))
+    assert len(top) <= 6 and set(TOP) <= set(top), top
+    for folder in [PACKAGE, *sorted(p.parent for p in PACKAGE.glob("*/__init__.py"))]:
+        stems = [p.stem for p in folder.glob("*.py") if not p.stem.startswith("__")]
+        prefixes = collections.Counter(s.split("_")[0] for s in stems if "_" in s or any(
+            o.startswith(s + "_") for o in stems))
+        assert all(n < 3 for n in prefixes.values()), (folder.name, prefixes)
+    for face in sorted(PACKAGE.glob("*/__init__.py")):
+        package = importlib.import_module(f"initmem.{face.parent.name}")
+        assert len(face.read_text(encoding="utf-8").splitlines()) <= 30, face
+        assert package.__all__ and all(getattr(package, n) is not None for n in package.__all__), face
+
+
+def test_the_top_level_api_is_the_readers_and_imports_lazily():
+    import initmem
+    assert {"load_runs", "load_histories", "TrainConfig", "train", "spread", "run_point"} <= set(initmem.__all__)
+    assert initmem.load_runs is importlib.import_module("initmem.store.results").load_runs
+    assert initmem.spread is importlib.import_module("initmem.metrics").spread
+    with pytest.raises(AttributeError, match="has no attribute 'lod_runs'"):
+        initmem.lod_runs  # noqa: B018
 
 
 def test_docs_field_list_is_generated_from_the_config():
@@ -92,21 +181,28 @@ def test_docs_field_list_is_generated_from_the_config():
         assert f"`{name}`" in text and config.field_help(name).replace("|", "/") in text
 
 
-def test_the_architecture_table_lists_every_module_in_import_order():
-    """docs/architecture.md's module table names every module once, and each imports only modules above it."""
+def test_the_architecture_tables_list_every_module_in_import_order():
+    """docs/architecture.md has one table per package (a heading naming the folder, `initmem/` for the vocabulary);
+    together they name every module once, and each imports only modules listed above it."""
     text = (REPO / "docs" / "architecture.md").read_text(encoding="utf-8")
-    order = re.findall(r"^\| `(\w+)\.py` \|", text, flags=re.M)
+    order, package = [], None
+    for line in text.splitlines():
+        if m := re.match(r"^#+ .*`initmem/(\w+/)?`", line):
+            package = m.group(1)
+        elif (m := re.match(r"^\| `(\w+)\.py` \|", line)) and package is not None:
+            order.append(f"{package[:-1]}.{m.group(1)}" if package else m.group(1))
     graph = import_graph()
     assert sorted(order) == sorted(graph), sorted(set(order) ^ set(graph))
     above: set[str] = set()
     for name in order:
-        assert graph[name] <= above, f"{name} imports {sorted(graph[name] - above)}, listed below it"
+        below = {d for d in graph[name] if d in graph} - above  # a face (a package name) is checked by its rule
+        assert not below, f"{name} imports {sorted(below)}, listed below it"
         above.add(name)
 
 
 def test_modules_stay_readable_top_to_bottom():
     """The style rule: a module of the package stays under ~400 lines (split by responsibility, not by count)."""
-    sizes = {p.name: len(p.read_text(encoding="utf-8").splitlines()) for p in PACKAGE.glob("*.py")}
+    sizes = {m: len(p.read_text(encoding="utf-8").splitlines()) for m, p in modules().items()}
     over = {n: s for n, s in sizes.items() if s > 400}
     assert len(sizes) > 20 and not over, over
 
@@ -117,12 +213,12 @@ FACTORIES = {"empty", "zeros", "ones", "full", "arange", "randn", "rand", "randi
 # onto its line). Anything else in initmem/ takes `device=` from an existing tensor or the config, or says on its
 # line (a comment naming the CPU) why it is CPU-only.
 CPU_BY_DESIGN = {
-    ("data", "stratified_indices"): "split index maths on the CPU labels (the split is the same on every device)",
-    ("data", "make_splits"): "index tensors into the CPU images; the splits are moved to the device at its end",
-    ("data", "channel_stats"): "per-channel statistics from a CPU histogram (documented: returned on the CPU)",
-    ("sources", "lowfreq"): "make_synthetic's images are made on the CPU like decoded ones; make_splits moves them",
-    ("sources", "draw"): "the same (make_synthetic)",
-    ("imagefolder", "_assemble"): "decoded images and labels are CPU tensors; make_splits moves them",
+    ("data.splits", "stratified_indices"): "split index maths on the CPU labels (the same split on every device)",
+    ("data.splits", "make_splits"): "index tensors into the CPU images; the splits are moved to the device at its end",
+    ("data.splits", "channel_stats"): "per-channel statistics from a CPU histogram (documented: returned on the CPU)",
+    ("data.sources", "lowfreq"): "synthetic images are made on the CPU like decoded ones; make_splits moves them",
+    ("data.sources", "draw"): "the same (make_synthetic)",
+    ("data.imagefolder", "_assemble"): "decoded images and labels are CPU tensors; make_splits moves them",
 }
 
 
@@ -156,9 +252,9 @@ def factory_calls(source: str, module: str = "?") -> list[str]:
 def test_every_tensor_factory_in_the_package_takes_its_device():
     """A tensor made without `device=` lands on the CPU: on a GPU run the step then fails (or silently copies).
     Every factory in initmem/ takes its device from an existing tensor or the config, or says why it is CPU-only."""
-    found = [f for p in sorted(PACKAGE.glob("*.py")) for f in factory_calls(p.read_text(encoding="utf-8"), p.stem)]
+    found = [f for m, p in modules().items() for f in factory_calls(p.read_text(encoding="utf-8"), m)]
     assert not found, "\n".join(found)
-    assert set(CPU_BY_DESIGN) <= {(p.stem, fn.name) for p in PACKAGE.glob("*.py") for fn in ast.walk(
+    assert set(CPU_BY_DESIGN) <= {(m, fn.name) for m, p in modules().items() for fn in ast.walk(
         ast.parse(p.read_text(encoding="utf-8"))) if isinstance(fn, ast.FunctionDef)}  # no stale exemption
 
 
@@ -179,7 +275,7 @@ def _plan_without(torch_blocked: bool, *flags: str) -> subprocess.CompletedProce
     """`initmem plan params/01_optimizers.yaml --profile paper FLAGS` in a child; with `torch_blocked` torch cannot
     be imported there (as on a login node without it). Prints whether torch was imported."""
     code = ("import sys\n" + ("sys.modules['torch'] = None\n" if torch_blocked else "") +
-            "from initmem.cli import main\n"
+            "from initmem.cli.commands import main\n"
             f"rc = main(['plan', 'params/01_optimizers.yaml', '--profile', 'paper', *{list(flags)!r}])\n"
             "print('torch imported:', sys.modules.get('torch') is not None, file=sys.stderr)\n"
             "sys.exit(rc)\n")
@@ -200,7 +296,7 @@ def test_the_planner_runs_where_torch_is_absent_and_imports_it_only_to_resolve_a
 
 def test_functions_stay_short_enough_to_read_on_one_screen():
     """The style rule for functions: none over 80 lines."""
-    long = {(p.stem, fn.name): fn.end_lineno - fn.lineno + 1 for p in PACKAGE.glob("*.py")
+    long = {(m, fn.name): fn.end_lineno - fn.lineno + 1 for m, p in modules().items()
             for fn in ast.walk(ast.parse(p.read_text(encoding="utf-8")))
             if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)) and fn.end_lineno - fn.lineno + 1 > 80}
     assert not long, long

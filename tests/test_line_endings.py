@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from initmem.errors import ResultsError
-from initmem.results import load_runs
+from initmem.store.results import load_runs
 
 REPO = Path(__file__).resolve().parents[1]
 RUN = "results/cpu/01_optimizers/200285748550"  # one committed run (the golden SGD run)

@@ -13,19 +13,20 @@ from collections import Counter
 import faults
 import pytest
 
-from initmem import point, run_folders
 from initmem.config import TrainConfig
+from initmem.engine.trainer import train
 from initmem.errors import ResultsError
-from initmem.results import load_runs, read_run
-from initmem.run_folders import RunFolders
-from initmem.train import train
+from initmem.store import folders
+from initmem.store.folders import RunFolders
+from initmem.store.results import load_runs, read_run
+from initmem.study import point
 
 SWEEP = {**faults.TINY, "epochs": 2}
 HOLD = """
 import sys, time
 from pathlib import Path
-from initmem import run_folders
-lock = run_folders.lock(sys.argv[1])
+from initmem.store import folders
+lock = folders.lock(sys.argv[1])
 print("GOT" if lock else "HELD", flush=True)
 if lock and len(sys.argv) > 2:
     go = Path(sys.argv[2])
@@ -47,18 +48,18 @@ def _probe(folder) -> str:
 
 def test_the_lock_is_exclusive_across_processes_and_reentrant_within_one(tmp_path):
     folder = tmp_path / "s" / "abc123"
-    lock = run_folders.lock(folder)
-    assert lock is not None and run_folders.lock_path(folder) == tmp_path / "s" / "abc123.lock"
+    lock = folders.lock(folder)
+    assert lock is not None and folders.lock_path(folder) == tmp_path / "s" / "abc123.lock"
     assert not folder.exists()  # the lock lives beside the run folder: nothing half-made inside
-    assert re.fullmatch(rf".+ pid {os.getpid()} since \d{{4}}-.+", run_folders.holder(folder))
-    inner = run_folders.lock(folder)  # re-entrant: train_point holds it, then train() takes it again
+    assert re.fullmatch(rf".+ pid {os.getpid()} since \d{{4}}-.+", folders.holder(folder))
+    inner = folders.lock(folder)  # re-entrant: train_point holds it, then train() takes it again
     assert inner is not None
     inner.release()
     assert _probe(folder) == "HELD"  # the outer hold still counts
     lock.release()
     lock.release()  # idempotent
     assert _probe(folder) == "GOT"
-    with run_folders.lock(folder) as again:
+    with folders.lock(folder) as again:
         assert again is not None
     assert _probe(folder) == "GOT"
 
@@ -67,10 +68,10 @@ def test_a_lock_whose_holder_was_killed_is_acquirable(tmp_path):
     folder = tmp_path / "run"
     holder = faults.Child([*faults.python_cmd(HOLD), str(folder), str(tmp_path / "never")])
     holder.wait_for("^GOT$")
-    assert run_folders.lock(folder) is None
-    assert f"pid {holder.proc.pid} " in run_folders.holder(folder)
+    assert folders.lock(folder) is None
+    assert f"pid {holder.proc.pid} " in folders.holder(folder)
     holder.kill()  # no release, no cleanup: the kernel drops the flock with the process
-    lock = run_folders.lock(folder)
+    lock = folders.lock(folder)
     assert lock is not None
     lock.release()
 
@@ -104,7 +105,7 @@ def test_the_sweep_skips_a_locked_run_waits_for_it_and_does_not_train_it_again(t
     while not owner.is_complete(other) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert owner.is_complete(other) and sweep.is_alive()  # did the free run, now waits for the locked one
-    go.write_text(f"from initmem.train import TrainConfig, train\n"
+    go.write_text(f"from initmem.engine.trainer import TrainConfig, train\n"
                   f"train(TrainConfig(**{SWEEP | {'sigma_w': 0.5}!r}), out_dir={str(tmp_path)!r}, section='s', "
                   f"progress=False)\n")  # the holder trains it under its lock (re-entrant), then exits
     sweep.join(timeout=120)
@@ -118,7 +119,7 @@ def test_the_sweep_skips_a_locked_run_waits_for_it_and_does_not_train_it_again(t
 
 def test_two_concurrent_sweeps_train_every_run_exactly_once(tmp_path):
     sigma_ws = [0.25, 0.5, 1.0, 2.0]
-    code = (f"from initmem.point import run_point\n"
+    code = (f"from initmem.study.point import run_point\n"
             f"df = run_point({{**{SWEEP!r}, 'sigma_ws': {sigma_ws!r}, 'seeds': [0]}}, results={str(tmp_path)!r}, "
             f"section='s', population=False)\n"
             f"print('ROWS', len(df), ' '.join(df['status']))\n")

@@ -24,16 +24,17 @@ import nbformat
 import pytest
 import yaml
 
-from initmem import checkpoint, cli
+from initmem.cli import commands
+from initmem.engine import checkpoint
 from initmem.errors import CheckpointError, ConfigError
-from initmem.notebook import SMOKE, checked_parameters
-from initmem.params import load_section, load_yaml, yaml_error_line
-from initmem.run_folders import checkpoints
+from initmem.store.folders import checkpoints
+from initmem.study.notebook import SMOKE, checked_parameters
+from initmem.study.params import load_section, load_yaml, yaml_error_line
 
 HEADER = ("# ---\n# jupyter:\n#   kernelspec:\n#     display_name: Python 3\n#     language: python\n"
           "#     name: python3\n# ---\n")
 PARAMS_CELL = 'lr: float | None = None\noptimizer = "sgd"\nepochs = 2\nmarks = [1]\n'
-CHECK_CELL = "from initmem.notebook import checked_parameters\nchecked_parameters(globals())\n"
+CHECK_CELL = "from initmem.study.notebook import checked_parameters\nchecked_parameters(globals())\n"
 TINY = f"""\
 # %% tags=["parameters"]
 {PARAMS_CELL}
@@ -146,8 +147,8 @@ def test_a_section_notebook_accepts_every_train_config_field_typed_and_checked_b
     assert ns["eval_every"] == 2 and ns["warmup_epochs"] == 0.1 and isinstance(ns["warmup_epochs"], float)
     unset = {k: v for k, v in SMOKE.items() if k != "epochs"}
     assert {k: ns[k] for k in unset} == unset  # what nothing set runs at the smoke scale, and says so
-    assert capsys.readouterr().out == ("at the smoke scale (initmem.notebook.SMOKE; set them in the parameters cell "
-                                       "or with -p): " + ", ".join(f"{k}={v!r}" for k, v in unset.items()) + "\n")
+    assert capsys.readouterr().out == ("at the smoke scale (initmem.study.notebook.SMOKE; set them in the parameters "
+                                       "cell or with -p): " + ", ".join(f"{k}={v!r}" for k, v in unset.items()) + "\n")
     for injected, value, needle in [
             ("eval_evry = 2", 2, r"unknown parameter 'eval_evry' \(did you mean 'eval_every'\?\); accepted: "
                                  r"results_dir, section, sigma_ws, seeds, optimizer and every TrainConfig field but "
@@ -206,7 +207,8 @@ def test_plain_papermill_ends_with_the_one_line_refusal_and_warns_only_for_field
 ])  # fmt: skip
 def test_initmem_run_answers_a_bad_field_of_a_section_notebook_in_one_line_before_any_kernel(tmp_path, capsys, args,
                                                                                             line):
-    assert cli.main(["run", str(faults.REPO / "notebooks" / "01_optimizers.py"), *args, "--cwd", str(tmp_path)]) == 2
+    notebook = str(faults.REPO / "notebooks" / "01_optimizers.py")
+    assert commands.main(["run", notebook, *args, "--cwd", str(tmp_path)]) == 2
     out, err = capsys.readouterr()
     assert out == "" and re.fullmatch(rf"initmem run: error: (\S+01_optimizers\.py: )?{line}\n", err), err
     assert not (tmp_path / "results").exists()
@@ -242,11 +244,11 @@ channels_last = False
 progress = False
 
 # %%
-from initmem.notebook import checked_parameters
+from initmem.study.notebook import checked_parameters
 checked_parameters(globals())
 
 # %%
-from initmem.point import run_point
+from initmem.study.point import run_point
 runs = run_point(globals())
 """
 
@@ -256,7 +258,7 @@ def test_initmem_run_names_the_executed_copy_by_point_and_prints_it_with_the_poi
     printed = []
     for lr in ("0.01", "0.02", "0.01"):
         # eval_every is no line of the cell: accepted, and papermill's "Passed unknown parameter" is not printed
-        assert cli.main(["run", str(nb), "-p", "lr", lr, "-p", "eval_every", "1", "--cwd", str(tmp_path),
+        assert commands.main(["run", str(nb), "-p", "lr", lr, "-p", "eval_every", "1", "--cwd", str(tmp_path),
                          "--quiet"]) == 0
         out, err = capsys.readouterr()
         assert "unknown parameter" not in err, err
@@ -271,7 +273,7 @@ def test_initmem_run_names_the_executed_copy_by_point_and_prints_it_with_the_poi
 
 # --- sweeps: help, overall progress ------------------------------------------------------------------------------
 def test_sweep_help_documents_every_flag_with_its_default(capsys):
-    parser = cli.build_parser()
+    parser = commands.build_parser()
     sweep = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices["sweep"]
     for action in sweep._actions:
         if not isinstance(action, argparse._HelpAction):
@@ -286,7 +288,7 @@ def test_a_sweep_over_several_files_shows_overall_progress_and_an_eta(tmp_path, 
     _notebook(tmp_path / "notebooks" / "t.py", SLEEPER.format(sleep=0))
     a = _params(tmp_path, "a", "ta", "smoke:\n  grid: {tag: [a, b]}\n")
     b = _params(tmp_path, "b", "tb", "smoke:\n  grid: {tag: [c]}\n")
-    assert cli.main(["sweep", str(a), str(b), "--profile", "smoke", "--results", str(tmp_path / "out"),
+    assert commands.main(["sweep", str(a), str(b), "--profile", "smoke", "--results", str(tmp_path / "out"),
                      "--quiet"]) == 0
     lines = [ln for ln in capsys.readouterr().out.splitlines() if " points] ETA " in ln]
     assert [ln.split(" ETA ")[0] for ln in lines] == ["[1/3 points]", "[2/3 points]", "[3/3 points]"], lines
@@ -330,8 +332,8 @@ def test_pool_workers_and_their_kernels_die_with_a_killed_sweep(tmp_path):
 
 
 def _full_disk_at(name: str, monkeypatch):
-    """The package's one atomic write (`initmem.files`) fails as on a full disk when it writes `name`'s temp file."""
-    from initmem import files
+    """The package's one atomic write (`store.files`) fails as on a full disk when it writes `name`'s temp file."""
+    from initmem.store import files
 
     real = os.fdopen
 
@@ -374,7 +376,7 @@ def test_a_full_disk_while_writing_a_checkpoint_is_one_line_and_keeps_the_previo
 
 def test_a_run_whose_checkpoint_hits_a_full_disk_resumes_after_it(tmp_path, monkeypatch, one_torch_thread):
     from initmem.config import TrainConfig
-    from initmem.train import train
+    from initmem.engine.trainer import train
 
     config = TrainConfig(**faults.TINY, epochs=3, checkpoint_every=1)
     _full_disk_at("epoch-000002.ckpt", monkeypatch)

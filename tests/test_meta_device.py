@@ -1,6 +1,6 @@
 """The GPU's code path on a device that is not the CPU, on a machine without a GPU: torch's `meta` device (tensors
 with shapes and devices but no data) runs every network forward and backward and every optimiser's step. The
-engine's own loop (`initmem.loop.Loop`: the same build, step, epoch and readings a GPU run calls) is built on meta
+engine's own loop (`engine.loop.Loop`: the same build, step, epoch and readings a GPU run calls) is built on meta
 for every architecture at K = 1 and K = 2 and every optimiser, trains an epoch (augmentation, distinct seeds),
 evaluates, and must leave nothing off the device: a tensor made without `device=` (as the grouped modules once were,
 which failed every CUDA population at its first step) lands on the CPU and fails here.
@@ -21,17 +21,18 @@ import types
 import pytest
 import torch
 
-from initmem import data, members, models, optim
 from initmem.config import ARCHS, OPTIMIZERS, TrainConfig
-from initmem.loop import DeviceMismatch, Loop
+from initmem.data import splits
+from initmem.engine import members, models, optim
+from initmem.engine.loop import DeviceMismatch, Loop
 
 META = torch.device("meta")
 BASE = TrainConfig(arch="resnet9", width=1 / 16, data="synthetic", n_train=40, n_val=10, n_test=10,
                    train_eval_size=10, batch_size=32, epochs=1, augment=True, device="cpu")
 
 
-def _splits(dev: torch.device) -> data.Splits:
-    return data.make_splits(data.make_synthetic(50, 10), 10, 40, 10, 0, dev, 10)
+def _splits(dev: torch.device) -> splits.Splits:
+    return splits.make_splits(splits.make_synthetic(50, 10), 10, 40, 10, 0, dev, 10)
 
 
 def _loop(dev: torch.device, k: int, **changes) -> Loop:

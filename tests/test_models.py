@@ -7,8 +7,7 @@ import pytest
 import torch
 from torch import nn
 
-from initmem.errors import ConfigError
-from initmem.models import (
+from initmem.engine.models import (
     ARCHS,
     ShortcutA,
     SpatialMax,
@@ -18,6 +17,7 @@ from initmem.models import (
     init_weights,
     layer_names,
 )
+from initmem.errors import ConfigError
 
 # exact counts measured at width 1, num_classes 10; STUDY.md / He et al. figures beside them
 COUNTS = {"resnet9": (6_573_130, 6.57e6), "resnet20": (269_722, 0.27e6), "resnet56": (853_018, 0.85e6),

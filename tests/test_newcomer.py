@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from initmem.cli import main
+from initmem.cli.commands import main
 from initmem.errors import ConfigError, DataError, ResultsError
-from initmem.report import find_notebooks
+from initmem.figures.report import find_notebooks
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -36,7 +36,7 @@ def test_a_folder_given_as_the_notebook_is_named_a_folder(capsys):
 
 
 def test_an_archive_path_is_answered_as_an_archive_not_with_download(tmp_path):
-    from initmem.sources import load_cifar10
+    from initmem.data.sources import load_cifar10
 
     missing = tmp_path / "cifar10-jpeg.tar.gz"
     for source in ("auto", "imagefolder", "torchvision"):
@@ -47,7 +47,7 @@ def test_an_archive_path_is_answered_as_an_archive_not_with_download(tmp_path):
 
 
 def test_the_synthetic_size_names_what_it_is_made_of():
-    from initmem.sources import make_synthetic
+    from initmem.data.sources import make_synthetic
 
     with pytest.raises(ConfigError, match=r"synthetic data of 2000050 training images \(TrainConfig's n_train \+ "
                                           r"n_val\) is invalid: .*n_train \+ n_val <= 1000000"):

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pandas as pd
 
-from initmem.notebook import execute_notebook
-from initmem.point_report import point_table
-from initmem.results import load_runs
+from initmem.analysis.point_report import point_table
+from initmem.store.results import load_runs
+from initmem.study.notebook import execute_notebook
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -45,7 +45,7 @@ def test_run_all_writes_nothing_to_stderr_and_labels_what_it_shows(tmp_path, mon
 
 
 def test_a_single_runs_bar_labels_its_numbers(monkeypatch, capsys):
-    from initmem.train import TrainConfig, train
+    from initmem.engine.trainer import TrainConfig, train
 
     monkeypatch.setenv("INITMEM_PROGRESS", "bar")
     train(TrainConfig(data="synthetic", width=0.0625, epochs=1, batch_size=32, n_train=64, n_val=32, n_test=32,

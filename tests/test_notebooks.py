@@ -18,15 +18,16 @@ import pandas as pd
 import pytest
 import yaml
 
-from initmem import metrics, results
+from initmem import metrics
+from initmem.analysis.display import display_frame
+from initmem.analysis.point_report import interpolation_rows
+from initmem.analysis.tables import long_training_table
 from initmem.config import TrainConfig, point_configs
-from initmem.params import load_section
-from initmem.point_report import interpolation_rows
-from initmem.results import load_runs, run_id
-from initmem.run_folders import RunFolders
-from initmem.sweep import run_sweep
-from initmem.table_text import display_frame
-from initmem.tables import long_training_table
+from initmem.store import results
+from initmem.store.folders import RunFolders
+from initmem.store.results import load_runs, run_id
+from initmem.study.params import load_section
+from initmem.study.sweep import run_sweep
 
 REPO = Path(__file__).resolve().parent.parent
 SECTIONS = ("01_optimizers", "02_long_training", "03_lr_l2", "04_batch_size", "05_depth")
@@ -214,7 +215,7 @@ def test_long_training_table_reads_each_run_at_its_best_validation_epoch_so_far(
 def test_the_kernel_environment_is_set_for_the_start_and_only_its_own_keys_restored(monkeypatch):
     """execute_notebook's environment for a kernel: set inside the block; afterwards the keys it set are as they were
     (absent again, or their old value), and a variable something else set meanwhile is kept."""
-    from initmem.notebook import _environ
+    from initmem.study.notebook import _environ
 
     monkeypatch.setenv("INITMEM_PROGRESS", "bar")
     monkeypatch.delenv("INITMEM_TEST_NEW", raising=False)

@@ -7,9 +7,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from initmem.errors import ConfigError
-from initmem.models import build_model
-from initmem.optim import (
+from initmem.engine.models import build_model
+from initmem.engine.optim import (
     OPTIMIZER_DEFAULTS,
     OPTIMIZERS,
     Muon,
@@ -20,6 +19,7 @@ from initmem.optim import (
     newton_schulz,
     set_lr_factor,
 )
+from initmem.errors import ConfigError
 
 
 def _run_pair(ours, theirs, p, q, shape, steps=5, seed=0):

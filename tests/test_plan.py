@@ -1,4 +1,4 @@
-"""The planner (`initmem plan`, initmem/plan.py): steps, clocks and evaluation work against hand computations on real
+"""The planner (`initmem plan`, study/plan.py): steps, clocks and evaluation work against hand computations on real
 profiles, schedules against `lr_factor` summed step by step, throughput tables (calibrated, named, estimated), the
 one-line errors, and the sizes `initmem sweep --dry-run` prints."""
 
@@ -11,11 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from initmem import plan, plan_table
-from initmem.cli import main
+from initmem.cli.commands import main
 from initmem.config import TrainConfig
+from initmem.engine.optim import lr_factor
 from initmem.metrics import forgetting_clocks
-from initmem.optim import lr_factor
+from initmem.study import calibrate, plan
 
 REPO = Path(__file__).resolve().parent.parent
 OPT = str(REPO / "params" / "01_optimizers.yaml")
@@ -182,9 +182,9 @@ def test_calibrate_round_trip(tmp_path, monkeypatch, capsys):
 
 def test_a_fresh_clone_plans_every_cpu_point_with_the_reference_cpu_table(tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("INITMEM_CACHE", str(tmp_path / "empty-cache"))  # no calibration on this machine yet
-    table, note = plan_table.choose_table("cpu")
-    assert table is not None and table.path == str(plan_table.REFERENCE_CPU) and table.kind == "cpu"
-    assert "reference CPU" in note and "initmem/throughput/reference-cpu.json" in note and "--calibrate" in note
+    table, note = calibrate.choose_table("cpu")
+    assert table is not None and table.path == str(calibrate.REFERENCE_CPU) and table.kind == "cpu"
+    assert "reference CPU" in note and "initmem/study/throughput/reference-cpu.json" in note and "--calibrate" in note
     for params in sorted((REPO / "params").glob("*.yaml")):  # the shipped table times every cpu-scale point
         for profile in ("cpu", "cpu_steps") if params.name == "01_optimizers.yaml" else ("cpu",):
             points = plan.plan_section(params, profile, table).points
@@ -202,7 +202,7 @@ def test_a_fresh_clone_plans_every_cpu_point_with_the_reference_cpu_table(tmp_pa
 def test_a_gpu_without_a_table_gets_no_guessed_time(tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("INITMEM_CACHE", str(tmp_path / "empty-cache"))
     monkeypatch.setattr(plan, "device_name", lambda device="auto": ("NVIDIA H200", "cuda"))
-    table, note = plan_table.choose_table("cuda")
+    table, note = calibrate.choose_table("cuda")
     assert table is None and note.startswith("throughput: no table for NVIDIA H200 yet, so no time is given")
     assert main(["plan", OPT, "--profile", "paper", "--device", "cuda"]) == 0
     out = capsys.readouterr().out

@@ -10,8 +10,8 @@ import math
 import pytest
 from test_plan import OPT, _table
 
-from initmem import plan_table
-from initmem.cli import main
+from initmem.cli.commands import main
+from initmem.study import calibrate
 
 GOOD = ("resnet9", 0.125, 128, "fp32", 1, 0.01, 1e-5)
 
@@ -61,7 +61,7 @@ def test_a_table_of_another_device_kind_is_refused_for_an_explicit_device(tmp_pa
 
 
 def test_calibration_checks_its_output_path_before_it_measures(tmp_path, capsys, monkeypatch):
-    monkeypatch.setattr(plan_table, "calibrate", lambda *a, **k: pytest.fail("measured before the path was checked"))
+    monkeypatch.setattr(calibrate, "calibrate", lambda *a, **k: pytest.fail("measured before the path was checked"))
     (tmp_path / "afile").write_text("x")
     for target in (tmp_path / "afile" / "t.json", tmp_path):
         assert main(["plan", "--calibrate", "--device", "cpu", "--throughput", str(target)]) == 2

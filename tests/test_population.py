@@ -1,7 +1,7 @@
 """Populations: `train([c1, ..., cK])` trains K runs that differ only in sigma_w and seed as one computation, and each
-member's RunResult equals what `train(c)` returns for it. Also the grouped modules (`initmem.members`), the
+member's RunResult equals what `train(c)` returns for it. Also the grouped modules (`initmem.engine.members`), the
 optimisers with `members=K`, batched Newton-Schulz, divergence isolation, refusals, run folders, locks,
-checkpoint/resume of a population, and a point (`initmem.point`) training its missing runs as one population.
+checkpoint/resume of a population, and a point (`initmem.study.point`) training its missing runs as one population.
 
 Tolerances. The grouped convs and the batched head sum in another order than a separate model's kernels, so a
 member's gradients differ from its separate run's by ~1e-6 relative, and two epochs of training amplify that (at
@@ -52,16 +52,17 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-import initmem.point as point_mod
-from initmem import checkpoint as ckpt
-from initmem import data as data_mod
-from initmem import members, metrics, models, optim
+import initmem.study.point as point_mod
+from initmem import metrics
 from initmem.config import TrainConfig, check_members
+from initmem.data import splits as data_mod
+from initmem.engine import checkpoint as ckpt
+from initmem.engine import members, models, optim
+from initmem.engine.trainer import train
 from initmem.errors import ConfigError, ResultsError
-from initmem.record import HISTORY_COLUMNS
-from initmem.results import load_runs, read_run
-from initmem.run_folders import FAILED, POPULATIONS, RunFolders, checkpoints, lock_path, population_id
-from initmem.train import train
+from initmem.store.folders import FAILED, POPULATIONS, RunFolders, checkpoints, lock_path, population_id
+from initmem.store.record import HISTORY_COLUMNS
+from initmem.store.results import load_runs, read_run
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")  # the tolerances below were measured on one thread
 
@@ -348,7 +349,7 @@ def test_a_member_locked_by_another_process_is_refused_before_training(tmp_path)
 
 
 def test_tune_malloc_is_on_for_glibc_and_off_on_request():
-    code = "from initmem.members import tune_malloc; print(tune_malloc(), tune_malloc())"
+    code = "from initmem.engine.members import tune_malloc; print(tune_malloc(), tune_malloc())"
     glibc = platform.libc_ver()[0] == "glibc"
     for env, want in (("default", "False False"), ("", "True True" if glibc else "False False")):
         out = subprocess.run([sys.executable, "-c", code], env={**os.environ, "INITMEM_MALLOC": env}, cwd=REPO,
@@ -474,7 +475,7 @@ def test_a_failing_population_falls_back_to_separate_runs(tmp_path, monkeypatch,
     assert not any((Path(p) / FAILED).exists() for p in df["path"])
     # the fallback stays where a user looks afterwards: each run's provenance and the sweep's line for the point
     assert [read_run(p)["provenance"]["population_fallback"] for p in df["path"]] == ["RuntimeError: out of memory"] * 2
-    from initmem.point_report import sweep_row
+    from initmem.analysis.point_report import sweep_row
 
     runs = load_runs(tmp_path)
     row = sweep_row(runs, "p", runs["run_id"].tolist())

@@ -1,4 +1,4 @@
-"""initmem.report: executed notebooks of a results tree → standalone HTML pages plus an index.
+"""initmem.figures.report: executed notebooks of a results tree → standalone HTML pages plus an index.
 
 The executed notebooks are made by papermill itself from tiny percent-format sources (no torch in the kernel), so
 the test reads papermill's real metadata (duration, exception flag) and real error outputs.
@@ -12,9 +12,9 @@ import warnings
 import jupytext
 import pytest
 
-from initmem.cli import main
+from initmem.cli.commands import main
 from initmem.errors import ResultsError
-from initmem.report import export_reports
+from initmem.figures.report import export_reports
 
 SOURCE = """# %% [markdown]
 # # Tiny section

@@ -17,11 +17,13 @@ import pandas as pd
 import pytest
 
 from initmem import metrics
+from initmem.engine.trainer import RunResult, TrainConfig
 from initmem.errors import ConfigError, ResultsError
 from initmem.metrics import point_summary
-from initmem.provenance import provenance
-from initmem.record import HISTORY_COLUMNS
-from initmem.results import (
+from initmem.store.folders import RunFolders
+from initmem.store.provenance import provenance
+from initmem.store.record import HISTORY_COLUMNS
+from initmem.store.results import (
     HISTORY_CONFIG_COLUMNS,
     RUN_COLUMNS,
     SUMMARY_KEYS,
@@ -31,8 +33,6 @@ from initmem.results import (
     run_id,
     verify_run,
 )
-from initmem.run_folders import RunFolders
-from initmem.train import RunResult, TrainConfig
 
 CONFIG_FIELDS = [f.name for f in dataclasses.fields(TrainConfig)]
 

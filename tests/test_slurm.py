@@ -15,8 +15,8 @@ import nbformat
 import pytest
 from slurm_cluster import SlurmCluster, missing_binaries
 
-from initmem.run_folders import RunFolders
-from initmem.sweep import load_section, point_configs, run_sweep
+from initmem.store.folders import RunFolders
+from initmem.study.sweep import load_section, point_configs, run_sweep
 
 pytestmark = pytest.mark.slurm
 REPO = Path(__file__).resolve().parent.parent

@@ -1,4 +1,4 @@
-"""initmem.sweep and initmem.notebook: params files, type checks, grid expansion, papermill execution, executors.
+"""study.sweep and study.notebook: params files, type checks, grid expansion, papermill execution, executors.
 
 Uses a throw-away repository (params/ + notebooks/ in tmp_path) holding a copy of the real 01_optimizers notebook
 or tiny torch-free notebooks, so each kernel start stays cheap.
@@ -13,10 +13,10 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from initmem import cli
+from initmem.cli import commands
 from initmem.errors import ConfigError, NotebookError, SweepError
-from initmem.notebook import check_parameters, check_value, execute_notebook, notebook_parameters
-from initmem.sweep import load_section, point_configs, run_sweep
+from initmem.study.notebook import check_parameters, check_value, execute_notebook, notebook_parameters
+from initmem.study.sweep import load_section, point_configs, run_sweep
 
 REPO = Path(__file__).resolve().parent.parent
 HEADER = ("# ---\n# jupyter:\n#   kernelspec:\n#     display_name: Python 3\n#     language: python\n"
@@ -154,7 +154,7 @@ def test_dry_run_lists_every_point_and_writes_nothing(tmp_path, capsys):
     assert out.count("run (0/1 runs complete)") == 4
     assert not (tmp_path / "out").exists()
     # the CLI mirrors it, and expands a glob
-    assert cli.main(["sweep", str(tmp_path / "params" / "*.yaml"), "--profile", "smoke", "--dry-run",
+    assert commands.main(["sweep", str(tmp_path / "params" / "*.yaml"), "--profile", "smoke", "--dry-run",
                      "--results", str(tmp_path / "out")]) == 0
     assert capsys.readouterr().out.count("run (0/1 runs complete)") == 4
 
@@ -179,7 +179,7 @@ def test_a_failing_point_is_reported_and_the_others_still_run(tmp_path, capsys):
     assert len(list((out / "t").glob("*/run.json"))) == 1  # the good point's run
     assert report.summary["runs"].tolist() == ["1/1", "0/1"]
     assert "1 ran, 1 failed" in capsys.readouterr().out
-    assert cli.main(["sweep", str(path), "--profile", "smoke", "--results", str(out), "--quiet"]) == 1
+    assert commands.main(["sweep", str(path), "--profile", "smoke", "--results", str(out), "--quiet"]) == 1
 
 
 def _tiny_notebook(tmp_path: Path, body: str) -> Path:
@@ -272,15 +272,15 @@ def test_cli_run_type_checks_yaml_values_and_executes(tmp_path, capsys):
         # %%
         print("lr", lr, "marks", marks)
         """)
-    assert cli.main(["run", str(nb), "-p", "lr", "fast", "--cwd", str(tmp_path)]) == 2
+    assert commands.main(["run", str(nb), "-p", "lr", "fast", "--cwd", str(tmp_path)]) == 2
     assert "lr='fast'" in capsys.readouterr().err
     out = tmp_path / "o.ipynb"
-    assert cli.main(["run", str(nb), "-p", "lr", "1", "-p", "marks", "[2, 3]", "--output", str(out),
+    assert commands.main(["run", str(nb), "-p", "lr", "1", "-p", "marks", "[2, 3]", "--output", str(out),
                      "--cwd", str(tmp_path), "--quiet"]) == 0
     executed = nbformat.read(out, as_version=4)
     assert "lr 1.0 marks [2, 3]" in executed.cells[-1].outputs[0].text
     assert capsys.readouterr().out.splitlines()[-1] == f"executed notebook: {out}"
-    assert cli.main(["run", str(nb), "-p", "lr", "1e-3", "--cwd", str(tmp_path), "--quiet"]) == 0  # YAML 1.1's str
+    assert commands.main(["run", str(nb), "-p", "lr", "1e-3", "--cwd", str(tmp_path), "--quiet"]) == 0  # YAML 1.1's str
     printed = Path(capsys.readouterr().out.splitlines()[-1].removeprefix("executed notebook: "))
     assert printed.parent == tmp_path / "results" / "notebooks" and printed.name.startswith("nb-")
     assert "lr 0.001 marks [1]" in nbformat.read(printed, as_version=4).cells[-1].outputs[0].text

@@ -12,13 +12,13 @@ import pytest
 from test_damaged_results import to_schema_1
 from test_sweep import _repo
 
-from initmem import cli
+from initmem.cli import commands
 from initmem.config import point_configs
 from initmem.errors import ResultsError
-from initmem.point import train_point
-from initmem.results import load_runs, verify_run
-from initmem.run_folders import DAMAGED_DIR
-from initmem.sweep import load_section, run_sweep
+from initmem.store.folders import DAMAGED_DIR
+from initmem.store.results import load_runs, verify_run
+from initmem.study.point import train_point
+from initmem.study.sweep import load_section, run_sweep
 
 ONE = """\
     smoke:
@@ -30,7 +30,7 @@ ONE = """\
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory, one_torch_thread) -> tuple[Path, Path]:
     """A params file of one point with one run, and a results tree where that run is complete."""
-    from initmem.train import train
+    from initmem.engine.trainer import train
 
     root = tmp_path_factory.mktemp("repo")
     path = _repo(root, ONE)
@@ -58,7 +58,7 @@ def test_a_sweep_over_schema_1_records_trains_nothing_and_names_migrate(tree, ca
     to_schema_1(rec)
     (run / "run.json").write_text(json.dumps(rec, indent=2) + "\n")
     before = _files(out)
-    assert cli.main(["sweep", str(path), "--profile", "smoke", "--results", str(out), "--quiet"]) == 2
+    assert commands.main(["sweep", str(path), "--profile", "smoke", "--results", str(out), "--quiet"]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "older schema" in err and f"initmem migrate {out}" in err
     assert str(run / "run.json") in err and "nothing was trained" in err
@@ -69,7 +69,7 @@ def test_a_sweep_over_schema_1_records_trains_nothing_and_names_migrate(tree, ca
     with pytest.raises(ResultsError, match="initmem migrate"):
         train_point(configs, results=out, section="t", progress=False)
     assert _files(out) == before
-    assert cli.main(["migrate", str(out)]) == 0  # what it names works, and then the point is complete
+    assert commands.main(["migrate", str(out)]) == 0  # what it names works, and then the point is complete
     report = run_sweep(path, profile="smoke", results=out, progress=False)
     assert [p.status for p in report.points] == ["skipped"]
 
@@ -108,7 +108,7 @@ def test_a_point_two_params_files_share_is_listed_and_counted_once(tmp_path, cap
     twin.write_text(path.read_text())
     argv = ["sweep", str(path), str(path), str(twin), "--profile", "smoke", "--dry-run", "--results",
             str(tmp_path / "out")]
-    assert cli.main(argv) == 0
+    assert commands.main(argv) == 0
     out = capsys.readouterr().out
     (point,) = load_section(path).points("smoke", tmp_path / "out")
     assert out.count(point.point_id) == 1 and out.count("already listed by an earlier params file") == 2

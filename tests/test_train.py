@@ -17,14 +17,15 @@ import pytest
 import torch
 
 from initmem import config as config_mod
-from initmem import metrics, models, optim, runtime
-from initmem import train as train_mod
+from initmem import metrics
 from initmem.config import RUN_ID_EXCLUDE, TrainConfig
+from initmem.engine import models, optim, runtime
+from initmem.engine import trainer as train_mod
+from initmem.engine.trainer import _progress_mode, train
 from initmem.errors import ConfigError, ResultsError
-from initmem.record import HISTORY_COLUMNS
-from initmem.results import load_histories, load_runs, read_run, run_id
-from initmem.run_folders import RunFolders
-from initmem.train import _progress_mode, train
+from initmem.store.folders import RunFolders
+from initmem.store.record import HISTORY_COLUMNS
+from initmem.store.results import load_histories, load_runs, read_run, run_id
 
 TINY = dict(arch="resnet9", width=0.0625, sigma_w=1.0, optimizer="sgd", lr=0.05, weight_decay=5e-4, batch_size=64,
             epochs=2, data="synthetic", n_train=256, n_val=100, n_test=100, device="cpu")
@@ -193,7 +194,7 @@ def test_an_unwritable_results_folder_fails_before_any_data_is_loaded(tmp_path, 
     def no_loading(*a, **k):
         raise AssertionError("data were loaded before the results folder was checked")
 
-    monkeypatch.setattr("initmem.train._data.load_cifar10", no_loading)
+    monkeypatch.setattr("initmem.engine.trainer._data.load_cifar10", no_loading)
     with pytest.raises(ResultsError, match=str(blocker)):
         train(TrainConfig(**TINY), out_dir=blocker, progress=False)
 
@@ -397,7 +398,7 @@ def test_the_cublas_workspace_is_set_when_the_engine_is_imported_and_a_users_val
     import subprocess
     import sys
 
-    code = "import os, initmem.train; print(os.environ.get('CUBLAS_WORKSPACE_CONFIG'))"
+    code = "import os, initmem.engine.trainer; print(os.environ.get('CUBLAS_WORKSPACE_CONFIG'))"
     env = {k: v for k, v in os.environ.items() if k != "CUBLAS_WORKSPACE_CONFIG"}
     for given, expected in ((None, ":4096:8"), (":16:8", ":16:8")):
         out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,

@@ -21,7 +21,7 @@
 # paper's spreads drawn beside ours), **F2** (weight norm over training, SGD beside Adam), **F3** (final against
 # initial norm, with the radial-memory slope), **F9** (training and validation curves of an SGD/Adam pair) and
 # **F10** (the angle from initialisation over training per optimiser and σ_w, where the runs have the instrument).
-# All computation lives in `initmem.tables` and `initmem.plots`, the writing in `initmem.figures`; run every figure
+# All computation lives in `initmem.analysis.tables` and `initmem.analysis.plots`, the writing in `initmem.figures.artefacts`; run every figure
 # notebook with `initmem figures --results results/cpu --out figures`.
 #
 # Relative paths are relative to the repository root wherever this runs (`FigureBook`); `figures` is the committed
@@ -32,8 +32,8 @@ results_dir = "results/cpu"
 out_dir = "figures"
 
 # %%
-from initmem import plots, plots_forgetting, tables
-from initmem.figures import FigureBook
+from initmem.analysis import instrument_plots, plots, tables
+from initmem.figures.artefacts import FigureBook
 
 s = FigureBook(results_dir, out_dir, "01_optimizers")
 
@@ -65,5 +65,5 @@ s.figure("F9_training_curves",
          "training and validation curves of SGD and Adam at the same σ_w")
 
 # %%
-s.figure("F10_angle_curves", lambda: plots_forgetting.angle_curves(s.runs, s.histories),
+s.figure("F10_angle_curves", lambda: instrument_plots.angle_curves(s.runs, s.histories),
          "angle of the weights from their initialisation over training, per optimiser and σ_w (mean over seeds)")

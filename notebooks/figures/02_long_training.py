@@ -28,8 +28,8 @@ results_dir = "results/cpu"
 out_dir = "figures"
 
 # %%
-from initmem import tables
-from initmem.figures import FigureBook
+from initmem.analysis import tables
+from initmem.figures.artefacts import FigureBook
 
 s = FigureBook(results_dir, out_dir, "02_long_training")
 

@@ -26,8 +26,8 @@ results_dir = "results/cpu"
 out_dir = "figures"
 
 # %%
-from initmem import plots, table_text, tables
-from initmem.figures import FigureBook
+from initmem.analysis import display, plots, tables
+from initmem.figures.artefacts import FigureBook
 
 s = FigureBook(results_dir, out_dir, "03_lr_l2")
 
@@ -35,7 +35,7 @@ s = FigureBook(results_dir, out_dir, "03_lr_l2")
 t3 = s.table("T3_lr_l2", lambda: tables.lr_l2_table(s.runs),
              "SGD: test-accuracy spread across σ_w (pp) by learning rate (rows) and L2 weight decay (columns); "
              "'diverged': runs of the row that diverged, and the cells whose spread lacks a σ_w because they did")
-table_text.display_frame(t3)
+display.display_frame(t3)
 
 # %%
 s.figure("F5_spread_lr_l2", lambda: plots.spread_heatmap(s.runs, table=t3),

@@ -26,8 +26,8 @@ results_dir = "results/cpu"
 out_dir = "figures"
 
 # %%
-from initmem import plots, tables
-from initmem.figures import FigureBook
+from initmem.analysis import plots, tables
+from initmem.figures.artefacts import FigureBook
 
 s = FigureBook(results_dir, out_dir, "04_batch_size")
 

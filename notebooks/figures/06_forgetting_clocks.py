@@ -20,7 +20,7 @@
 # depend on σ_w; the best epoch does); zero clocks are left off the log axes and counted in a note. **F8**: its
 # repair gap (validation accuracy at the end minus at the interpolation epoch).
 #
-# Then the *measured* forgetting, where the runs have the instruments of `initmem.forgetting` (runs recorded before
+# Then the *measured* forgetting, where the runs have the instruments of `initmem.engine.instruments` (runs recorded before
 # them are left out): **T6** the per-step angular update of the scale-invariant (conv + BatchNorm) layers at the
 # end of training against the equilibrium the theory predicts with weight decay (Wan et al. 2021 for SGD, Kosson et
 # al. 2024 for AdamW), per σ_w: does the equilibrium forget the initial scale? **T7** and **F11**: does the spread
@@ -47,8 +47,8 @@ out_dir = "figures"
 # %%
 from functools import cache
 
-from initmem import plots, plots_forgetting, table_text, tables_forgetting
-from initmem.figures import FigureBook
+from initmem.analysis import display, instrument_plots, instrument_tables, plots
+from initmem.figures.artefacts import FigureBook
 
 s = FigureBook(results_dir, out_dir)
 
@@ -61,7 +61,7 @@ s.figure("F8_repair_gap", lambda: plots.repair_gap_bars(s.runs),
          "repair gap (val. accuracy final − at interpolation, pp) per configuration")
 
 # %%
-s.show_table("T6_equilibrium", lambda: tables_forgetting.equilibrium_table(s.runs, s.histories),
+s.show_table("T6_equilibrium", lambda: instrument_tables.equilibrium_table(s.runs, s.histories),
              "weight decay: the predicted equilibrium per-step angle (rad/step; SGD sqrt(2ηλ/(1+β)), Wan et al. 2021; "
              "AdamW sqrt(2ηλ(1−β1)/(1+β1)), Kosson et al. 2024; – where none is stated) against the measured one (median "
              "over conv layers of the per-step angle, mean over the last 10 % of epochs) per σ_w, their ratio, whether "
@@ -69,25 +69,25 @@ s.show_table("T6_equilibrium", lambda: tables_forgetting.equilibrium_table(s.run
              "equilibrium needs it of order 1)")
 
 # %%
-corr = s.table("T7_clock_correlations", lambda: tables_forgetting.clock_correlations(s.runs),
+corr = s.table("T7_clock_correlations", lambda: instrument_tables.clock_correlations(s.runs),
                "Spearman rank correlation of the spread across σ_w with the measured forgetting and with F7's clocks, "
                "over the configurations that have the instruments")
-table_text.display_frame(corr)
+display.display_frame(corr)
 
 # %%
-s.figure("F11_spread_vs_measured_clock", lambda: plots_forgetting.spread_vs_measured_clock(s.runs),
+s.figure("F11_spread_vs_measured_clock", lambda: instrument_plots.spread_vs_measured_clock(s.runs),
          "spread across σ_w against the measured forgetting, every configuration with the instruments: does memory "
-         "follow it where F7's clocks do not? " + tables_forgetting.correlation_sentence(corr))
+         "follow it where F7's clocks do not? " + instrument_tables.correlation_sentence(corr))
 
 
 # %%
 @cache
 def unfolding():
     """F12's numbers (every configuration × measured epoch × selection rule), computed once for T8 and F12."""
-    return tables_forgetting.unfolding_table(s.runs, s.histories)
+    return instrument_tables.unfolding_table(s.runs, s.histories)
 
 
-collapse = s.table("T8_unfolding_collapse", lambda: tables_forgetting.collapse_table(unfolding()),
+collapse = s.table("T8_unfolding_collapse", lambda: instrument_tables.collapse_table(unfolding()),
                    "how well F12's lines collapse onto one curve, per selection rule and clock: the std across "
                    "configurations of their mean spread in a quarter-decade clock bin (pp, averaged over the bins two "
                    "or more configurations share) and its ratio to the std of all those means (0 = one curve, 1 = "
@@ -95,6 +95,6 @@ collapse = s.table("T8_unfolding_collapse", lambda: tables_forgetting.collapse_t
                    "same set in every column but T_L2's)")
 
 # %%
-s.figure("F12_forgetting_unfolds", lambda: plots_forgetting.unfolding_figure(s.runs, table=unfolding()),
+s.figure("F12_forgetting_unfolds", lambda: instrument_plots.unfolding_figure(s.runs, table=unfolding()),
          "forgetting as it unfolds: the spread across σ_w had training stopped at epoch e, against each clock at e, "
-         "every configuration, under three selection rules; " + tables_forgetting.collapse_sentence(collapse))
+         "every configuration, under three selection rules; " + instrument_tables.collapse_sentence(collapse))

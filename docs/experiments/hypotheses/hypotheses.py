@@ -21,7 +21,7 @@ import time
 import torch
 
 from initmem.config import point_configs
-from initmem.point import train_point
+from initmem.study.point import train_point
 
 BASE = dict(data="auto", data_root="../shared/data/cifar10-jpeg.tar.gz", arch="resnet9", batch_size=32, epochs=60,
             n_train=2000, n_val=1000, n_test=2000, train_eval_size=1000, drop_last=True, checkpoint_every=10,

@@ -16,7 +16,7 @@ import sys
 import torch
 
 from initmem.config import TrainConfig
-from initmem.train import train
+from initmem.engine.trainer import train
 
 
 def main(optimizers: list[str]) -> None:

@@ -12,7 +12,7 @@ import warnings
 
 import pandas as pd
 
-from initmem.results import load_histories, load_runs
+from initmem.store.results import load_histories, load_runs
 
 
 def summary(*trees: str) -> pd.DataFrame:

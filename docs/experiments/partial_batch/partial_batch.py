@@ -23,9 +23,9 @@ import sys
 import torch
 import torch.nn.functional as F
 
-from initmem import data as D
-from initmem import models, optim
-from initmem.sources import load_cifar10
+from initmem.data import splits as D
+from initmem.data.sources import load_cifar10
+from initmem.engine import models, optim
 
 
 @torch.no_grad()

@@ -1,0 +1,119 @@
+"""The forgetting instruments' figures F10–F12, built like `plots`; runs recorded before the instruments are left
+out, and a figure with nothing left raises `NoResults`."""
+
+import math
+
+import pandas as pd
+from matplotlib import ticker
+from matplotlib.figure import Figure
+
+from initmem import metrics
+from initmem.analysis import instrument_tables, plots, style, tables
+from initmem.errors import NoResults
+
+CLOCK_NAMES = {**plots.CLOCK_NAMES, "Theta_slowest": "Θ = Σ per-step angle (rad)\nof the slowest-turning σ_w"}
+
+
+def angle_curves(runs: pd.DataFrame, histories: pd.DataFrame, max_cols: int = 5) -> Figure:
+    """F10: the angle from initialisation (°) over epochs, a panel per configuration with the instrument, a line per
+    σ_w, one y axis: SGD's large σ_w barely turn, the adaptive optimisers turn every σ_w far."""
+    confs = tables.configurations(runs)
+    h = histories[histories["run_id"].isin(confs["run_id"])]
+    ids = [cid for cid, g in confs.groupby("config", sort=True)
+           if style.has_values(h[h["run_id"].isin(g["run_id"])], "angle")]
+    if not ids:
+        raise NoResults("no run with the angle-from-initialisation instrument (runs recorded before it have none)")
+    sigmas = sorted(confs["sigma_w"].unique())
+    colors = style.sigma_colors(sigmas)
+    ncols = min(len(ids), max_cols)
+    nrows = math.ceil(len(ids) / ncols)
+    fig, axes = style.new_figure(ncols=ncols, nrows=nrows, width=2.3 * ncols + 0.9, height=2.3 * nrows + 0.5,
+                                      sharey=True)
+    for ax, cid in zip(axes, ids, strict=False):
+        g = confs[confs["config"] == cid]
+        style.sigma_lines(ax, style.with_sigma(h[h["run_id"].isin(g["run_id"])], g), "angle", sigmas, colors)
+        ax.set(title=g["label"].iloc[0] if confs["section"].nunique() == 1 else f"{g['section'].iloc[0][:2]} "
+               f"{g['label'].iloc[0]}", xlabel="epoch")
+    for ax in axes[len(ids):]:
+        ax.set_axis_off()
+    for ax in axes[::ncols]:
+        ax.set_ylabel("angle from initialisation (°)")
+    axes[0].set_ylim(bottom=0)
+    handles = {lab: h for ax in axes for h, lab in zip(*ax.get_legend_handles_labels(), strict=True)}
+    order = [f"σ_w={s:g}" for s in sigmas if f"σ_w={s:g}" in handles]
+    fig.legend([handles[k] for k in order], order, loc="outside right center", frameon=False)
+    return fig
+
+
+def spread_vs_measured_clock(runs: pd.DataFrame) -> Figure:
+    """F11: spread (pp) of every configuration with the instruments against the *measured* forgetting (`MEASURED`),
+    marked as in F7, each panel with its Spearman ρ (T7 has it beside F7's clocks)."""
+    cs = instrument_tables.instrumented(plots.with_markers(tables.config_spreads(runs)))
+    fig, axes = style.new_figure(ncols=2, width=7.6, height=0.12 * len(cs) + 1.6 if len(cs) > 18 else 3.4,
+                                      sharey=True)
+    xlabels = {"angle_range_deg": "σ_w-range of the angle from initialisation\nat the selected epoch (°)",
+               "Theta_final": "Θ_final = Σ per-step angle (rad, end of training)"}
+    for ax, x in zip(axes, xlabels, strict=True):
+        ok = cs[cs[x].notna() & cs["spread_pp"].notna()]
+        plots.config_points(ax, ok, x)
+        if x == "Theta_final" and len(ok) and (ok[x] > 0).all():
+            style.log_axis(ax, "x")
+        rho = instrument_tables.spearman(ok[x], ok["spread_pp"])
+        ax.set_title(f"Spearman ρ = {instrument_tables.signed(rho)} (n = {len(ok)})")
+        left = len(cs) - len(ok)
+        ax.set_xlabel(xlabels[x] + (f"\n{left} configuration(s) without it not shown" if left else ""))
+    axes[0].set_ylabel("test-accuracy spread across σ_w (pp)")
+    axes[0].set_ylim(bottom=-0.5)
+    plots.config_legend(fig, axes, cs)
+    return fig
+
+
+def unfolding_figure(runs: pd.DataFrame, histories: pd.DataFrame | None = None,
+                     table: pd.DataFrame | None = None) -> Figure:
+    """F12: forgetting as it unfolds, a row per selection rule and a column per clock: each configuration a line of
+    (clock at e, spread had training stopped at e) from `unfolding_table` (or `table`). If memory follows a clock,
+    its column's lines fall onto one curve; each panel states how far they disagree (T8)."""
+    t = instrument_tables.unfolding_table(runs, histories) if table is None else table
+    cs = plots.with_markers(tables.config_spreads(runs))
+    one = cs["section"].nunique() == 1  # one section: a colour per configuration, else per section (as F7, F11)
+    cs = cs.assign(color=[f"C{k % 10}" if one else style.SECTION_COLORS.get(s[:2], "C7")
+                          for k, s in enumerate(cs["section"])]).set_index("config")
+    collapse = instrument_tables.collapse_table(t).set_index(["rule", "clock"])
+    rules, clocks = list(dict.fromkeys(t["rule"])), instrument_tables.UNFOLD_CLOCKS
+    fig, axes = style.new_figure(ncols=len(clocks), nrows=len(rules), width=13.0,
+                                      height=2.6 * len(rules) + 1.1, sharey=True, sharex="col")
+    axes = axes.reshape(len(rules), len(clocks))
+    for i, rule in enumerate(rules):
+        for j, clock in enumerate(clocks):
+            _unfold_panel(axes[i, j], t[t["rule"] == rule], cs, clock, collapse.loc[(rule, clock)])
+        axes[i, 0].set_ylabel(f"spread across σ_w (pp)\nselected: {metrics.SELECTION_RULES[rule][1]}"
+                              + (" (paper)" if rule == metrics.DEFAULT_RULE else ""))
+    n = t["config"].nunique()
+    for j, clock in enumerate(clocks):
+        left = n - t.loc[t[clock] > 0, "config"].nunique()
+        why = "with T_L2 = 0\n(no weight decay)" if clock == "T_L2" else "without the\ninstrument"
+        axes[0, j].set_title(CLOCK_NAMES[clock] + " at epoch e")
+        note = f"; {left} configuration(s) {why} not shown" if left else ""
+        axes[-1, j].set_xlabel(f"{'Θ' if clock == 'Theta_slowest' else clock} at e{note}")
+    axes[0, 0].set_ylim(bottom=-0.5)
+    plots.config_legend(fig, axes.ravel(), cs.reset_index())
+    return fig
+
+
+def _unfold_panel(ax, t: pd.DataFrame, cs: pd.DataFrame, clock: str, collapse: pd.Series) -> None:
+    """One rule × clock panel: a line per configuration with a positive clock (epoch order) and the collapse."""
+    ok = t[(t[clock] > 0) & t["spread_pp"].notna()]
+    for cid, g in ok.groupby("config", sort=True):
+        r = next(cs.loc[[cid]].reset_index().itertuples())
+        g = g.sort_values("epoch")
+        ax.plot(g[clock].to_numpy(), g["spread_pp"].to_numpy(), color=r.color, marker=r.marker, markevery=0.25,
+                markersize=3.5, lw=0.8, alpha=0.85, label=plots.config_label(r))
+    if len(ok):
+        ax.set_xscale("log")
+        ax.xaxis.set_minor_formatter(ticker.NullFormatter())
+    text = ("no clock bin shared by two configurations" if math.isnan(collapse["dispersion_pp"]) else
+            f"at equal clock: ±{collapse['dispersion_pp']:.1f} pp, ratio {collapse['collapse_ratio']:.2f}")
+    if abs(collapse["ratio_theta_configs"] - collapse["collapse_ratio"]) > 1e-9:  # False for NaN: nothing to add
+        text += f"\nratio on the configurations with Θ: {collapse['ratio_theta_configs']:.2f}"
+    ax.text(0.98, 0.97, text, transform=ax.transAxes, ha="right", va="top", fontsize=6, color="0.3", zorder=5,
+            bbox={"boxstyle": "square,pad=0.15", "facecolor": "white", "edgecolor": "none", "alpha": 0.8})

@@ -1,0 +1,273 @@
+"""The study's figures F1–F9: pure functions from `load_runs` / `load_histories` frames to `plot_style.StudyFigure`s
+(no pyplot). A builder raises `NoResults` with nothing to draw; build under `plot_style.STYLE` for the study's look."""
+
+import math
+from collections.abc import Sequence
+
+import numpy as np
+import pandas as pd
+from matplotlib import ticker
+from matplotlib.colors import Normalize
+from matplotlib.figure import Figure
+from matplotlib.lines import Line2D
+
+from initmem.analysis import cells, tables
+from initmem.analysis.style import SECTION_COLORS, legend, log_axis, new_figure, sigma_axis, sigma_colors, with_sigma
+from initmem.errors import NoResults
+
+MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*", "h", "<", ">", "p")
+CLOCK_NAMES = {"T_SGD": "T_SGD = Σ η² / b", "T_L2": "T_L2 = λ Σ η", "T_adapt": "T_adapt = Σ η"}  # axis titles
+
+
+def accuracy_vs_sigma(runs: pd.DataFrame) -> Figure:
+    """F1: test accuracy at the selected epoch against σ_w per configuration, our spread in the legend; the paper's
+    (`tables.paper_spread`) a dashed bracket hung from our best σ_w's accuracy, right of the grid."""
+    confs = tables.configurations(runs)
+    sigmas = sorted(confs["sigma_w"].unique())
+    fig, (ax,) = new_figure(width=6.4, height=3.6)
+    brackets = []
+    for _, g in confs.groupby("config", sort=True):
+        acc = 100 * g.groupby("sigma_w")["test_acc_at_best"].agg(["mean", "std"])
+        ours = cells.point_spread(g)[0]
+        label = g["label"].iloc[0] + ("" if math.isnan(ours) else f": {ours:.1f} pp")
+        line = ax.errorbar(acc.index, acc["mean"], yerr=acc["std"].fillna(0), marker="o", capsize=2, label=label)
+        paper = tables.paper_spread(g.iloc[0])
+        if not math.isnan(paper) and acc["mean"].notna().any():
+            brackets.append((g["label"].iloc[0], paper, float(acc["mean"].max()), line.lines[0].get_color()))
+    sigma_axis(ax, sigmas)
+    for k, (name, paper, top, color) in enumerate(brackets):
+        x = max(sigmas) * 1.45 ** (k + 1)
+        ax.annotate("", xy=(x, top - paper), xytext=(x, top),
+                    arrowprops={"arrowstyle": "|-|", "color": color, "linestyle": "--", "linewidth": 1.0,
+                                "shrinkA": 0, "shrinkB": 0, "mutation_scale": 3})
+        ax.annotate(f"paper: {name} {'≈ ' if name == 'muon' else ''}{paper:g} pp", (x, top - paper / 2),
+                    xytext=(3, 0), textcoords="offset points", color=color, rotation=90, va="center", ha="left",
+                    fontsize=6)
+    ax.set_ylabel("test accuracy at best val. loss (%)")
+    handles, labels = ax.get_legend_handles_labels()
+    if brackets:
+        ax.set_xlim(right=max(sigmas) * 1.45 ** (len(brackets) + 0.9))
+        lo, hi = ax.get_ylim()
+        ax.set_ylim(min(lo, min(top - paper for _, paper, top, _ in brackets) - 1), hi)
+        handles.append(Line2D([], [], color="0.4", linestyle="--", linewidth=1.0))
+        labels.append(f"the paper's spread\n({tables.PAPER};\nResNet-9, b = 128),\nhung from our best σ_w")
+    if handles:
+        fig.legend(handles, labels, loc="outside right center", frameon=False, title="ours: spread across σ_w",
+                   title_fontsize=7)
+    return fig
+
+
+def weight_norm_curves(runs: pd.DataFrame, histories: pd.DataFrame, optimizers: Sequence[str] = ("sgd", "adam")
+                       ) -> Figure:
+    """F2: total weight norm ‖W‖_F over training, a line per σ_w (mean over seeds), a panel per configuration of
+    `optimizers`, one log scale: SGD's lines stay apart (coupled to the initial norm), Adam's meet."""
+    confs = tables.configurations(runs)
+    confs = confs[confs["optimizer"].isin(optimizers)]
+    if confs.empty:
+        raise NoResults(f"no runs of optimizer {' or '.join(optimizers)}")
+    ids = sorted(confs["config"].unique(), key=lambda c: (list(optimizers).index(
+        confs.loc[confs["config"] == c, "optimizer"].iloc[0]), c))
+    sigmas = sorted(confs["sigma_w"].unique())
+    colors = sigma_colors(sigmas)
+    fig, axes = new_figure(ncols=len(ids), width=3.2 * len(ids) + 0.6, height=3.2, sharey=True)
+    for ax, cid in zip(axes, ids, strict=True):
+        g = confs[confs["config"] == cid]
+        h = with_sigma(histories[histories["run_id"].isin(g["run_id"])], g)
+        for s in sigmas:
+            curve = h[h["sigma_w"] == s].groupby("epoch")["weight_norm"].mean()
+            if len(curve):
+                ax.plot(curve.index, curve.to_numpy(), color=colors[s], label=f"σ_w={s:g}")
+        log_axis(ax, "y")
+        ax.set(title=g["label"].iloc[0], xlabel="epoch")
+    axes[0].set_ylabel("total weight norm ‖W‖_F")
+    legend(axes[-1], loc="best")
+    return fig
+
+
+def radial_memory_plot(runs: pd.DataFrame) -> Figure:
+    """F3: final against initial weight norm across σ_w per configuration, log-log, its `tables.radial_slope` in the
+    legend (~1: the final norm remembers the initial, ~0: it forgot)."""
+    confs = tables.configurations(runs)
+    fig, (ax,) = new_figure(width=4.6, height=3.8)
+    for _, g in confs.groupby("config", sort=True):
+        ok = g[["init_weight_norm", "final_weight_norm"]].dropna().astype(float)
+        ok = ok[(ok > 0).all(axis=1)].sort_values("init_weight_norm")
+        if ok.empty:
+            continue
+        slope = tables.radial_slope(g)
+        label = g["label"].iloc[0] + ("" if math.isnan(slope) else f" (slope {slope:.2f})")
+        ax.plot(ok["init_weight_norm"], ok["final_weight_norm"], marker="o", label=label)
+    lo, hi = ax.get_xlim()
+    ax.plot([lo, hi], [lo, hi], color="0.6", linestyle="--", linewidth=0.8, label="final = initial")
+    log_axis(ax, "x")
+    log_axis(ax, "y")
+    ax.set(xlabel="initial weight norm ‖W₀‖_F", ylabel="final weight norm ‖W‖_F")
+    legend(ax)
+    return fig
+
+
+def spread_vs_batch_size(runs: pd.DataFrame) -> Figure:
+    """F4: spread (pp) against batch size, a line per optimiser (± std over seeds)."""
+    cs = tables.config_spreads(runs)
+    fig, (ax,) = new_figure(width=4.6, height=3.4)
+    others = [c for c in dict.fromkeys(["optimizer", *tables.label_columns(cs)])
+              if c != "batch_size" and c in cs.columns]
+    for key, g in cs.groupby(others, sort=False):  # a list of columns: every key is a tuple
+        g = g.sort_values("batch_size")
+        ax.errorbar(g["batch_size"], g["spread_pp"], yerr=g["spread_pp_std"].fillna(0), marker="o", capsize=2,
+                    label=" ".join(tables.fmt_value(k) for k in key))
+    sizes = sorted(cs["batch_size"].unique())
+    ax.set_xscale("log", base=2)
+    ax.set_xticks(sizes, [str(int(b)) for b in sizes])
+    ax.minorticks_off()
+    ax.set(xlabel="batch size b", ylabel="test-accuracy spread across σ_w (pp)")
+    ax.set_ylim(bottom=-0.5)  # spreads are >= 0; a zero stays visible
+    legend(ax)
+    return fig
+
+
+def spread_heatmap(runs: pd.DataFrame, table: pd.DataFrame | str | None = None) -> Figure:
+    """F5: T3's grid (`table`, else `tables.lr_l2_table(runs)`) as a heatmap of its spreads with their numbers."""
+    t = table if isinstance(table, pd.DataFrame) else tables.lr_l2_table(runs)
+    cells = [c for c in t.columns if c.startswith("wd=") and not c.endswith("_std")]
+    lead = [c for c in t.columns if c not in cells and not c.endswith("_std") and c != "diverged"]
+    z = t[cells].to_numpy(dtype=float)
+    fig, (ax,) = new_figure(width=1.2 * len(cells) + 2.4, height=0.45 * len(t) + 1.8)
+    im = ax.imshow(z, cmap="magma_r", aspect="auto", vmin=0, vmax=max(1.0, float(np.nanmax(z)) if z.size else 1))
+    narrowed = set(t.attrs.get("narrowed", ()))
+    for (i, j), v in np.ndenumerate(z):
+        if not math.isnan(v):
+            ax.text(j, i, f"{v:.1f}" + ("*" if (i, cells[j]) in narrowed else ""), ha="center", va="center",
+                    fontsize=7, color="white" if v > 0.6 * im.norm.vmax else "black")
+    ax.set_xticks(range(len(cells)), [c.split("=", 1)[1] for c in cells])
+    ax.set_yticks(range(len(t)), [" ".join(tables.fmt_value(v) for v in r) for r in t[lead].itertuples(index=False)])
+    ax.set_xlabel("L2 weight decay λ" + ("\n* spread over fewer σ_w than run: a σ_w's runs diverged"
+                                         if narrowed else ""))
+    ax.set_ylabel(" ".join("learning rate η" if c == "lr" else c for c in lead))
+    ax.grid(False)
+    fig.colorbar(im, ax=ax, label="spread across σ_w (pp)")
+    return fig
+
+
+def depth_interpolation_map(runs: pd.DataFrame) -> Figure:
+    """F6: per optimiser, architecture × σ_w coloured by test accuracy (%), marked with the interpolation epoch or
+    ✗ where no seed interpolated (deep nets that fail to train at large σ_w)."""
+    confs = tables.configurations(runs)
+    archs = sorted(confs["arch"].unique(), key=lambda a: tables.order_key("arch", a))
+    opts = sorted(confs["optimizer"].unique(), key=lambda o: tables.order_key("optimizer", o))
+    sigmas = sorted(confs["sigma_w"].unique())
+    fig, axes = new_figure(ncols=len(opts), width=0.55 * len(sigmas) * len(opts) + 1.8, height=0.5 * len(archs) + 1.7)
+    norm = Normalize(100 * confs["test_acc_at_best"].min(), 100 * confs["test_acc_at_best"].max())
+    for ax, opt in zip(axes, opts, strict=True):
+        z = np.full((len(archs), len(sigmas)), np.nan)
+        for (i, a), (j, s) in ((ia, js) for ia in enumerate(archs) for js in enumerate(sigmas)):
+            r = confs[(confs["arch"] == a) & (confs["optimizer"] == opt) & (confs["sigma_w"] == s)]
+            if r.empty:
+                continue
+            z[i, j] = 100 * r["test_acc_at_best"].astype(float).mean()
+            tau = r["tau_interp"].dropna()
+            ax.text(j, i, "✗" if tau.empty else f"{tau.median():.0f}", ha="center", va="center", fontsize=6,
+                    color="white" if norm(z[i, j]) < 0.5 else "black")
+        im = ax.imshow(z, cmap="viridis", norm=norm, aspect="auto")
+        ax.set_xticks(range(len(sigmas)), [f"{s:g}" for s in sigmas])
+        ax.set_yticks(range(len(archs)), archs)
+        ax.set(xlabel="σ_w   (cell: interpolation epoch; ✗ never)", title=opt)
+        ax.grid(False)
+    fig.colorbar(im, ax=list(axes), label="test accuracy (%)")
+    return fig
+
+
+def with_markers(cs: pd.DataFrame) -> pd.DataFrame:
+    """`config_spreads` rows with a `marker` per configuration within its section (F7 and F11 agree)."""
+    return cs.assign(marker=[MARKERS[k % len(MARKERS)] for k in cs.groupby("section", sort=False).cumcount()])
+
+
+def config_label(r) -> str:
+    """'03 lr=0.1 wd=0.01' for a `config_spreads` row (itertuples), '(σ_w 2/3)' added when a σ_w's runs diverged."""
+    narrowed = getattr(r, "n_sigma_in_spread", r.n_sigma) < r.n_sigma
+    return f"{r.section[:2]} {r.label}" + (f" (σ_w {r.n_sigma_in_spread}/{r.n_sigma})" if narrowed else "")
+
+
+def spread_vs_clocks(runs: pd.DataFrame) -> Figure:
+    """F7: spread (pp) of every configuration against its clocks at the end of training (which, unlike the best
+    epoch, do not depend on σ_w); how many zero clocks a log axis leaves off is said under the panel."""
+    cs = with_markers(tables.config_spreads(runs))
+    fig, axes = new_figure(ncols=3, width=10.0, height=0.12 * len(cs) + 1.6 if len(cs) > 16 else 3.4, sharey=True)
+    for ax, clock in zip(axes, tables.CLOCKS, strict=True):
+        ok = cs[cs[clock] > 0]
+        config_points(ax, ok, clock)
+        skipped = int((~(cs[clock] > 0)).sum())
+        if len(ok):
+            ax.set_xscale("log")
+            ax.xaxis.set_minor_formatter(ticker.NullFormatter())
+        ax.set_xlabel(CLOCK_NAMES[clock] + " (end of training)"
+                      + (f"\n{skipped} configuration(s) with {clock} = 0 not shown" if skipped else ""))
+    axes[0].set_ylabel("test-accuracy spread across σ_w (pp)")
+    axes[0].set_ylim(bottom=-0.5)  # spreads are >= 0; a zero stays visible
+    config_legend(fig, axes, cs, "outside right upper")
+    return fig
+
+
+def config_points(ax, cs: pd.DataFrame, x: str) -> None:
+    """Each `with_markers` row at (its `x`, its spread ± seed std): colour = section, marker = configuration."""
+    for r in cs.itertuples():
+        ax.errorbar(getattr(r, x), r.spread_pp, yerr=0 if math.isnan(r.spread_pp_std) else r.spread_pp_std,
+                    fmt=r.marker, capsize=2, color=SECTION_COLORS.get(r.section[:2], "C7"), markersize=5.5,
+                    markeredgecolor="white", markeredgewidth=0.4, label=config_label(r))
+
+
+def config_legend(fig: Figure, axes, cs: pd.DataFrame, loc: str = "outside right center") -> None:
+    """One legend entry per configuration drawn on `axes`, in `cs`'s order (F7, F11, F12 agree)."""
+    handles = {lab: h for ax in axes for h, lab in zip(*ax.get_legend_handles_labels(), strict=True)}
+    order = [config_label(r) for r in cs.itertuples() if config_label(r) in handles]
+    if order:
+        fig.legend([handles[k] for k in order], order, loc=loc, frameon=False, fontsize=6,
+                   ncols=1 if len(order) <= 24 else 2, handletextpad=0.3, labelspacing=0.35)
+
+
+def repair_gap_bars(runs: pd.DataFrame) -> Figure:
+    """F8: repair gap (pp) per configuration: the mean over its runs that interpolated, whiskers min–max."""
+    cs = tables.config_spreads(runs)
+    labels = [f"{r.section[:2]} {r.label}" for r in cs.itertuples()]
+    fig, (ax,) = new_figure(width=5.8, height=0.22 * len(cs) + 1.4)
+    y = np.arange(len(cs))
+    mean = cs["repair_gap_pp"].to_numpy(dtype=float)
+    err = np.abs(np.vstack([mean - cs["repair_gap_pp_min"].to_numpy(dtype=float),
+                            cs["repair_gap_pp_max"].to_numpy(dtype=float) - mean]))
+    ax.barh(y, np.nan_to_num(mean), xerr=np.nan_to_num(err), capsize=2, height=0.7,
+            color=[SECTION_COLORS.get(s[:2], "C7") for s in cs["section"]], error_kw={"linewidth": 0.8})
+    for yi, m in zip(y, mean, strict=True):
+        if math.isnan(m):
+            ax.text(0, yi, " never interpolated", va="center", fontsize=6, color="0.4")
+    ax.axvline(0, color="0.3", linewidth=0.6)
+    ax.set_yticks(y, labels)
+    ax.invert_yaxis()
+    ax.set_xlabel("repair gap: val. acc. final − at τ_interp (pp)")
+    ax.grid(axis="y", visible=False)
+    return fig
+
+
+def training_curves(runs: pd.DataFrame, histories: pd.DataFrame, sigma_w: float = 1.0,
+                    optimizers: Sequence[str] = ("sgd", "adam")) -> Figure:
+    """F9: training and validation curves of one run per optimiser at the σ_w nearest `sigma_w` that all have."""
+    sel = runs[runs["optimizer"].isin(optimizers)]
+    ran = set(sel["sigma_w"])
+    common = ran.intersection(*(set(sel.loc[sel["optimizer"] == o, "sigma_w"]) for o in optimizers)) or ran
+    if not common:
+        raise NoResults(f"no runs of optimizer {' or '.join(optimizers)}")
+    s = min(common, key=lambda v: (abs(math.log(v / sigma_w)), v))
+    fig, axes = new_figure(ncols=2, width=7.0, height=3.0)
+    for k, opt in enumerate(o for o in optimizers if o in set(sel["optimizer"])):
+        r = sel[(sel["optimizer"] == opt) & (sel["sigma_w"] == s)].sort_values(["seed", "run_id"])
+        if r.empty:
+            continue
+        h = histories[histories["run_id"] == r["run_id"].iloc[0]].sort_values("epoch")
+        for ax, col, what in ((axes[0], "train_acc", "train"), (axes[0], "val_acc", "val"),
+                              (axes[1], "train_loss", "train"), (axes[1], "val_loss", "val")):
+            ax.plot(h["epoch"], (100 if col.endswith("acc") else 1) * h[col], color=f"C{k}",
+                    linestyle="-" if what == "train" else "--", label=f"{opt} {what}")
+    for ax, what, unit in zip(axes, ("accuracy", "loss"), (" (%)", ""), strict=True):
+        ax.set(xlabel="epoch", ylabel=what + unit, title=f"{what}, σ_w = {s:g}")
+    axes[1].set_yscale("log")
+    legend(axes[0])
+    return fig

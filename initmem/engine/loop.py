@@ -1,0 +1,283 @@
+"""The engine's loop as one type, `Loop`: what a training step and a measurement read or change, and its steps.
+Every tensor is on the run's device except, by design, the data-order generators (one minibatch order on every
+device), torch's Adam/AdamW step counters (host scalars) and, on `meta` (no meta generator), the augmentation ones."""
+
+import copy
+import hashlib
+import math
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Self
+
+import torch
+
+from initmem import metrics
+from initmem.config import TrainConfig
+from initmem.data import splits as _data
+from initmem.engine import checkpoint as _ckpt
+from initmem.engine import members, optim, runtime
+from initmem.engine.instruments import Instruments
+from initmem.store import record
+
+_FINITE = ("train_loss", "val_loss", "test_loss", "weight_norm")  # a row with any of these non-finite: diverged
+
+
+class DeviceMismatch(RuntimeError):
+    """A tensor or generator the step uses is not on the run's device (the message names it)."""
+
+
+def stream_seed(seed: int, stream: str) -> int:
+    # Independent generators for independent choices: the minibatch order must not share draws with augmentation.
+    return int.from_bytes(hashlib.sha256(f"initmem-train:{seed}:{stream}".encode()).digest()[:8], "little") >> 1
+
+
+def generator_device(dev: torch.device) -> torch.device:
+    """Where the augmentation generators live: the run's device, except the CPU for `meta` (no meta generator)."""
+    return torch.device("cpu") if dev.type == "meta" else dev
+
+
+def _same(a: torch.device, b: torch.device) -> bool:
+    """Same device; `cuda` without an index matches any `cuda:N` (the current device, where torch puts it)."""
+    return a.type == b.type and (a.index is None or b.index is None or a.index == b.index)
+
+
+@dataclass(eq=False)
+class Loop:
+    """The loop's state and its steps (see the module docstring). Build it with `Loop.build`."""
+
+    configs: list[TrainConfig]
+    cfg: TrainConfig  # configs[0]: every setting but sigma_w and seed
+    k: int  # members
+    seeds: list[int]  # the members' distinct seeds, sorted; the generators are per seed
+    n: int  # training images
+    steps_per_epoch: int
+    dev: torch.device
+    splits: _data.Splits
+    evals: list[tuple[torch.Tensor, torch.Tensor]]  # (x, y) of the train-eval subset, validation, test
+    pop: members.PlainPopulation
+    net: Callable[[torch.Tensor], torch.Tensor]  # the population's network, or its compiled form
+    opt: torch.optim.Optimizer
+    instruments: Instruments
+    clocks: list[metrics.ClockAccumulator]
+    order_gen: dict[int, torch.Generator]  # per seed, on the CPU: the same minibatch order on every device
+    aug_gen: dict[int, torch.Generator]  # per seed, on generator_device(dev)
+    live: torch.Tensor  # loss mask: 0 for diverged members
+    alive: list[int]
+    status: list[str]
+    histories: list[list[dict]]
+    epoch: int = 0
+    step: int = 0
+    wall_time: float = 0.0  # seconds of training and evaluation before this process's clock started
+    t0: float = field(default_factory=time.perf_counter)  # when this process's clock started
+    checked: bool = False  # check_device ran after a step (the optimiser's state exists from the first step on)
+
+    @classmethod
+    def build(cls, configs: list[TrainConfig], dev: torch.device, splits: _data.Splits) -> Self:
+        """The loop of `configs` (one point's members) on `dev`, at epoch 0, before any measurement."""
+        cfg, k = configs[0], len(configs)
+        evals = [(splits.train_x, splits.train_y) if splits.train_eval_idx is None else (
+            splits.train_x[splits.train_eval_idx], splits.train_y[splits.train_eval_idx]),
+            (splits.val_x, splits.val_y), (splits.test_x, splits.test_y)]
+        pop, net = runtime.network(configs, dev)
+        opt = optim.build_optimizer(cfg.optimizer, pop.model, lr=cfg.lr, members=k, momentum=cfg.momentum,
+                                    weight_decay=cfg.weight_decay, betas=cfg.betas, eps=cfg.eps,
+                                    ns_steps=cfg.ns_steps, muon_aux_lr=cfg.muon_aux_lr)
+        seeds = sorted({c.seed for c in configs})  # members with equal seeds draw the same minibatches
+        order_gen = {s: torch.Generator().manual_seed(stream_seed(s, "order")) for s in seeds}
+        aug_gen = {s: torch.Generator(device=generator_device(dev)).manual_seed(stream_seed(s, "augment"))
+                   for s in seeds}
+        clocks = [metrics.ClockAccumulator(c.batch_size, c.weight_decay, metrics.lr_scale(c.optimizer, c.momentum))
+                  for c in configs]
+        n = len(splits.train_y)
+        return cls(configs, cfg, k, seeds, n, _data.steps_per_epoch(n, cfg.batch_size, cfg.drop_last), dev, splits,
+                   evals, pop, net, opt, Instruments(pop.weights, k, pop.layers), clocks, order_gen,
+                   aug_gen, torch.ones(k, device=dev), list(range(k)), ["complete"] * k, [[] for _ in range(k)])
+
+    def columns(self) -> list[str]:
+        """The history's columns, in order."""
+        return [*record.HISTORY_COLUMNS, *metrics.EXTRA_CLOCKS, *(f"norm:{n}" for n in self.pop.layers),
+                *self.instruments.columns()]
+
+    def elapsed(self) -> float:
+        """Seconds of training and evaluation so far (this process's and those before it)."""
+        return self.wall_time + time.perf_counter() - self.t0
+
+    def _tensors(self) -> Iterator[tuple[str, torch.Tensor]]:
+        yield from ((f"data {name}", t) for name in ("train_x", "train_y", "val_x", "val_y", "test_x", "test_y",
+                                                     "train_eval_idx") if (t := getattr(self.splits, name)) is not None)
+        for i, (x, y) in enumerate(self.evals):
+            yield f"evaluation split {i} images", x
+            yield f"evaluation split {i} labels", y
+        yield from ((f"parameter {n}", t) for n, t in self.pop.model.named_parameters())
+        yield from ((f"buffer {n}", t) for n, t in self.pop.model.named_buffers())
+        names = {id(p): n for n, p in self.pop.model.named_parameters()}
+        for p, state in self.opt.state.items():
+            for key, t in state.items():
+                if isinstance(t, torch.Tensor) and not (key == "step" and t.ndim == 0 and t.device.type == "cpu"):
+                    yield f"optimizer state {names.get(id(p), '?')}.{key}", t  # torch's step counter: a host scalar
+        for key in ("w0", "prev"):
+            yield from ((f"instrument {key}:{n}", t) for n, t in zip(self.pop.layers, getattr(self.instruments, key),
+                                                                  strict=True))
+        yield "instrument step_sum", self.instruments.step_sum
+        yield "instrument theta", self.instruments.theta
+        for j, c in enumerate(self.clocks):  # Python floats by design: a tensor here would be a bug
+            yield from ((f"clock {j} {key}", t) for key, t in vars(c).items() if isinstance(t, torch.Tensor))
+        yield "live mask", self.live
+
+    def check_device(self) -> None:
+        """DeviceMismatch naming the first tensor or generator not where it belongs (metadata only: no host sync)."""
+        gens = [(f"{kind} generator of seed {seed}", g, want) for kind, gs, want in (
+            ("data-order", self.order_gen, torch.device("cpu")),
+            ("augmentation", self.aug_gen, generator_device(self.dev))) for seed, g in gs.items()]
+        for what, t, want in [*((what, t, self.dev) for what, t in self._tensors()), *gens]:
+            if not _same(t.device, want):
+                raise DeviceMismatch(f"{what} is on {t.device}, not on {want}: every tensor the training step uses "
+                                     f"must be made on the run's device {self.dev} (a factory without device=, or a "
+                                     "module built elsewhere)")
+
+    def _batch(self, idxs: tuple[torch.Tensor, ...]) -> tuple[torch.Tensor, torch.Tensor]:
+        """The step's input (augmented per seed) and labels ([b] or [b, K] when the seeds differ)."""
+        cfg, seeds = self.cfg, self.seeds
+        xs = {s: self.splits.train_x[idx] for s, idx in zip(seeds, idxs, strict=True)}
+        if cfg.augment:  # each seed's own stream
+            xs = {s: _data.augment_batch(x, self.aug_gen[s]) for s, x in xs.items()}
+        xb = self.pop.inputs([xs[c.seed] for c in self.configs] if len(seeds) > 1 else [xs[seeds[0]]])
+        y = self.splits.train_y
+        yb = y[idxs[0]] if len(seeds) == 1 else torch.stack([y[idxs[seeds.index(c.seed)]] for c in self.configs], 1)
+        if cfg.channels_last:
+            xb = xb.contiguous(memory_format=torch.channels_last)
+        return xb, yb
+
+    def step_begin(self) -> None:
+        """CUDA graphs reuse their output buffers: a new step must say so, or the last outputs would be overwritten."""
+        if self.cfg.compile and self.dev.type == "cuda" and hasattr(torch.compiler, "cudagraph_mark_step_begin"):
+            torch.compiler.cudagraph_mark_step_begin()
+
+    def train_step(self, idxs: tuple[torch.Tensor, ...], sums: torch.Tensor) -> float:
+        """One optimiser step on `idxs` (an index tensor per seed), adding [loss * batch, correct] to `sums`; its lr."""
+        cfg, pop, per_epoch = self.cfg, self.pop, self.steps_per_epoch
+        total = per_epoch * cfg.epochs
+        factor = optim.lr_factor(cfg.schedule, self.step, total, min(total, round(cfg.warmup_epochs * per_epoch)),
+                                 cfg.step_milestones, cfg.step_gamma)
+        optim.set_lr_factor(self.opt, factor)
+        lr = cfg.lr * factor  # the clocks run on the main lr (muon's aux AdamW lr is not a clock)
+        x, y = self._batch(idxs)
+        self.step_begin()
+        with runtime.autocast(cfg, self.dev):
+            out = self.net(x).float()
+        losses = pop.losses(out, y)
+        self.opt.zero_grad(set_to_none=True)
+        (losses * self.live).sum().backward()  # member j's gradient = its own mean loss's gradient
+        self.instruments.before_step()
+        self.opt.step()
+        self.instruments.after_step()
+        sums[:, 0] += losses.detach() * len(out)
+        sums[:, 1] += pop.correct(out.detach(), y)
+        for j in self.alive:
+            self.clocks[j].update(lr)
+        self.step += 1
+        return lr
+
+    def run_epoch(self, on_step: Callable[[int], None] | None = None) -> tuple[torch.Tensor, float]:
+        """One epoch of steps: the members' [loss * batch, correct] sums and its last lr (`check_device` once)."""
+        self.pop.model.train()
+        sums = torch.zeros(self.k, 2, dtype=torch.float64, device=self.dev)
+        lr = math.nan
+        batches = (_data.batches(self.n, self.cfg.batch_size, self.order_gen[s], self.cfg.drop_last,
+                                 device=self.dev) for s in self.seeds)
+        for idxs in zip(*batches, strict=True):
+            if on_step is not None:
+                on_step(self.step)
+            lr = self.train_step(idxs, sums)
+            if not self.checked:
+                self.check_device()
+                self.checked = True
+        self.epoch += 1
+        return sums, lr
+
+    @torch.no_grad()
+    def readings(self, sums: torch.Tensor | None) -> torch.Tensor:
+        """[K, values] float64 on the device: every measured number of the members' rows but the clocks."""
+        cfg, pop, k = self.cfg, self.pop, self.k
+        pop.model.eval()
+        parts = [torch.full((k, 2), math.nan, dtype=torch.float64, device=self.dev) if sums is None else sums / self.n]
+        for x, y in self.evals:
+            total = torch.zeros(k, 2, dtype=torch.float64, device=self.dev)
+            for i in range(0, len(x), cfg.eval_batch_size):
+                xb, yb = x[i:i + cfg.eval_batch_size], y[i:i + cfg.eval_batch_size]
+                if cfg.compile and len(xb) < cfg.eval_batch_size:  # the tail padded to the compiled shape: in eval
+                    xb = torch.cat([xb, xb.new_zeros(cfg.eval_batch_size - len(xb), *xb.shape[1:])])  # mode the
+                if cfg.channels_last:  # rows are independent (BatchNorm uses its running stats), so padding is inert
+                    xb = xb.contiguous(memory_format=torch.channels_last)
+                self.step_begin()
+                with runtime.autocast(cfg, self.dev):
+                    out = self.net(xb)[:len(yb)].float()  # evaluation shares one 3-channel input across members
+                total += torch.stack([pop.losses(out, yb, "sum"), pop.correct(out, yb)], 1).double()
+            parts.append(total / len(x))
+        norms = torch.stack([members.member_view(w, k).norm(dim=1) for w in pop.weights], 1).double()  # [K, L]
+        parts += [norms.square().sum(1, keepdim=True).sqrt(), norms, self.instruments.read()]
+        return torch.cat(parts, 1)
+
+    def measure(self, sums: torch.Tensor | None, lr: float) -> list[dict]:
+        """Every member's history row, read from the device in one sync."""
+        values = self.readings(sums).tolist()  # the one host sync of a measured epoch
+        wall = self.elapsed()  # after the sync: on a GPU the queued work has run only now
+        columns, rows = self.columns(), []
+        for i, v in enumerate(values):
+            row = dict(epoch=self.epoch, step=self.step, lr=lr, train_loss=v[0], train_acc_running=v[1],
+                       train_acc=v[3], val_loss=v[4], val_acc=v[5], test_loss=v[6], test_acc=v[7],
+                       weight_norm=v[8], **self.clocks[i].totals(), wall_time=wall)
+            row.update(zip(columns[len(row):], v[9:], strict=True))
+            rows.append(row)
+        return rows
+
+    def record(self, rows: list[dict]) -> list[int]:
+        """Append each alive member's row (those members are returned); a non-finite row silences its member."""
+        recorded = list(self.alive)
+        for j in recorded:
+            self.histories[j].append(rows[j])
+            if not all(math.isfinite(rows[j][c]) for c in _FINITE):
+                self.status[j] = "diverged"
+                self.alive.remove(j)
+                self.live[j] = 0.0
+                self.pop.silence(self.opt, j)
+        return recorded
+
+    def state_dict(self) -> dict:
+        """What a checkpoint holds of the loop (tensors and plain values; `torch.save`-able)."""
+        return {"model": self.pop.model.state_dict(), "optimizer": self.opt.state_dict(),
+                "order_gen": {s: g.get_state() for s, g in self.order_gen.items()},
+                "aug_gen": {s: g.get_state() for s, g in self.aug_gen.items()},
+                "clocks": [c.state_dict() for c in self.clocks], "instruments": self.instruments.state_dict(),
+                "live": self.live.clone(), "alive": self.alive, "status": self.status, "histories": self.histories,
+                "epoch": self.epoch, "step": self.step, "wall_time": self.elapsed()}
+
+    def load_state_dict(self, state: dict, rng: dict | None = None) -> None:
+        """Apply `state` (a `state_dict`) and, with `rng`, the global generators (`checkpoint.rng_state`), all or
+        nothing: when any part fails, every part is rolled back exactly and the error propagates."""
+        before, clock, global_rng = copy.deepcopy(self.state_dict()), (self.wall_time, self.t0), _ckpt.rng_state()
+        try:
+            self._apply(state)
+            if rng is not None:
+                _ckpt.set_rng_state(rng)
+        except BaseException:
+            self._apply(before)
+            self.wall_time, self.t0 = clock
+            _ckpt.set_rng_state(global_rng)
+            raise
+
+    def _apply(self, s: dict) -> None:
+        self.pop.model.load_state_dict(s["model"])
+        self.opt.load_state_dict(s["optimizer"])
+        for seed in self.seeds:
+            self.order_gen[seed].set_state(s["order_gen"][seed])
+            self.aug_gen[seed].set_state(s["aug_gen"][seed])
+        for c, cs in zip(self.clocks, s["clocks"], strict=True):
+            c.load_state_dict(cs)
+        self.instruments.load_state_dict(s["instruments"])
+        self.live.copy_(s["live"])
+        self.alive, self.status, self.histories = (copy.deepcopy(list(s[key])) for key in
+                                                   ("alive", "status", "histories"))
+        self.epoch, self.step, self.wall_time = int(s["epoch"]), int(s["step"]), float(s["wall_time"])
+        self.t0 = time.perf_counter()

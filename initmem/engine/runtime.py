@@ -1,0 +1,95 @@
+"""Where and how a run computes: `run_device`, the process-wide numerics (`engine_settings`, recorded with the run),
+bf16 `autocast`, and the network the loop calls (`network`: compiled once per process and shape with `compile`)."""
+
+import contextlib
+import os
+
+import torch
+
+from initmem.config import TrainConfig, _bad
+from initmem.data import splits as _data
+from initmem.engine import members, models
+
+# cuBLAS reads its workspace setting at its first call and deterministic algorithms need it: set at import (or kept).
+os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+
+
+def run_device(config: TrainConfig) -> torch.device:
+    """The device `config` runs on; ConfigError for one that is not here or a precision it does not have."""
+    dev = _data.resolve_device(config.device)
+    if config.precision == "tf32" and dev.type != "cuda":
+        raise _bad("precision", config.precision, f"'tf32' is CUDA only (device resolved to {dev.type}); 'fp32' or "
+                                                  "'bf16' is accepted")
+    return dev
+
+
+def engine_settings(config: TrainConfig, dev: torch.device) -> dict:
+    """Set and return (for the provenance) the numerics `config` asks: fp32 strict IEEE (PyTorch lets cuDNN convolutions
+    use TF32), tf32 TF32 matmuls and convolutions; `deterministic` algorithms, else cuDNN benchmarking on CUDA."""
+    tf32 = config.precision == "tf32"
+    set_tf32(tf32)
+    torch.use_deterministic_algorithms(config.deterministic)
+    torch.backends.cudnn.deterministic = config.deterministic
+    torch.backends.cudnn.benchmark = dev.type == "cuda" and not config.deterministic
+    return {"precision": config.precision, "deterministic": config.deterministic, "allow_tf32": tf32,
+            "cudnn_benchmark": torch.backends.cudnn.benchmark}
+
+
+def set_tf32(on: bool) -> str:
+    """TF32 for matmuls and cuDNN convolutions on or off; the API used: torch >= 2.9's `fp32_precision` where it
+    exists (it deprecates `allow_tf32`, and the two must not be mixed in a process), else `allow_tf32`."""
+    matmul, cudnn = torch.backends.cuda.matmul, torch.backends.cudnn
+    if hasattr(matmul, "fp32_precision") and hasattr(getattr(cudnn, "conv", None), "fp32_precision"):
+        matmul.fp32_precision = cudnn.conv.fp32_precision = "tf32" if on else "ieee"
+        return "fp32_precision"
+    matmul.allow_tf32 = cudnn.allow_tf32 = on
+    return "allow_tf32"
+
+
+def autocast(config: TrainConfig, dev: torch.device):
+    """bf16 autocast (weights, loss, norms and metrics stay fp32) or nothing."""
+    return torch.autocast(dev.type, dtype=torch.bfloat16) if config.precision == "bf16" else contextlib.nullcontext()
+
+
+_COMPILED: dict[tuple, tuple[members.PlainPopulation, object]] = {}  # one network shape per process
+
+
+def reset_compiled() -> None:
+    """Forget every compiled network: dynamo's caches and this module's (after dynamo's alone, a model stays held)."""
+    torch._dynamo.reset()
+    _COMPILED.clear()
+
+
+def network(configs: list[TrainConfig], dev: torch.device) -> tuple[members.PlainPopulation, object]:
+    """The population of `configs` on `dev`, initialised as separate runs are, and what the loop calls: its network or,
+    with `compile`, its compiled form, once per process and shape (a later population reuses it, its weights reset)."""
+    cfg = configs[0]
+    nets = []
+    for c in configs:
+        torch.manual_seed(c.seed)  # the initialisation draws from the global generator
+        try:
+            nets.append(models.build_model(c.arch, c.sigma_w, c.width).to(dev))
+        except (RuntimeError, MemoryError) as exc:
+            if "memory" not in str(exc).lower() and not isinstance(exc, MemoryError):
+                raise
+            raise _bad("width", cfg.width, f"the network does not fit in memory on {dev} ({type(exc).__name__}); a "
+                                           "smaller width is accepted") from None
+    same_input = len({c.seed for c in configs}) == 1
+    pop = members.population(nets, same_input)
+    if cfg.channels_last:
+        pop.model.to(memory_format=torch.channels_last)
+    if not cfg.compile:
+        return pop, pop.model
+    key = (cfg.arch, cfg.width, len(configs), same_input, str(dev), cfg.channels_last)
+    if key not in _COMPILED:
+        _COMPILED.clear()
+        # dynamic=False: one graph per shape (full, partial last and padded eval batch: three per process and network
+        # shape). On CUDA replayed as CUDA graphs ("reduce-overhead"): one launch per step instead of ~100-1,000.
+        mode = "reduce-overhead" if dev.type == "cuda" else None
+        _COMPILED[key] = (pop, torch.compile(pop.model, dynamic=False, mode=mode))
+        return _COMPILED[key]
+    cached, net = _COMPILED[key]
+    cached.model.load_state_dict(pop.model.state_dict())  # weights, BatchNorm running stats and counters
+    cached.model.zero_grad(set_to_none=True)
+    cached.model.train()
+    return cached, net

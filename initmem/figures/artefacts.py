@@ -1,0 +1,318 @@
+"""Writing the study's artefacts (atomic, byte-stable: no timestamp, no path of the machine for results inside the
+repository), and the command for all of them. A figure notebook (`FigureBook`) reads relative paths against the
+repository root wherever its kernel runs; `make_figures` against the working folder, as a shell does."""
+
+import json
+import os
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, Self
+
+import matplotlib
+import pandas as pd
+from matplotlib.figure import Figure
+
+from initmem.analysis import display, style
+from initmem.errors import ConfigError, NoResults, ResultsError
+from initmem.figures.paths import (  # re-exported: figures.COMMITTED_SETS is what `make figures` makes
+    COMMITTED_SETS,
+    EXECUTED,
+    INDEX_HEAD,
+    OVERWRITE_ENV,
+    ROOT,
+    check_folders,
+    check_out,
+    committed_set,
+    default_out,
+    display_path,
+    repo_path,
+)
+from initmem.store.files import atomic_write
+
+NOTEBOOK_DIR = ROOT / "notebooks" / "figures"
+PDF_METADATA = {"Creator": None, "Producer": None, "CreationDate": None, "ModDate": None}  # no dates: same bytes
+write_text = atomic_write  # text (UTF-8, its own line ends) written atomically
+
+
+@dataclass(frozen=True)
+class Stamp:
+    """Where an artefact's numbers came from: printed as its caption and stored in its sidecar JSON."""
+
+    profile: str
+    n_runs: int
+    data_sources: tuple[str, ...]
+    git_commits: tuple[str, ...]
+    results_dir: str
+    sections: tuple[str, ...]
+    modified: int = 0  # runs trained from a modified working tree
+    modified_unknown: int = 0  # ... of which the modification was not recorded (provenance.UNKNOWN_DIFF)
+
+    @classmethod
+    def of(cls, runs: pd.DataFrame, results_dir: str | Path, sections: Sequence[str]) -> Self:
+        """Profile: the runs' `profile` column, else the results folder's name; a data source with its `data_hash`."""
+        def values(col: str) -> tuple[str, ...]:
+            return tuple(sorted({str(v) for v in runs[col].dropna()})) if col in runs.columns else ()
+
+        def source(row) -> str:
+            h = row.get("data_hash")
+            return f"{row['data_source']} sha256:{h[:12]}" if isinstance(h, str) and h else str(row["data_source"])
+
+        sources = tuple(sorted({source(r) for _, r in runs.iterrows() if pd.notna(r["data_source"])})) if (
+            "data_source" in runs.columns) else ()
+        dirty = runs["git_dirty"].eq(True) if "git_dirty" in runs.columns else pd.Series(False, index=runs.index)
+        unknown = dirty & ~runs["git_diff_known"].astype(bool) if "git_diff_known" in runs.columns else dirty
+        profile = ", ".join(values("profile")) or repo_path(results_dir).name
+        return cls(profile, len(runs), sources, values("git_commit"), display_path(results_dir), tuple(sections),
+                   int(dirty.sum()), int(unknown.sum()))
+
+    def caption(self) -> str:
+        commits = ", ".join(c[:10] for c in self.git_commits[:3]) or "unknown"
+        if len(self.git_commits) > 3:
+            commits += f" (+{len(self.git_commits) - 3} more)"
+        if self.modified:  # which code made them: the commit, and whether the change on top of it is recorded
+            known = self.modified - self.modified_unknown
+            commits += (f" ({self.modified} runs from a modified tree, "
+                        + ("its diff recorded)" if not self.modified_unknown else "its diff unknown)" if not known
+                           else f"{known} diffs recorded, {self.modified_unknown} unknown)"))
+        return (f"profile {self.profile}; {self.n_runs} runs ({', '.join(self.sections) or 'all sections'}); "
+                f"data {', '.join(self.data_sources) or 'unknown'}; commit {commits}; source {self.results_dir}")
+
+    def sidecar(self, name: str, kind: str, title: str, files: Sequence[str], missing: bool = False) -> dict:
+        """One artefact's sidecar record (no generation time: the same results give the same bytes)."""
+        return {"name": name, "kind": kind, "title": title, "caption": self.caption(), "profile": self.profile,
+                "n_runs": self.n_runs, "sections": list(self.sections), "data_sources": list(self.data_sources),
+                "git_commits": list(self.git_commits), "modified_tree_runs": self.modified,
+                "modified_unknown_runs": self.modified_unknown, "results_dir": self.results_dir,
+                "files": list(files), "missing": missing}
+
+
+def write_sidecar(path: str | Path, record: dict) -> Path:
+    """Write an artefact's sidecar JSON atomically."""
+    return atomic_write(path, json.dumps(record, indent=2) + "\n")
+
+
+def _remove_temp_files(out: Path) -> None:
+    """Temp files a killed run left behind (`.<name>.<random>.tmp`)."""
+    for tmp in [*out.glob(".*.tmp"), *(out / "tables").glob(".*.tmp")]:
+        tmp.unlink(missing_ok=True)
+
+
+def save_table(df: pd.DataFrame | None, name: str, out_dir: str | Path, stamp: Stamp, title: str,
+               message: str | None = None) -> list[Path]:
+    """Write `<out_dir>/tables/<name>.{md,tex,csv,json}` (with `message`, a table saying only that); the paths."""
+    folder = Path(out_dir) / "tables"
+    folder.mkdir(parents=True, exist_ok=True)
+    caption = f"{title} [{stamp.caption()}]"
+    md, tex, csv, meta = (folder / f"{name}.{ext}" for ext in ("md", "tex", "csv", "json"))
+    if message is not None:
+        body, table = message, (f"% {name}: {message}\n\\begin{{table}}[htbp]\\centering\n"
+                                f"\\caption{{{display.tex_escape(caption)}}}\\label{{tab:{name}}}\n"
+                                f"\\emph{{{display.tex_escape(message)}}}\n\\end{{table}}\n")
+        data = pd.DataFrame({"message": [message]}).to_csv(index=False, lineterminator="\n")
+    else:
+        headers, rows = display.display_rows(df)
+        body = display.markdown_table(headers, rows)
+        table = (f"% {name}: generated by initmem.figures from {stamp.results_dir}; do not edit\n"
+                 + display.tex_table(headers, rows, caption, name))
+        data = df.to_csv(index=False, float_format="%.6g", lineterminator="\n")
+    atomic_write(md, f"**{name}.** {title}\n\n{body}\n\n*{stamp.caption()}*\n")
+    atomic_write(tex, table)
+    atomic_write(csv, data)
+    write_sidecar(meta, stamp.sidecar(name, "table", title, [md.name, tex.name, csv.name], missing=message is not None))
+    return [md, tex, csv, meta]
+
+
+def _savefig(fig: Figure, fmt: str) -> Callable[[IO[bytes]], None]:
+    meta = style.PNG_METADATA if fmt == "png" else PDF_METADATA
+    return lambda f: fig.savefig(f, format=fmt, dpi=style.DPI, metadata=meta)
+
+
+def _freeze_layout(fig: Figure) -> None:
+    """Solve the constrained layout once and fix every axes at its position rounded to 1e-6: the solver's last-bit
+    noise differs between processes and, on a rounding boundary of the PDF's decimals, changes the bytes."""
+    if fig.get_layout_engine() is None:
+        return
+    fig.draw_without_rendering()
+    for ax in fig.axes:
+        ax.set_position([round(v, 6) for v in ax.get_position().bounds])
+    fig.set_layout_engine("none")
+
+
+def save_figure(fig: Figure, name: str, out_dir: str | Path, stamp: Stamp, title: str, missing: bool = False
+                ) -> list[Path]:
+    """Caption `fig` (title, stamp) and write `<out_dir>/<name>.{png,pdf,json}` atomically; returns the paths."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    style.caption_figure(fig, title, f"{name}: {stamp.caption()}")
+    png, pdf, meta = (out / f"{name}.{ext}" for ext in ("png", "pdf", "json"))
+    with matplotlib.rc_context(style.STYLE):
+        _freeze_layout(fig)
+        atomic_write(png, _savefig(fig, "png"))
+        atomic_write(pdf, _savefig(fig, "pdf"))
+    write_sidecar(meta, stamp.sidecar(name, "figure", title, [png.name, pdf.name], missing=missing))
+    return [png, pdf, meta]
+
+
+class FigureBook:
+    """One figure notebook's view of a results tree: the runs of `sections` (all when None), their `histories`, the
+    `stamp` (printed on opening), and `table`/`show_table`/`figure`, which build (a zero-argument lambda), save and
+    return an artefact; no runs, or a builder's `NoResults`, gives a printed placeholder. Bad folders raise first."""
+
+    def __init__(self, results_dir: str | Path, out_dir: str | Path, sections: str | Sequence[str] | None = None):
+        from initmem.store.results import load_runs
+        self.results_dir, self.out_dir = check_folders(repo_path(results_dir), repo_path(out_dir))
+        check_out(self.results_dir, self.out_dir, os.environ.get(OVERWRITE_ENV) == "1", committed_only=True)
+        self.sections = (sections,) if isinstance(sections, str) else tuple(sections or ())
+        runs = load_runs(self.results_dir)
+        self.runs = (runs[runs["section"].isin(self.sections)] if self.sections else runs).reset_index(drop=True)
+        self.stamp = Stamp.of(self.runs, results_dir, self.sections)
+        where = f"section {', '.join(self.sections)}" if self.sections else "any section"
+        self.message = None if len(self.runs) else f"no results for {where} in {self.stamp.results_dir}"
+        print(self.stamp.caption())  # where the numbers come from, atop the notebook
+        if self.message:
+            print(self.message)
+        self._histories: pd.DataFrame | None = None
+        self.written: list[Path] = []  # figures show inline by themselves (`style.StudyFigure`)
+
+    def param(self, name: str, default=None):
+        """A `fixed` value of `params/<section>.yaml` in the results' profile (not in run.json), else `default`."""
+        import yaml
+        try:
+            doc = yaml.safe_load((ROOT / "params" / f"{self.sections[0]}.yaml").read_text(encoding="utf-8"))
+            return doc["profiles"][self.stamp.profile]["fixed"].get(name, default)
+        except (OSError, IndexError, KeyError, TypeError, AttributeError, yaml.YAMLError):
+            return default
+
+    @property
+    def histories(self) -> pd.DataFrame:
+        """The history rows of `self.runs` (`results.load_histories`)."""
+        if self._histories is None:
+            from initmem.store.results import load_histories
+            folders = [self.results_dir / s for s in self.sections] or [self.results_dir]
+            frames = [load_histories(f) for f in folders if f.is_dir()]
+            h = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=["run_id", "epoch"])
+            self._histories = h[h["run_id"].isin(self.runs["run_id"])]
+        return self._histories
+
+    def _build(self, name: str, build: Callable):
+        if self.message:
+            return None, self.message
+        try:
+            return build(), None
+        except NoResults as exc:
+            msg = f"{name}: {exc} in {self.stamp.results_dir} ({', '.join(self.sections) or 'all sections'})"
+            print(msg)
+            return None, msg
+
+    def table(self, name: str, build: Callable[[], pd.DataFrame], title: str) -> pd.DataFrame | str:
+        """Build and save table `name` (`save_table`); returns the DataFrame (or the placeholder message)."""
+        df, msg = self._build(name, build)
+        self.written += save_table(df, name, self.out_dir, self.stamp, title, message=msg)
+        return df if msg is None else msg
+
+    def show_table(self, name: str, build: Callable[[], pd.DataFrame], title: str) -> pd.DataFrame | str:
+        """`table`, returned as the notebook shows it: the written file's cells (`display.display_frame`)."""
+        return display.display_frame(self.table(name, build, title))
+
+    def figure(self, name: str, build: Callable[[], Figure], title: str) -> Figure:
+        """Build and save figure `name` (`save_figure`); returns the Figure (or the placeholder) to show inline."""
+        with matplotlib.rc_context(style.STYLE):
+            fig, msg = self._build(name, build)
+            if msg is not None:
+                fig = style.message_figure(msg)
+        self.written += save_figure(fig, name, self.out_dir, self.stamp, title, missing=msg is not None)
+        return fig
+
+
+def figure_notebooks() -> list[Path]:
+    """The figure notebooks, in order."""
+    return sorted(NOTEBOOK_DIR.glob("[0-9]*.py"))
+
+
+def _select(notebooks: list[str | Path] | None) -> list[Path]:
+    by_name = {p.stem: p for p in figure_notebooks()}
+    if notebooks is None:
+        return list(by_name.values())
+    if unknown := [str(nb) for nb in notebooks if str(nb) not in by_name and not (
+            Path(nb).suffix == ".py" and Path(nb).is_file())]:
+        raise ConfigError(f"figure notebook {unknown[0]!r} is unknown: accepted are a .py path or one of "
+                          f"{', '.join(by_name)}")
+    return [by_name[str(nb)] if str(nb) in by_name else Path(nb).resolve() for nb in notebooks]
+
+
+def _sidecars(out: Path) -> list[dict]:
+    records = []
+    for path in sorted([*out.glob("*.json"), *(out / "tables").glob("*.json")]):
+        try:
+            rec = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+            raise ResultsError(f"artefact sidecar {str(path)!r} is unreadable: {exc}") from None
+        if isinstance(rec, dict) and {"name", "kind", "caption", "files"} <= set(rec):
+            records.append({**rec, "_dir": path.parent})
+    return records
+
+
+def write_index(out: str | Path) -> Path:
+    """`<out>/README.md`: every artefact (from its sidecar) with its title and caption, tables first; no timestamp."""
+    out = Path(out)
+    recs = _sidecars(out)
+    lines = [INDEX_HEAD + " (`initmem.figures.make_figures`) from the figure notebooks in",
+             "`notebooks/figures/`; do not edit by hand. Each artefact has a sidecar `<name>.json` with its",
+             "provenance (profile, runs, data source, git commits of the results).", ""]
+    for kind, heading in (("table", "Tables"), ("figure", "Figures")):
+        group = sorted((r for r in recs if r["kind"] == kind), key=lambda r: r["name"])
+        if not group:
+            continue
+        lines += [f"## {heading}", ""]
+        for r in group:
+            rel = r["_dir"].relative_to(out)
+            links = ", ".join(f"[{Path(f).suffix[1:]}]({(rel / Path(f).name).as_posix()})" for f in r["files"])
+            flag = " **(no results)**" if r.get("missing") else ""
+            lines += [f"- **{r['name']}**{flag} ({links}): {r.get('title', '')}", f"  <br>*{r['caption']}*"]
+            png = next((f for f in r["files"] if f.endswith(".png")), None) if kind == "figure" else None
+            if png:
+                lines += ["", f"  ![{r['name']}]({(rel / png).as_posix()})"]
+        lines.append("")
+    return atomic_write(out / "README.md", "\n".join(lines))
+
+
+def make_study_figures(progress: bool = True) -> list[Path]:
+    """`make_figures` for every entry of `COMMITTED_SETS`, in order; the files written, each set's index last."""
+    return [f for results, out, nbs in COMMITTED_SETS
+            for f in make_figures(ROOT / results, ROOT / out, notebooks=list(nbs) if nbs else None, progress=progress)]
+
+
+def make_figures(results: str | Path = ROOT / "results/cpu", out: str | Path | None = None,
+                 notebooks: list[str | Path] | None = None, progress: bool = True, overwrite: bool = False
+                 ) -> list[Path]:
+    """Execute the figure notebooks (stems or .py paths; default: a committed set's own) over `results` into `out`;
+    the files written, the index last. A failing notebook raises NotebookError (its copy in `<out>/.executed/`)."""
+    from initmem.study.notebook import execute_notebook
+    chosen = _select(notebooks) if notebooks is not None else None  # a bad name first: it needs no folder
+    results = Path(results).expanduser().resolve()
+    out = default_out(results) if out is None else Path(out).expanduser().resolve()
+    results, out = check_folders(results, out)
+    check_out(results, out, overwrite)
+    own = committed_set(results, out)
+    chosen = chosen if chosen is not None else _select(list(own) if own else None)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ResultsError(f"cannot create the figures folder {str(out)!r}: {exc.strerror or exc}") from None
+    _remove_temp_files(out)
+    start = time.time()
+    env = {OVERWRITE_ENV: "1"} if overwrite else {}  # the notebooks' own FigureBook check is asked away too
+    for nb in chosen:
+        t = time.time()
+        execute_notebook(nb, out / EXECUTED / f"{nb.stem}.ipynb", {"results_dir": str(results), "out_dir": str(out)},
+                         cwd=ROOT, log_output=progress, env=env)
+        if progress:
+            print(f"figures: {nb.stem} done in {time.time() - t:.1f} s", flush=True)
+    files = [*sorted({r["_dir"] / f for r in _sidecars(out) for f in [*r["files"], f"{r['name']}.json"]
+                      if (r["_dir"] / f).stat().st_mtime >= start - 1}), write_index(out)]
+    if progress:
+        print(f"figures: {len(chosen)} notebook(s), {len(files)} files (index included) in {display_path(out)} "
+              f"({time.time() - start:.1f} s)")
+    return files

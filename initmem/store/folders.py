@@ -1,0 +1,301 @@
+"""The run folders of a results tree, owned here and nowhere else (`RunFolders`). Torch-free. A lock is `flock` on
+`<run folder>.lock` (beside it: a run that fails early leaves no half-made folder), which the kernel drops however its
+holder dies; the file is never deleted (two processes would lock two inodes under one name)."""
+
+import contextlib
+import datetime as _dt
+import fcntl
+import hashlib
+import json
+import os
+import re
+import socket
+import traceback
+from collections.abc import Iterator
+from pathlib import Path
+
+import pandas as pd
+
+from initmem.config import TrainConfig, run_id
+from initmem.errors import ConfigError, ResultsError
+from initmem.store.files import atomic_write, ensure_writable
+from initmem.store.provenance import portable, utcnow
+from initmem.store.record import SCHEMA, check_record, dumps_record, history_meta, parse_record
+from initmem.store.results import RunResult, find_runs, load_runs, verify_run
+
+DAMAGED_DIR = ".damaged"  # <section>/.damaged/<run_id>-<UTC stamp>/: where set_aside moves a damaged run
+FAILED = "failed.json"  # in a run folder: the last attempt raised; removed when the run completes
+POPULATIONS = "populations"  # <section>/populations/<population_id>/checkpoints/: an unfinished population (K > 1)
+_CHECKPOINT = re.compile(r"epoch-(\d{6,})\.ckpt")  # a checkpoint file's name (`checkpoint_file`)
+_HELD: dict[str, list] = {}  # resolved lock path -> [fd, depth, pid]: this process's locks
+
+
+def lock_path(run_folder: str | Path) -> Path:
+    """`<run folder>.lock`, beside the run folder."""
+    return (folder := Path(run_folder)).with_name(folder.name + ".lock")
+
+
+class RunLock(contextlib.AbstractContextManager):
+    """One hold of a run folder's lock: `release()` or leaving a `with` block gives it back once (outermost unlocks)."""
+
+    def __init__(self, key: str):
+        self._key: str | None = key  # None once released
+
+    def release(self) -> None:
+        key, self._key = self._key, None
+        if (entry := _HELD.get(key)) is not None and entry[2] == os.getpid():  # not released, nor inherited by a fork
+            entry[1] -= 1
+            if entry[1] == 0:
+                os.close(_HELD.pop(key)[0])  # closing the descriptor drops the flock
+
+    def __exit__(self, *exc) -> None:
+        self.release()
+
+
+def holder(run_folder: str | Path) -> str:
+    """Who holds (or last held) the lock, as written in the lock file: "host pid <pid> since <time>", or "unknown"."""
+    with contextlib.suppress(OSError):
+        return lock_path(run_folder).read_text(encoding="utf-8").strip() or "unknown"
+    return "unknown"
+
+
+def lock(run_folder: str | Path, *, wait: bool = False) -> RunLock | None:
+    """Lock `run_folder`, re-entrant in a process; None while another process holds it (`wait`: wait), else a
+    ResultsError when the lock file cannot be made or locked (a filesystem without flock)."""
+    key = str((path := lock_path(run_folder)).resolve())
+    if (entry := _HELD.get(key)) is not None and entry[2] == os.getpid():  # re-entrant in this process
+        entry[1] += 1
+        return RunLock(key)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    except OSError as exc:
+        raise ResultsError(f"cannot create the lock file {str(path)!r}: {exc.strerror or exc}") from None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
+    except OSError as exc:
+        os.close(fd)
+        if isinstance(exc, BlockingIOError):  # another process holds it
+            return None
+        raise ResultsError(f"cannot lock {str(path)!r}: {exc.strerror or exc} (does this filesystem support "
+                           "flock?)") from None
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, f"{socket.gethostname()} pid {os.getpid()} since {utcnow()}\n".encode(), 0)
+    _HELD[key] = [fd, 1, os.getpid()]
+    return RunLock(key)
+
+
+def checkpoint_file(folder: str | Path, epoch: int) -> Path:
+    """`<folder>/epoch-NNNNNN.ckpt`: the checkpoint of `epoch` (its format: `initmem.engine.checkpoint`)."""
+    return Path(folder) / f"epoch-{epoch:06d}.ckpt"
+
+
+def checkpoints(folder: str | Path) -> list[Path]:
+    """The checkpoint files in `folder`, newest (highest epoch) first; temp files and strangers are ignored."""
+    found = [(int(m.group(1)), p) for p in Path(folder).glob("epoch-*.ckpt")
+             if (m := _CHECKPOINT.fullmatch(p.name)) and p.is_file()]
+    return [p for _, p in sorted(found, reverse=True)]
+
+
+def clear_checkpoints(folder: str | Path) -> None:
+    """Delete a checkpoints folder (its runs' run.json files are written: nothing will resume from it)."""
+    for p in [*checkpoints(folder), *(t for t in Path(folder).glob("*.tmp") if t.is_file())]:
+        p.unlink(missing_ok=True)
+    with contextlib.suppress(OSError):  # something else lives there (or nothing does): leave it
+        Path(folder).rmdir()
+
+
+def population_id(configs: list[TrainConfig]) -> str:
+    """12 hex digits naming a member set (order-free); a single run is named by its run id."""
+    ids = sorted(run_id(c) for c in configs)
+    return ids[0] if len(ids) == 1 else hashlib.sha256(" ".join(ids).encode()).hexdigest()[:12]
+
+
+def set_aside(folder: str | Path) -> Path:
+    """Move a damaged run folder, unchanged, to `<section>/.damaged/<run_id>-<UTC stamp>/`, why in the `.txt` beside;
+    its new path. A run that verifies is a ResultsError."""
+    folder = Path(folder)
+    if not folder.is_dir():
+        raise ResultsError(f"{str(folder)!r} is not a run folder: only an existing run folder is set aside")
+    try:
+        verify_run(folder)
+    except ResultsError as exc:
+        why = str(exc)
+    else:
+        raise ResultsError(f"{str(folder)!r} holds a run that verifies: only a damaged run is set aside")
+    base = f"{folder.name}-{(now := _dt.datetime.now(_dt.UTC)):%Y%m%dT%H%M%SZ}"
+    dest, n = folder.parent / DAMAGED_DIR / base, 1
+    while dest.exists() or (dest.parent / f"{dest.name}.txt").exists():
+        n += 1
+        dest = dest.with_name(f"{base}-{n}")
+    try:
+        dest.parent.mkdir(exist_ok=True)
+        os.rename(folder, dest)
+        atomic_write(dest.parent / f"{dest.name}.txt", f"set aside {now.isoformat()} from {folder}: {why}\n")
+    except OSError as exc:
+        raise ResultsError(f"cannot set aside {str(folder)!r}: {exc.strerror or exc}") from None
+    return dest
+
+
+def other_schema(folder: str | Path) -> int | None:
+    """A readable record's schema when not this initmem's (no damage: never set aside nor trained again), else None."""
+    with contextlib.suppress(ResultsError):
+        if type(schema := parse_record(Path(folder) / "run.json").get("schema")) is int and schema != SCHEMA:
+            return schema
+    return None
+
+
+class RunFolders:
+    """The run folders of one section, `<results>/<section>/<run_id>/`; `results=None` keeps nothing."""
+
+    def __init__(self, results: str | Path | None, section: str):
+        if not isinstance(section, str) or not section or section != Path(section).name or section.startswith("."):
+            raise ConfigError(f"section={section!r} is invalid: a plain folder name is accepted")
+        self.results, self.section = results, section
+        self.path = None if results is None else Path(results) / section  # <results>/<section>
+
+    def folder(self, c: TrainConfig | dict) -> Path:
+        """The folder of one run: `<results>/<section>/<run_id>`."""
+        return self.path / run_id(c)
+
+    def writable(self) -> Path:
+        """The section's folder, created and proved writable (before training: a bad --out fails in a second)."""
+        try:
+            return ensure_writable(self.path)
+        except OSError as exc:
+            raise ResultsError(f"results folder {str(self.path)!r} is not writable: {exc.strerror or exc}") from None
+
+    def is_complete(self, c: TrainConfig | dict) -> bool:
+        """Whether the run's folder holds a finished run that verifies (a damaged run is not complete)."""
+        with contextlib.suppress(ResultsError):
+            return bool(verify_run(self.folder(c)))  # its record: never empty
+        return False
+
+    def set_aside_damaged(self, configs: list[TrainConfig]) -> Iterator[tuple[TrainConfig, str]]:
+        """Set aside each damaged run folder of `configs` (it would pass for one in progress), yielding (config, why
+        and where to); an older schema is no damage but a ResultsError naming `initmem migrate`."""
+        for c in configs:
+            if ((folder := self.folder(c)) / "run.json").exists():
+                try:
+                    verify_run(folder)
+                except ResultsError as exc:
+                    if other_schema(folder) is not None:
+                        raise
+                    yield c, f"{exc}; moved aside to {set_aside(folder)}"
+
+    def older_records(self) -> list[Path]:
+        """The section's run.json files whose schema is not this initmem's."""
+        return [f / "run.json" for f in (find_runs(self.path) if self.path.is_dir() else [])
+                if other_schema(f) is not None]
+
+    def tidy_copies(self, dry_run: bool = False) -> list[str]:
+        """A line per folder not named by its record's run id: renamed ones moved back, copies set aside (`dry_run`:
+        said, not done), so that the tree loads and no readable run is trained again."""
+        lines = []
+        for folder in sorted(p.parent for p in self.path.glob("*/run.json") if not p.parent.name.startswith(".")):
+            try:
+                rid = parse_record(folder / "run.json").get("run_id")
+            except ResultsError:
+                continue  # damaged: the point that owns it sets it aside
+            if not isinstance(rid, str) or rid == folder.name or Path(rid).name != rid or rid.startswith("."):
+                continue
+            own = self.path / rid
+            if dry_run:
+                lines.append(f"run {rid}: {folder} would be " + (f"set aside (a copy of {own})" if own.exists() else
+                                                                 f"moved back to {own} (a renamed run folder)"))
+            elif own.exists():
+                lines.append(f"run {rid}: {folder} is a copy of {own}; set aside to {set_aside(folder)}")
+            else:
+                try:
+                    os.rename(folder, own)
+                except OSError as exc:
+                    raise ResultsError(f"cannot move {str(folder)!r} back to {str(own)!r}: {exc.strerror or exc}"
+                                       ) from None
+                lines.append(f"run {rid}: {folder} is a renamed run folder; moved back to {own}")
+        return lines
+
+    def lock(self, c: TrainConfig, *, wait: bool = False) -> RunLock | None:
+        return lock(self.folder(c), wait=wait)
+
+    def holder(self, c: TrainConfig) -> str:
+        return holder(self.folder(c))
+
+    @contextlib.contextmanager
+    def lock_all(self, configs: list[TrainConfig]) -> Iterator[None]:
+        """Every run's lock held for the block; ResultsError naming the holder of one another process holds."""
+        with contextlib.ExitStack() as held:
+            for c in configs:
+                if (held_one := self.lock(c)) is None:
+                    raise ResultsError(f"run folder {str(self.folder(c))!r} is locked by {self.holder(c)}: that "
+                                       "process is training this run; wait for it (or train the others without it)")
+                held.enter_context(held_one)
+            yield
+
+    def checkpoint_folder(self, configs: list[TrainConfig]) -> Path | None:
+        """Where a member set checkpoints (None: nowhere): `<run>/` or `<section>/populations/<id>/`, `checkpoints/`."""
+        return None if self.results is None else (self.folder(configs[0]) if len(configs) == 1 else
+                                                  self.path / POPULATIONS / population_id(configs)) / "checkpoints"
+
+    def has_checkpoints(self, c: TrainConfig) -> bool:
+        """Whether the single run `c` was cut short with checkpoints of its own (its own resume is exact)."""
+        return bool(checkpoints(self.checkpoint_folder([c])))
+
+    def finish(self, configs: list[TrainConfig]) -> None:
+        """Every member's run.json is written: the set's checkpoints go, with a population's emptied folders."""
+        if (folder := self.checkpoint_folder(configs)) is None:
+            return
+        clear_checkpoints(folder)
+        if len(configs) > 1:
+            with contextlib.suppress(OSError):
+                folder.parent.rmdir()
+                folder.parent.parent.rmdir()
+
+    def write(self, result: RunResult) -> Path | None:
+        """Write history.csv, then (once it reads back whole) run.json, atomically; the folder (None: nothing kept). A
+        record that would not verify is a ResultsError before anything is written."""
+        if self.results is None:
+            return None
+        folder = self.folder(result.config)
+        record = {"schema": SCHEMA, "run_id": result.run_id, "section": self.section, "status": result.status,
+                  "config": result.config.to_dict(), "summary": result.summary,
+                  "history": {"sha256": "0" * 64, "rows": 0, "columns": []},  # until history.csv is written
+                  "provenance": portable(result.provenance), "started_at": result.started_at,
+                  "finished_at": result.finished_at}
+        try:
+            check_record(json.loads(dumps_record(record)), folder / "run.json")
+        except ResultsError as exc:
+            raise ResultsError(f"not written: {exc}") from None
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+            (folder / "run.json").unlink(missing_ok=True)  # a stale run.json must never vouch for a new history
+            atomic_write(folder / "history.csv", result.history.to_csv(index=False))
+            meta = history_meta(folder, written=len(result.history))  # ResultsError unless it reads back whole
+            atomic_write(folder / "run.json", dumps_record({**record, "history": meta}))
+        except OSError as exc:
+            raise ResultsError(f"cannot write run folder {str(folder)!r}: {exc.strerror or exc}") from None
+        return folder
+
+    def load(self, configs: list[TrainConfig]) -> pd.DataFrame:
+        """The `load_runs` rows of exactly these runs, in their order."""
+        return pd.concat([load_runs(self.folder(c)) for c in configs], ignore_index=True)
+
+    def failed(self, c: TrainConfig) -> dict | None:
+        """The marker of the run's failed last attempt (`failed.json`: error, attempts, host, traceback), or None."""
+        with contextlib.suppress(OSError, ValueError):
+            if isinstance(record := json.loads((self.folder(c) / FAILED).read_text(encoding="utf-8")), dict):
+                return record if isinstance(record.get("attempts"), int) else None
+        return None
+
+    def mark_failed(self, c: TrainConfig, exc: BaseException, message: str, attempts: int) -> Path:
+        """Record, best effort, that attempt `attempts` raised `exc` (`message`: its line); the marker's path."""
+        file = self.folder(c) / FAILED
+        record = {"run_id": run_id(c), "section": self.section, "sigma_w": c.sigma_w, "seed": c.seed,
+                  "error": message, "attempts": attempts, "host": socket.gethostname(), "pid": os.getpid(),
+                  "failed_at": utcnow(), "traceback": traceback.format_exception(exc)}
+        with contextlib.suppress(OSError):
+            file.parent.mkdir(parents=True, exist_ok=True)
+            atomic_write(file, json.dumps(record, indent=2, default=str) + "\n")
+        return file
+
+    def clear_failed(self, c: TrainConfig) -> None:
+        (self.folder(c) / FAILED).unlink(missing_ok=True)

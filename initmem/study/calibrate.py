@@ -1,0 +1,87 @@
+"""Which throughput table `initmem plan` times a profile with (docs/planner.md), and measuring one (`calibrate`). The
+reference CPU's ships with the package, so a fresh clone answers "how long"; a GPU without its own gets no time."""
+
+import datetime
+import time
+from pathlib import Path
+
+from initmem.config import TrainConfig
+from initmem.study import plan
+from initmem.study.plan import KEY_FIELDS, Entry, SectionPlan, Throughput, device_name
+
+# `initmem plan --calibrate` of the cpu profiles' configurations on a 2-core AMD EPYC (the committed runs: 2-core Xeon
+# or EPYC machines, one torch thread a run; docs/planner.md). No GPU table yet.
+_REFERENCE = "initmem/study/throughput/reference-cpu.json"  # in the repository: how the line names it, in every clone
+REFERENCE_CPU = Path(__file__).resolve().parents[2] / _REFERENCE
+
+
+def choose_table(device: str = "auto", path: str | Path | None = None) -> tuple[plan.Throughput | None, str]:
+    """The table for `device` (or the one at `path`) and the line saying which (`initmem plan`'s first)."""
+    if path is not None:  # a table of another device kind than an explicit `device` is refused
+        kind = None if device == "auto" else "cpu" if device == "cpu" else "cuda"
+        table = plan.load_throughput(path, kind=kind)
+        return table, f"throughput: {table.device}, from {path}"
+    name, kind = plan.device_name(device)
+    cached = plan.default_table_path(name)
+    if cached.is_file():
+        return plan.load_throughput(cached), f"throughput: {name}, calibrated on this machine ({cached})"
+    if kind == "cpu" and REFERENCE_CPU.is_file():
+        table = plan.load_throughput(REFERENCE_CPU)
+        when = f", measured {table.created[:10]}" if table.created else ""
+        return table, (f"throughput: the reference CPU's table ({table.device}, 2 cores, one torch thread a run{when}; "
+                       f"{_REFERENCE}): times are for that machine; `initmem plan --calibrate --device cpu` measures "
+                       f"this one ({name})")
+    return None, (f"throughput: no table for {name} yet, so no time is given (none is guessed from another "
+                  f"device): measure one with `initmem plan --calibrate --device {device}` (looked for {cached})")
+
+
+# ---------------------------------------------------------------------------------------------- calibration
+def calibration_keys(plans: list[SectionPlan]) -> list[tuple[str, float, int, str]]:
+    """The distinct (arch, width, batch size, precision) the plans need, in first-seen order."""
+    return list(dict.fromkeys(tuple(p.key[k] for k in KEY_FIELDS) for s in plans for p in s.points))
+
+
+def _time_eval(config: TrainConfig, images: int, reps: int = 3) -> float:
+    """Seconds per image of an eval-mode forward pass (no gradients) of `config`'s network on its device."""
+    import torch
+
+    from initmem.engine import models
+    dev = torch.device(config.device)
+    net = models.build_model(config.arch, 1.0, config.width).to(dev).eval()
+    x = torch.randn(images, 3, 32, 32, device=dev)
+    if config.channels_last:
+        net, x = net.to(memory_format=torch.channels_last), x.contiguous(memory_format=torch.channels_last)
+    bf16 = config.precision == "bf16" and dev.type == "cuda"
+    sync = torch.cuda.synchronize if dev.type == "cuda" else (lambda: None)
+    with torch.no_grad(), torch.autocast("cuda", torch.bfloat16, enabled=bf16):
+        net(x)
+        sync()
+        t0 = time.perf_counter()
+        for _ in range(reps):
+            net(x).float()
+        sync()
+    return (time.perf_counter() - t0) / (reps * images)
+
+
+def calibrate(keys: list[tuple[str, float, int, str]], device: str = "auto", steps: int = 5,
+              warmup: int = 2, members: tuple[int, ...] = (1,), say=print) -> Throughput:
+    """The table of `steps` optimiser steps (after `warmup`) of each key on `device`, for one network and populations
+    of `members` (`train.time_steps`), and of one network's eval forward pass (a population's: `members` times it)."""
+    import torch
+
+    from initmem.engine.trainer import time_steps
+    name, kind = device_name(device)
+    dev = "cuda" if device == "auto" and kind == "cuda" else "cpu" if device == "auto" else device
+    entries = []
+    for arch, width, batch, precision in keys:
+        if precision == "tf32" and kind != "cuda":
+            say(f"  skip {arch} w{width:g} b{batch} tf32: CUDA only")
+            continue
+        config = TrainConfig(arch=arch, width=width, batch_size=batch, precision=precision, device=dev)
+        eval_s = _time_eval(config, config.eval_batch_size if kind == "cuda" else 256)
+        for k in dict.fromkeys(members):
+            step_s = time_steps(config, steps=steps, warmup=warmup, population=k)
+            entries.append(Entry(arch, float(width), int(batch), precision, k, step_s, k * eval_s))
+            say(f"  {plan._describe(entries[-1])}: {step_s * 1e3:.2f} ms/step, {k * eval_s * 1e6:.2f} us/eval image")
+    return Throughput(name, torch.__version__, entries, kind, None,
+                      datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"))

@@ -1,0 +1,305 @@
+"""The planner: what a params file's profile costs before anything trains (`initmem plan`, docs/planner.md). Steps
+are counted as `train` counts them, clocks summed exactly per step (`math.fsum`). Torch-free but for naming a CUDA
+device, and `device_name("auto")` where torch is installed."""
+
+import functools
+import importlib.util
+import json
+import math
+import os
+import platform
+import re
+import sys
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from initmem.config import TrainConfig, point_configs
+from initmem.errors import ConfigError
+from initmem.metrics import lr_scale
+from initmem.store.files import atomic_write
+from initmem.store.provenance import cpu_model
+from initmem.study.throughput import check_table
+
+CIFAR_TRAIN, CIFAR_TEST = 50_000, 10_000
+SYNTHETIC_TRAIN, SYNTHETIC_TEST = 2000, 500  # train.py's synthetic_sizes when n_train / n_test are None
+KEY_FIELDS = ("arch", "width", "batch_size", "precision")
+# forward multiply-accumulates per 32x32 image at width 1 (conv layers; width w scales them by about w^2)
+ARCH_MACS = {"resnet9": 379e6, "resnet20": 41e6, "resnet56": 125e6, "resnet110": 253e6}
+# what `plan --calibrate` times without params: the paper profiles' networks and batch sizes
+DEFAULT_SET = tuple(("resnet9", 1.0, b, "fp32") for b in (16, 32, 64, 128, 256)) + (
+    ("resnet56", 1.0, 128, "fp32"), ("resnet110", 1.0, 128, "fp32"))
+
+
+# --------------------------------------------------------------------------------------------- sizes and clocks
+def split_sizes(config: TrainConfig) -> dict[str, int]:
+    """Images in the train split, validation, test and the train-eval subset, as `train` makes them."""
+    synthetic = config.data == "synthetic"
+    train = config.n_train or (SYNTHETIC_TRAIN if synthetic else CIFAR_TRAIN - config.n_val)
+    test = config.n_test or (SYNTHETIC_TEST if synthetic else CIFAR_TEST)
+    return {"train": train, "val": config.n_val, "test": test, "train_eval": config.train_eval_size or train}
+
+
+def measured_epochs(config: TrainConfig) -> int:
+    """Epochs at which train/val/test are measured: 0 (initialisation), every `eval_every`-th and the last."""
+    return 1 + config.epochs // config.eval_every + (config.epochs % config.eval_every != 0)
+
+
+@functools.lru_cache(maxsize=256)
+def _lr_sums(schedule: str, lr: float, total: int, warmup: int, milestones: tuple[float, ...],
+             gamma: float) -> tuple[float, float]:
+    """(fsum eta_k, fsum eta_k^2) over the `total` steps, eta_k = lr * optim.lr_factor(...) step by step."""
+    if schedule == "constant" and warmup == 0:  # fsum of n equal terms is the correctly rounded n * term
+        return total * lr, total * (lr * lr)
+    k, f = np.arange(total, dtype=np.int64), np.ones(total)
+    if schedule == "cosine":
+        f = 0.5 * (1.0 + np.cos(math.pi * np.minimum(1.0, (k - warmup) / max(1, total - warmup))))
+    elif schedule == "step" and milestones:
+        levels = np.array([gamma ** j for j in range(len(milestones) + 1)])
+        f = levels[sum((k >= m * total).astype(np.int64) for m in milestones)]
+    f[:warmup] = (k[:warmup] + 1) / warmup
+    eta = lr * f
+    return math.fsum(eta.tolist()), math.fsum((eta * eta).tolist())
+
+
+def run_plan(config: TrainConfig) -> dict[str, Any]:
+    """Steps, clocks and evaluation work of one run (every run of a point has the same)."""
+    sizes = split_sizes(config)
+    per_epoch = (sizes["train"] // config.batch_size if config.drop_last  # as data.steps_per_epoch
+                 else math.ceil(sizes["train"] / config.batch_size))
+    total = per_epoch * config.epochs
+    warmup = min(total, round(config.warmup_epochs * per_epoch))
+    s1, s2 = _lr_sums(config.schedule, config.lr, total, warmup, config.step_milestones, config.step_gamma)
+    b, l2 = config.batch_size, config.weight_decay
+    c = lr_scale(config.optimizer, config.momentum)  # eta_eff = c * eta: 1 / (1 - beta) for sgd_momentum, else 1
+    clocks = {"T_SGD": s2 / b, "T_L2": l2 * s1, "T_adapt": s1,  # as metrics.ClockAccumulator.totals
+              "T_SGD_eff": c * c * s2 / b, "T_L2_eff": c * l2 * s1, "T_adapt_eff": c * s1}
+    per_eval = sizes["train_eval"] + sizes["val"] + sizes["test"]
+    return {"split": sizes, "epochs": config.epochs, "steps_per_epoch": per_epoch, "steps": total,
+            "warmup_steps": warmup, "clocks": clocks, "eval_images_per_epoch": per_eval,
+            "measured_epochs": measured_epochs(config), "eval_images": per_eval * measured_epochs(config)}
+
+
+# ---------------------------------------------------------------------------------------------- throughput
+@dataclass(frozen=True)
+class Entry:
+    """One timed (arch, width, batch size, precision, members): seconds per optimiser step, per evaluated image."""
+
+    arch: str
+    width: float
+    batch_size: int
+    precision: str
+    members: int
+    train_step_s: float
+    eval_image_s: float
+
+
+@dataclass
+class Throughput:
+    """A throughput table: the device it was measured on and its entries (docs/planner.md)."""
+
+    device: str
+    torch: str
+    entries: list[Entry]
+    kind: str = "cpu"  # cpu | cuda
+    path: str | None = None
+    created: str | None = None
+
+
+def load_throughput(path: str | Path, kind: str | None = None) -> Throughput:
+    """A throughput table; ConfigError when it is missing, malformed or untrustworthy (`throughput.check_table`)."""
+    try:
+        doc = json.loads(Path(path).read_text(encoding="utf-8"))
+        entries = [Entry(str(e["arch"]), float(e["width"]), int(e["batch_size"]), str(e["precision"]), int(e.get(
+            "members", 1)), float(e["train_step_s"]), float(e["eval_image_s"])) for e in doc["entries"]]
+        device = str(doc["device"])
+    except FileNotFoundError:
+        raise ConfigError(f"throughput table {str(path)!r} does not exist (make one with `initmem plan "
+                          "--calibrate`)") from None
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
+        raise ConfigError(f"throughput table {str(path)!r} is invalid ({type(exc).__name__}: {exc}): "
+                          '{"device", "torch", "entries": [{"arch", "width", "batch_size", "precision", '
+                          '"members", "train_step_s", "eval_image_s"}]} is accepted') from None
+    return check_table(Throughput(device, str(doc.get("torch", "")), entries, str(doc.get("kind") or (
+        "cpu" if device.lower().startswith("cpu") else "cuda")), str(path), doc.get("created")), kind, _describe)
+
+
+def save_throughput(table: Throughput, path: str | Path) -> Path:
+    """Write `table` as JSON (atomically); returns the path."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    doc = {"device": table.device, "kind": table.kind, "torch": table.torch, "created": table.created,
+           "entries": [asdict(e) for e in table.entries]}
+    return atomic_write(path, json.dumps(doc, indent=1) + "\n")
+
+
+def _describe(e: Entry) -> str:
+    return f"{e.arch} w{e.width:g} b{e.batch_size} {e.precision}" + (f" x{e.members}" if e.members != 1 else "")
+
+
+def lookup(table: Throughput | None, config: TrainConfig, members: int = 1) -> tuple[Entry | None, str]:
+    """`config`'s entry and its source: "measured", "estimated from <entry>" (the nearest members=1 entry scaled by
+    images per step, width^2 and the arch's MACs) or "no throughput" (None)."""
+    if table is None:
+        return None, "no throughput"
+    want = (config.arch, config.width, config.batch_size, config.precision, members)
+    if found := [e for e in table.entries if (e.arch, e.width, e.batch_size, e.precision, e.members) == want]:
+        return found[0], "measured"
+    if not (singles := [e for e in table.entries if e.members == 1]):  # also a table without entries
+        return None, "no throughput"
+    near = min(singles, key=lambda e: (e.arch != config.arch, e.precision != config.precision, abs(math.log(
+        config.width / e.width)) + abs(math.log(config.batch_size / e.batch_size))))
+    flops = (config.width / near.width) ** 2 * ARCH_MACS[config.arch] / ARCH_MACS[near.arch]
+    est = Entry(*want, near.train_step_s * flops * config.batch_size / near.batch_size, near.eval_image_s * flops)
+    return est, f"estimated from {_describe(near)}"
+
+
+def device_name(device: str = "auto") -> tuple[str, str]:
+    """(name, kind) of a device ("auto" | "cpu" | "cuda" | "cuda:N"): the CUDA device's name, or "CPU <model>".
+    Only "auto" and CUDA import torch ("auto" says so on stderr); where torch is not installed, "auto" is this CPU."""
+    if device == "auto" and importlib.util.find_spec("torch") is None:
+        print("initmem plan: torch is not installed here: --device auto is this CPU", file=sys.stderr)
+        device = "cpu"
+    if device != "cpu":
+        import torch
+        if device == "auto":
+            print("initmem plan: --device auto imported torch to look for a GPU (--device cpu or --throughput FILE "
+                  "need no torch)", file=sys.stderr)
+        if torch.cuda.is_available():
+            return torch.cuda.get_device_name(torch.device(device if device != "auto" else "cuda")), "cuda"
+        if device != "auto":
+            raise ConfigError(f"device={device!r} is invalid here: CUDA is not available; 'cpu' or 'auto' is accepted")
+    return f"CPU {cpu_model() or platform.machine()}".strip(), "cpu"
+
+
+def default_table_path(name: str) -> Path:
+    """`<cache>/throughput-<device-name-slug>.json`, the cache as the data's (`imagefolder.default_cache_dir`)."""
+    cache = Path(os.environ.get("INITMEM_CACHE") or Path.home() / ".cache" / "initmem").expanduser()
+    return cache / f"throughput-{re.sub(r'[^a-z0-9]+', '-', name.lower()).strip('-')}.json"
+
+
+# ---------------------------------------------------------------------------------------------- planning
+@dataclass
+class PointPlan:
+    point_id: str
+    grid: dict[str, Any]
+    runs: int
+    run: dict[str, Any]  # run_plan of one of its runs
+    key: dict[str, Any]  # arch, width, batch_size, precision
+    members: int  # 1, or the runs of a population timed as one
+    seconds: float | None = None
+    time_source: str = "no throughput"
+
+    @property
+    def steps(self) -> int:
+        return self.runs * self.run["steps"]
+
+
+@dataclass
+class SectionPlan:
+    section: str
+    path: str
+    profile: str
+    points: list[PointPlan] = field(default_factory=list)
+
+    def totals(self) -> dict[str, Any]:
+        pts, times = self.points, [p.seconds for p in self.points]
+        return {"points": len(pts), "runs": sum(p.runs for p in pts), "steps": sum(p.steps for p in pts),
+                "eval_images": sum(p.runs * p.run["eval_images"] for p in pts),
+                "seconds": math.fsum(times) if times and None not in times else None,
+                "seconds_known": math.fsum(t for t in times if t is not None),
+                "points_without_time": sum(t is None for t in times)}
+
+
+def plan_point(point_id: str, grid: dict[str, Any], params: dict[str, Any],
+               table: Throughput | None = None) -> PointPlan:
+    """The plan of one point from its effective parameters (`Section.effective(point)`)."""
+    configs = point_configs(params)
+    c, runs, members = configs[0], len(configs), len(configs)
+    entry, source = lookup(table, c, runs) if params.get("population") and runs > 1 else (None, "")
+    if source != "measured":  # else a population of exactly this point's runs was timed: one step trains them all
+        (entry, source), members = lookup(table, c), 1
+    r = run_plan(c)
+    seconds = None if entry is None else (runs // members) * (r["steps"] * entry.train_step_s
+                                                             + r["eval_images"] * entry.eval_image_s)
+    return PointPlan(point_id, dict(grid), runs, r, {k: getattr(c, k) for k in KEY_FIELDS}, members, seconds, source)
+
+
+def plan_section(path: str | Path, profile: str, table: Throughput | None = None) -> SectionPlan:
+    """Every point of a params file's profile; SweepError/ConfigError (one line) for a bad file."""
+    from initmem.study.params import load_section
+    section = load_section(path)
+    return SectionPlan(section.name, str(path), profile, [plan_point(p.point_id, p.grid, section.effective(p), table)
+                                                          for p in section.points(profile)])
+
+
+def _point_json(p: PointPlan) -> dict[str, Any]:
+    r = dict(p.run)
+    per_run = {"steps_per_run": r.pop("steps"), "eval_images_per_run": r.pop("eval_images")}
+    return {"point_id": p.point_id, "grid": p.grid, "runs": p.runs, **r, **per_run, "steps": p.steps,
+            "eval_images": p.runs * per_run["eval_images_per_run"], "key": p.key, "members": p.members,
+            "seconds": p.seconds, "time_source": p.time_source}
+
+
+def plan_json(plans: list[SectionPlan], table: Throughput | None) -> dict[str, Any]:
+    """One JSON-ready document of the plans and their totals."""
+    sections = [{"section": s.section, "params": s.path, "profile": s.profile, "totals": s.totals(),
+                 "points": [_point_json(p) for p in s.points]} for s in plans]
+    totals = [s["totals"] for s in sections]
+    known = [t["seconds"] for t in totals]
+    total = {k: sum(t[k] for t in totals) for k in ("points", "runs", "steps", "eval_images", "points_without_time")}
+    total["seconds"] = math.fsum(known) if known and None not in known else None
+    total["seconds_known"] = math.fsum(t["seconds_known"] for t in totals)
+    dev = None if table is None else {"device": table.device, "kind": table.kind, "torch": table.torch,
+                                      "path": table.path}
+    if table is not None and table.kind == "cuda":
+        for t in (*totals, total):
+            t["gpu_hours"] = t["seconds_known"] / 3600
+    return {"throughput": dev, "sections": sections, "totals": total}
+
+
+def plural(n: int, word: str, many: str | None = None) -> str:
+    """'1 step', '2 steps', '1,200 steps' (`many`: the plural when it is not word + 's')."""
+    return f"{n:,} {word if n == 1 else many or word + 's'}"
+
+
+LEGEND = ("columns: runs = sigma_w x seed runs of the point; T_SGD = sum eta^2 / b, T_L2 = weight_decay x sum eta, "
+          "T_adapt = sum eta (the forgetting clocks one run reaches, STUDY.md); eval img/run = images one run "
+          "evaluates (train-eval + val + test at each measured epoch); time = the point's runs one after another")
+
+
+def _hms(s: float | None) -> str:
+    return ("no throughput" if s is None else f"{s:.1f} s" if s < 120 else f"{s / 60:.1f} min" if s < 7200
+            else f"{s / 3600:.1f} h")
+
+
+def format_plan(plans: list[SectionPlan], table: Throughput | None, note: str | None = None) -> str:
+    """The readable form: which throughput table (`note`), the columns' legend, one table per section, totals."""
+    doc = plan_json(plans, table)
+    lines = [note or f"throughput: {'no throughput table' if table is None else f'{table.device} ({table.path})'}",
+             LEGEND]
+    width = max([5, *(len(p.point_id) for s in plans for p in s.points)])
+    head = (f"  {'point':<{width}} {'runs':>4} {'epochs':>6} {'steps/ep':>8} {'steps/run':>10} {'T_SGD':>9} "
+            f"{'T_L2':>9} {'T_adapt':>9} {'eval img/run':>12}  time")
+    for s, d in zip(plans, doc["sections"], strict=True):
+        t = d["totals"]
+        lines += ["", f"== {s.section} [{s.profile}] {plural(t['points'], 'point')}, {plural(t['runs'], 'run')}", head]
+        for p in s.points:
+            r, c = p.run, p.run["clocks"]
+            note = "" if p.time_source in ("measured", "no throughput") else f" ({p.time_source})"
+            lines.append(f"  {p.point_id:<{width}} {p.runs:>4} {r['epochs']:>6} {r['steps_per_epoch']:>8} "
+                         f"{r['steps']:>10,} {c['T_SGD']:>9.3g} {c['T_L2']:>9.3g} {c['T_adapt']:>9.4g} "
+                         f"{r['eval_images']:>12,}  {_hms(p.seconds)}{note}")
+        lines.append(_total_line(f"{s.section} total", t))
+    lines += ["", _total_line("all total", doc["totals"])]
+    return "\n".join(lines)
+
+
+def _total_line(label: str, t: dict[str, Any]) -> str:
+    time = _hms(t["seconds"]) if t["points_without_time"] == 0 else "no throughput" if t["points_without_time"] == t[
+        "points"] else f"{_hms(t['seconds_known'])} + {plural(t['points_without_time'], 'point')} with no throughput"
+    gpu = f", {t['gpu_hours']:.1f} GPU-hours" if "gpu_hours" in t else ""
+    return (f"  {label}: {plural(t['runs'], 'run')}, {plural(t['steps'], 'step')}, "
+            f"{plural(t['eval_images'], 'image')} evaluated, time {time}{gpu}")

@@ -1,0 +1,122 @@
+"""Training a point (`run_point`): its missing runs as one population or one by one under their locks; a run that
+raises is recorded and retried later, a user error stops at once, a failed population falls back to one by one
+(`population_fallback` in each run's provenance)."""
+
+import contextlib
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from initmem.config import TrainConfig, check_members, point_configs, run_id
+from initmem.engine.trainer import train
+from initmem.errors import ConfigError, InitmemError, SweepError
+from initmem.store.folders import FAILED, RunFolders
+
+
+def run_point(params: dict[str, Any], *, results: str | Path | None = None, section: str | None = None,
+              population: bool | None = None, progress: bool | None = None) -> pd.DataFrame:
+    """Train the missing sigma_w x seed runs of the point `params` describes (a notebook's `globals()`; the keywords
+    override its `results_dir`, `section`, `population`, `progress`); its runs' `load_runs` rows, diverged ones too."""
+    if not isinstance(params, dict):
+        raise ConfigError(f"params={type(params).__name__} is invalid: a mapping of parameters is accepted")
+    return train_point(point_configs(params),
+                       results=params.get("results_dir", "results/adhoc") if results is None else results,
+                       section=params.get("section", "adhoc") if section is None else section,
+                       population=bool(params.get("population", True)) if population is None else population,
+                       progress=bool(params.get("progress", True)) if progress is None else progress)
+
+
+def train_point(configs: list[TrainConfig], *, results: str | Path, section: str, population: bool = True,
+                progress: bool = True) -> pd.DataFrame:
+    """`run_point` for an explicit list of configs (one point: they differ only in sigma_w and seed)."""
+    configs = check_members(configs)
+    owner = RunFolders(results, section)
+    for c, why in owner.set_aside_damaged(configs):
+        print(f"{_name(c)}: {why} and trained again", flush=True)
+    todo = [c for c in configs if not owner.is_complete(c)]
+    if done := [c for c in configs if c not in todo]:
+        print(f"skipping {len(done)} complete run(s): " + ", ".join(map(_name, done)), flush=True)
+    fallback: dict[str, str] = {}  # run id -> why its population failed: kept in the run's provenance
+    if population and len(todo) > 1:
+        todo = _train_population(todo, owner, progress, fallback)
+    waiting, failed = [], []
+    for i, c in enumerate(todo, 1):
+        tag = f"[{i}/{len(todo)}]"
+        if (lock := owner.lock(c)) is None:  # another process is training it: do the others first, then wait for it
+            print(f"{tag} {_name(c)}: locked by {owner.holder(c)} (training it); will wait for it after the other runs",
+                  flush=True)
+            waiting.append((tag, c))
+            continue
+        with lock:
+            _train_locked(c, owner, progress, tag, failed, fallback.get(run_id(c)))
+    for tag, c in waiting:
+        print(f"{tag} {_name(c)}: waiting for {owner.holder(c)} to finish it", flush=True)
+        with owner.lock(c, wait=True):
+            _train_locked(c, owner, progress, tag, failed, fallback.get(run_id(c)))
+    if failed:
+        raise SweepError(f"{len(failed)} of {len(configs)} run(s) of section {section!r} failed: "
+                         + "; ".join(f"{_name(c)}: {e}" for c, e in failed)
+                         + f"; each is recorded in its run folder's {FAILED} and retried by the next call")
+    return owner.load(configs)
+
+
+def _train_population(todo: list[TrainConfig], owner: RunFolders, progress: bool,
+                      fallback: dict[str, str]) -> list[TrainConfig]:
+    """Train what of `todo` one population can take; the runs left for one by one (`fallback`: run id -> its error)."""
+    rest, members = [], []
+    with contextlib.ExitStack() as held:
+        for c in todo:
+            # a single run cut short resumes exactly on its own; one another process trains is waited for
+            if owner.has_checkpoints(c) or (lock := owner.lock(c)) is None:
+                rest.append(c)
+                continue
+            held.enter_context(lock)
+            if not owner.is_complete(c):
+                members.append(c)
+        left = [c for c in todo if c in rest or c in members]  # for the one-by-one path, unless a population trains
+        if len(members) < 2:
+            return left
+        print(f"training {len(members)} runs as one population: " + ", ".join(map(_name, members)), flush=True)
+        try:
+            train(members, out_dir=owner.results, section=owner.section, progress=progress, locked=True)
+        except InitmemError:
+            raise  # a user error is the same for every run: the one-by-one path would only repeat it
+        except Exception as exc:  # noqa: BLE001 - the one-by-one path trains them, recording what fails
+            print(f"the population failed ({_line(exc)}); training its runs one after the other", flush=True)
+            fallback.update({run_id(c): _line(exc) for c in members})
+            return left
+    for c in members:
+        owner.clear_failed(c)
+    return [c for c in todo if c in rest]
+
+
+def _name(c: TrainConfig) -> str:
+    return f"sigma_w={c.sigma_w:g} seed={c.seed} ({run_id(c)})"
+
+
+def _line(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: " + (str(exc).strip().splitlines() or [""])[0]
+
+
+def _train_locked(c: TrainConfig, owner: RunFolders, progress: bool, tag: str, failed: list,
+                  fallback: str | None = None) -> None:
+    """Train one run whose lock this process holds, unless done meanwhile (`fallback`: why its population failed)."""
+    if owner.is_complete(c):
+        print(f"{tag} {_name(c)}: completed by another process meanwhile", flush=True)
+        return
+    before = owner.failed(c)
+    if progress or before:
+        again = f" (retrying: attempt {before['attempts']} failed with {before['error']})" if before else ""
+        print(f"{tag} {_name(c)}{again}", flush=True)
+    try:
+        train(c, out_dir=owner.results, section=owner.section, progress=progress, locked=True,
+              notes={"population_fallback": fallback} if fallback else None)
+    except Exception as exc:  # noqa: BLE001 - recorded; a user error stops the point, anything else is retried later
+        marker = owner.mark_failed(c, exc, _line(exc), (before or {}).get("attempts", 0) + 1)
+        if isinstance(exc, InitmemError):
+            raise
+        print(f"{tag} {_name(c)}: failed with {_line(exc)}; recorded in {marker}", flush=True)
+        failed.append((c, _line(exc)))
+        return
+    owner.clear_failed(c)
