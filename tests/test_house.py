@@ -188,7 +188,7 @@ def test_the_architecture_tables_list_every_module_in_import_order():
     order, package = [], None
     for line in text.splitlines():
         if m := re.match(r"^#+ .*`initmem/(\w+/)?`", line):
-            package = m.group(1)
+            package = m.group(1) or ""
         elif (m := re.match(r"^\| `(\w+)\.py` \|", line)) and package is not None:
             order.append(f"{package[:-1]}.{m.group(1)}" if package else m.group(1))
     graph = import_graph()

@@ -76,9 +76,11 @@ ACCS = ("train_acc_running", "train_acc", "val_acc", "test_acc")
 CORE = ("train_loss", "val_loss", "test_loss", "weight_norm")  # with every norm:<layer>: the tighter tolerance
 # optimiser, hyper-parameters (else its defaults), rtol of losses and norms, rtol of every other column
 # (sgd's losses: 1e-6 on the Intel Xeon the tolerances were first measured on, 2.5e-5 on a 2-core AMD EPYC: its
-# oneDNN kernels round differently; muon's accuracies flip 3 examples there, hence n_flip=4 below)
-OPTIMISERS = [("sgd", dict(weight_decay=1e-2), 1e-4, 5e-4), ("adam", {}, 5e-5, 1e-3), ("adamw", {}, 3e-4, 1.5e-2),
-              ("sgd_momentum", {}, 1e-3, 2e-2), ("muon", {}, 1.5e-2, 0.2)]
+# oneDNN kernels round differently; muon's accuracies flip 3 examples there, hence n_flip=4 below; another 2-core
+# AMD EPYC measured sgd's step_angle at 8.9e-4 and sgd_momentum's val_loss at 1.8e-3, on the sigma_w 2.5 member whose
+# loss is ~60 at epoch 2: a chaotic network amplifies the rounding, so those two tolerances are 2x that)
+OPTIMISERS = [("sgd", dict(weight_decay=1e-2), 1e-4, 2e-3), ("adam", {}, 5e-5, 1e-3), ("adamw", {}, 3e-4, 1.5e-2),
+              ("sgd_momentum", {}, 4e-3, 2e-2), ("muon", {}, 1.5e-2, 0.2)]
 PINNED_TORCH = torch.__version__.split("+")[0] == "2.14.1"
 OFF_PIN = {"sgd": (5e-4, 3e-3), "sgd_momentum": (6e-3, 2e-2)}  # (rtol of losses/norms, of the rest) on another torch
 
