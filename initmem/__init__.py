@@ -36,6 +36,8 @@ API = {
     "load_cifar10": ".data.sources",
     "train": ".engine.trainer",
     "run_point": ".study.point",
+    "checked_parameters": ".study.notebook",
+    "show_point": ".analysis.point_report",
     **dict.fromkeys(["FigureBook", "make_figures"], ".figures.artefacts"),
 }
 __all__ = sorted(API)

@@ -43,11 +43,9 @@ momentum = None
 weight_decay = None
 
 # %%
-from initmem.analysis import point_report
-from initmem.study.notebook import checked_parameters
-from initmem.study.point import run_point
+import initmem
 
-runs = run_point(checked_parameters(globals()))  # a misspelt or mistyped -p is refused here, before training
+runs = initmem.run_point(initmem.checked_parameters(globals()))  # a misspelt or mistyped -p is refused here, before training
 
 # %%
-point_report.show_point(runs)  # per sigma_w, the point's figure, per run, and its numbers
+initmem.show_point(runs)  # per sigma_w, the point's figure, per run, and its numbers

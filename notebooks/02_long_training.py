@@ -45,14 +45,13 @@ optimizer = "sgd"
 lr = None  # None: the optimiser's STUDY.md default (sgd: 0.01)
 
 # %%
-from initmem.analysis import display, point_report, tables
-from initmem.study.notebook import checked_parameters
-from initmem.study.point import run_point
+import initmem
+from initmem.analysis import display, tables
 
-runs = run_point(checked_parameters(globals()))  # a misspelt or mistyped -p is refused here, before training
+runs = initmem.run_point(initmem.checked_parameters(globals()))  # a misspelt or mistyped -p is refused here, before training
 
 # %%
-point_report.show_point(runs)  # per sigma_w, the point's figure, per run, and its numbers
+initmem.show_point(runs)  # per sigma_w, the point's figure, per run, and its numbers
 
 # %% [markdown]
 # The spread at each epoch mark: finding 3 predicts it stays flat as training goes on, while `T_SGD` grows.

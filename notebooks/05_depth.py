@@ -41,14 +41,13 @@ width = 0.25  # channel multiplier (ResNet-20's narrowest layer has 16 channels 
 optimizer = "sgd"  # sgd | adam
 
 # %%
+import initmem
 from initmem.analysis import point_report
-from initmem.study.notebook import checked_parameters
-from initmem.study.point import run_point
 
-runs = run_point(checked_parameters(globals()))  # a misspelt or mistyped -p is refused here, before training
+runs = initmem.run_point(initmem.checked_parameters(globals()))  # a misspelt or mistyped -p is refused here, before training
 
 # %%
-point_report.show_point(runs)  # per sigma_w, the point's figure, per run, and its numbers
+initmem.show_point(runs)  # per sigma_w, the point's figure, per run, and its numbers
 
 # %% [markdown]
 # Which runs interpolate and which fail to (`failed_to_interpolate`): finding 6 predicts failures at large

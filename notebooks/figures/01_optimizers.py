@@ -21,7 +21,7 @@
 # paper's spreads drawn beside ours), **F2** (weight norm over training, SGD beside Adam), **F3** (final against
 # initial norm, with the radial-memory slope), **F9** (training and validation curves of an SGD/Adam pair) and
 # **F10** (the angle from initialisation over training per optimiser and σ_w, where the runs have the instrument).
-# All computation lives in `initmem.analysis.tables` and `initmem.analysis.plots`, the writing in `initmem.figures.artefacts`; run every figure
+# All computation lives in `initmem.analysis` (tables and plots), the writing in `initmem.figures`; run every figure
 # notebook with `initmem figures --results results/cpu --out figures`.
 #
 # Relative paths are relative to the repository root wherever this runs (`FigureBook`); `figures` is the committed
@@ -33,7 +33,7 @@ out_dir = "figures"
 
 # %%
 from initmem.analysis import instrument_plots, plots, tables
-from initmem.figures.artefacts import FigureBook
+from initmem import FigureBook
 
 s = FigureBook(results_dir, out_dir, "01_optimizers")
 

@@ -29,7 +29,7 @@ out_dir = "figures"
 
 # %%
 from initmem.analysis import tables
-from initmem.figures.artefacts import FigureBook
+from initmem import FigureBook
 
 s = FigureBook(results_dir, out_dir, "02_long_training")
 

@@ -27,7 +27,7 @@ out_dir = "figures"
 
 # %%
 from initmem.analysis import plots, tables
-from initmem.figures.artefacts import FigureBook
+from initmem import FigureBook
 
 s = FigureBook(results_dir, out_dir, "05_depth")
 

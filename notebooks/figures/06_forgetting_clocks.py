@@ -48,7 +48,7 @@ out_dir = "figures"
 from functools import cache
 
 from initmem.analysis import display, instrument_plots, instrument_tables, plots
-from initmem.figures.artefacts import FigureBook
+from initmem import FigureBook
 
 s = FigureBook(results_dir, out_dir)
 
