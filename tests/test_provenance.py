@@ -52,7 +52,7 @@ def test_a_modified_tree_records_its_diff_and_the_training_paths_diff(tmp_path):
     (tmp_path / "notes.md").write_text("b\n")
     d = provenance.git_diff(tmp_path)
     assert d["sha256"] == hashlib.sha256(git("diff", "HEAD", "--no-color", "--no-ext-diff")).hexdigest()
-    assert d["files"] == ["initmem/engine/trainer.py", "notes.md"]
+    assert d["files"] == ["initmem/train.py", "notes.md"]
     assert "-lr = 0.1" in d["training_path"] and "+lr = 0.2" in d["training_path"] and "notes" not in d[
         "training_path"]
     assert d["training_path_sha256"] == hashlib.sha256(d["training_path"].encode()).hexdigest()
