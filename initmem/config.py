@@ -49,7 +49,7 @@ _OPT_FIELDS = ("lr", "momentum", "weight_decay")  # None → the optimiser's STU
 
 # Fields that cannot change a result beyond float rounding: not in the run id, so a rerun elsewhere is the same run.
 RUN_ID_EXCLUDE = frozenset({"device", "eval_batch_size", "checkpoint_every", "data_root", "channels_last", "compile",
-                            "deterministic"})
+                            "deterministic", "full_test"})
 MEMBER_FIELDS = ("sigma_w", "seed")  # the fields the members of one population may differ in
 
 
@@ -100,6 +100,10 @@ class TrainConfig:
                                            "size; None: the whole split")
     eval_every: int = _f(1, "measure train/val/test every N epochs (and at the last): tau_interp and the best "
                             "epoch are then read on that grid", id_default=1)
+    full_test: bool = _f(False, "at every epoch a selection rule can pick (metrics.selectable), also evaluate the "
+                                "whole test set of the source (all 10,000 CIFAR-10 test images), not only the n_test "
+                                "subset: history columns test_loss_full/test_acc_full (NaN at other epochs); changes "
+                                "no training step", id_default=False)
     # run
     batch_size: int = _f(128, "minibatch size b (enters T_SGD)")
     epochs: int = _f(200, "training epochs")
@@ -253,7 +257,7 @@ def _check_data_and_engine(c: TrainConfig, check: _Check) -> None:
     check.integer("n_val", NUM_CLASSES, hi=10**7)
     check.integer("n_test", NUM_CLASSES, optional=True, hi=10**7)
     check.integer("split_seed", 0)
-    check.flag("augment", "drop_last")
+    check.flag("augment", "drop_last", "full_test")
     check.integer("train_eval_size", NUM_CLASSES, optional=True, hi=10**7)
     check.integer("eval_every", 1, hi=c.epochs)
     check.integer("batch_size", 1, hi=10**7)

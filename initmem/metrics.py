@@ -14,7 +14,9 @@ SUMMARY_KEYS = ("best_epoch", "test_acc_at_best", "val_loss_at_best", "val_acc_a
                 "final_test_acc", "T_SGD", "T_L2", "T_adapt", "diverged_epoch", "epochs_run", "steps", "wall_time_s")
 # Summary keys added after the first results: computed where the history has their columns, else None.
 EXTRA_CLOCKS = ("T_SGD_eff", "T_L2_eff", "T_adapt_eff")
-DIAGNOSTIC_KEYS = ("angle_at_best", "angle_final", "Theta_final", *EXTRA_CLOCKS)
+DIAGNOSTIC_KEYS = ("angle_at_best", "angle_final", "Theta_final", *EXTRA_CLOCKS, "test_acc_full_at_best")
+# History columns of TrainConfig.full_test (the whole test set at the epochs `selectable` marks); absent without it.
+FULL_TEST_COLUMNS = ("test_loss_full", "test_acc_full")
 
 
 def _floats(name: str, values) -> np.ndarray:
@@ -67,27 +69,68 @@ def _rule_values(h: pd.DataFrame, rule: str) -> np.ndarray:
                                                         np.nan)
 
 
-def test_at_best(history: pd.DataFrame, upto: int | None = None, rule: str = DEFAULT_RULE) -> float:
-    """test_acc at the row (epoch >= 1, and <= upto if given) that `rule` selects (`best_epoch`); the rules but the
-    default skip rows whose val_loss is not finite (a diverged epoch's accuracy is a broken network's)."""
+def _column(history: pd.DataFrame, column: str) -> str:
+    if column not in history.columns:
+        raise ConfigError(f"column={column!r} is invalid: the history has no such column; one of its test columns "
+                          f"({', '.join(c for c in ('test_acc', *FULL_TEST_COLUMNS) if c in history.columns)}) is "
+                          "accepted (test_acc_full needs a run trained with full_test)")
+    return column
+
+
+def test_at_best(history: pd.DataFrame, upto: int | None = None, rule: str = DEFAULT_RULE,
+                 column: str = "test_acc") -> float:
+    """`column` (test_acc; test_acc_full: the whole test set) at the row (epoch >= 1, and <= upto if given) that `rule`
+    selects (`best_epoch`); the rules but the default skip rows whose val_loss is not finite (a diverged epoch's
+    accuracy is a broken network's)."""
     h = _trained(history, upto)
-    return float(h["test_acc"].iloc[best_epoch(_rule_values(h, rule), rule) - 1])
+    return float(h[_column(history, column)].iloc[best_epoch(_rule_values(h, rule), rule) - 1])
 
 
 test_at_best.__test__ = False  # a metric, not a test: stops pytest collecting it where a test module imports it
 
 
-def test_at_best_by_epoch(history: pd.DataFrame, rule: str = DEFAULT_RULE) -> pd.Series:
-    """`test_at_best(history, upto=e, rule=rule)` at every measured epoch e >= 1 (NaN where none is usable)."""
+def test_at_best_by_epoch(history: pd.DataFrame, rule: str = DEFAULT_RULE, column: str = "test_acc") -> pd.Series:
+    """`test_at_best(history, upto=e, rule=rule, column=column)` at every measured epoch e >= 1 (NaN where none is
+    usable; with test_acc_full, also where the "last" rule picks an epoch before the run's last)."""
     h = _trained(history)
     values = _rule_values(h, rule)
-    test = h["test_acc"].to_numpy(dtype=float)
+    test = h[_column(history, column)].to_numpy(dtype=float)
     out = [float(test[best_epoch(values[:i + 1], rule) - 1]) if not np.isnan(values[:i + 1]).all() else math.nan
            for i in range(len(values))]
     return pd.Series(out, index=h["epoch"].to_numpy(), name=f"test_acc_{rule}", dtype=float)
 
 
 test_at_best_by_epoch.__test__ = False
+
+
+def _new_best(values: np.ndarray, larger: bool) -> np.ndarray:
+    """Per position, whether it holds the first occurrence of a new best among the non-NaN values so far."""
+    out, best = np.zeros(len(values), dtype=bool), None
+    for i, v in enumerate(values):
+        if not np.isnan(v) and (best is None or (v > best if larger else v < best)):
+            out[i], best = True, v
+    return out
+
+
+def selectable(history: pd.DataFrame, final: bool = True, threshold: float = 0.995) -> np.ndarray:
+    """Per row of `history` (epoch order), whether a selection rule can pick it, reading only the rows up to it (so a
+    run can decide online, and a resumed one decides the same): a new lowest val_loss or highest val_acc
+    (`SELECTION_RULES`, first on ties, epochs >= 1), the last row if `final` (the "last" rule; when its val_loss is
+    not finite that rule picks an earlier row, not marked), and from tau_interp on (`interpolation_epoch`) a new
+    lowest val_loss among those epochs. Epoch 0, which no rule picks, is marked: the initialisation's reference."""
+    h = history.sort_values("epoch")
+    trained = (h["epoch"] >= 1).to_numpy()
+    t = h[trained]
+    vl, va = _rule_values(t, DEFAULT_RULE), _rule_values(t, "val_acc")
+    pick = _new_best(vl, larger=False) | _new_best(va, larger=True)
+    tau = interpolation_epoch(t["train_acc"].to_numpy(dtype=float), threshold)
+    if tau is not None:
+        pick[tau - 1:] |= _new_best(vl[tau - 1:], larger=False)
+    if final and len(pick):
+        pick[-1] = True
+    out = np.ones(len(h), dtype=bool)
+    out[trained] = pick
+    return out
 
 
 def spread(values: Sequence[float]) -> float:
@@ -218,6 +261,7 @@ def summarize_history(history: pd.DataFrame, threshold: float = 0.995) -> dict:
         "angle_at_best": at_best("angle") if "angle" in h else None,
         **{k: _num(_last_finite(trained if len(trained) else h)[c]) if c in h else None
            for k, c in (("angle_final", "angle"), ("Theta_final", "Theta"), *((c, c) for c in EXTRA_CLOCKS))},
+        "test_acc_full_at_best": at_best("test_acc_full") if "test_acc_full" in h else None,
     }
 
 

@@ -242,10 +242,12 @@ def test_summarize_history():
 
 def test_summarize_history_reads_the_diagnostics_at_the_best_and_the_last_finite_epoch():
     h = _history(angle=[0.0, 10.0, 20.0, 30.0, 40.0], Theta=[0.0, 0.2, 0.4, 0.6, 0.8],
-                 T_SGD_eff=[0.0, 1.0, 2.0, 3.0, 4.0], T_L2_eff=[0.0] * 5, T_adapt_eff=[0.0, 10.0, 20.0, 30.0, 40.0])
+                 T_SGD_eff=[0.0, 1.0, 2.0, 3.0, 4.0], T_L2_eff=[0.0] * 5, T_adapt_eff=[0.0, 10.0, 20.0, 30.0, 40.0],
+                 test_acc_full=[0.1, nan, 0.62, nan, 0.65])  # full_test: the whole test set where a rule can pick
     s = summarize_history(h)
     assert {k: s[k] for k in DIAGNOSTIC_KEYS} == {"angle_at_best": 20.0, "angle_final": 40.0, "Theta_final": 0.8,
-                                                  "T_SGD_eff": 4.0, "T_L2_eff": 0.0, "T_adapt_eff": 40.0}
+                                                  "T_SGD_eff": 4.0, "T_L2_eff": 0.0, "T_adapt_eff": 40.0,
+                                                  "test_acc_full_at_best": 0.62}
     # diverged at epoch 4 (NaN losses, NaN angle): the final values are epoch 3's
     bad = h.assign(train_loss=[nan, 2.0, 1.0, 0.5, nan], val_loss=[2.3, 1.5, 1.2, 1.3, nan],
                    angle=[0.0, 10.0, 20.0, 30.0, nan], Theta=[0.0, 0.2, 0.4, 0.6, nan])

@@ -332,10 +332,10 @@ def test_run_id_excludes_only_fields_that_cannot_change_the_result():
     assert run_id(base) == run_id(TrainConfig(**TINY)) and len(run_id(base)) == 12
     int(run_id(base), 16)
     same = base.replace(device="auto", eval_batch_size=7, checkpoint_every=3, data_root="x", channels_last=False,
-                        compile=True, deterministic=True)
+                        compile=True, deterministic=True, full_test=True)
     assert run_id(same) == run_id(base)
     assert RUN_ID_EXCLUDE == {"device", "eval_batch_size", "checkpoint_every", "data_root", "channels_last",
-                              "compile", "deterministic"}
+                              "compile", "deterministic", "full_test"}  # full_test: tests/test_full_test.py
     for change in (dict(sigma_w=2.0), dict(seed=1), dict(lr=0.1), dict(augment=True), dict(precision="bf16"),
                    dict(eval_every=2)):
         assert run_id(base.replace(**change)) != run_id(base), change

@@ -33,6 +33,8 @@ class Splits:
     std: torch.Tensor  # per-channel std (population) of the train split, same units
     source: str
     classes: tuple[str, ...] = CIFAR10_CLASSES
+    full_test_x: torch.Tensor | None = None  # every test image of the source (make_splits' full_test), else None
+    full_test_y: torch.Tensor | None = None
 
     def __repr__(self) -> str:
         n_eval = "all" if self.train_eval_idx is None else len(self.train_eval_idx)
@@ -85,9 +87,10 @@ def resolve_device(device: str | torch.device) -> torch.device:
 
 def make_splits(data: Cifar10, n_val: int = 5000, n_train: int | None = None, n_test: int | None = None,
                 split_seed: int = 0, device: str | torch.device = "cpu",
-                train_eval_size: int | None = None) -> Splits:
+                train_eval_size: int | None = None, full_test: bool = False) -> Splits:
     """Stratified train/validation split by `split_seed`, stratified subsets (`n_train`, `n_test`, `train_eval_size` of
-    the train split for clean train accuracy), all normalised by the train split's channel mean/std, on `device`."""
+    the train split for clean train accuracy), all normalised by the train split's channel mean/std, on `device`;
+    with `full_test`, every test image too (`full_test_x`/`_y`: the test tensors themselves when n_test is None)."""
     if not isinstance(data, Cifar10):
         raise ConfigError(f"data={type(data).__name__} is invalid: a Cifar10 from load_cifar10 is accepted")
     check_int("split_seed", split_seed, -(2**63), 2**63 - 1)
@@ -116,12 +119,15 @@ def make_splits(data: Cifar10, n_val: int = 5000, n_train: int | None = None, n_
     def prep(x: torch.Tensor) -> torch.Tensor:  # move as uint8 (4x less traffic), normalise on the device
         return x.to(dev).float().sub_(m).div_(s)
 
+    test_x, test_y = prep(data.test_x[test_idx]), data.test_y[test_idx].to(dev)
+    full_x, full_y = (None, None) if not full_test else (test_x, test_y) if n_test is None else (
+        prep(data.test_x), data.test_y.to(dev))
     return Splits(
         train_x=prep(train_u8), train_y=data.train_y[train_idx].to(dev),
-        val_x=prep(data.train_x[val_idx]), val_y=data.train_y[val_idx].to(dev),
-        test_x=prep(data.test_x[test_idx]), test_y=data.test_y[test_idx].to(dev),
+        val_x=prep(data.train_x[val_idx]), val_y=data.train_y[val_idx].to(dev), test_x=test_x, test_y=test_y,
         train_eval_idx=None if eval_idx is None else eval_idx.to(dev),
-        mean=mean, std=std, source=data.source, classes=data.classes)
+        mean=mean, std=std, source=data.source, classes=data.classes,
+        full_test_x=full_x, full_test_y=full_y)
 
 
 def channel_stats(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

@@ -10,6 +10,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Self
 
+import pandas as pd
 import torch
 
 from initmem import metrics
@@ -18,6 +19,7 @@ from initmem.data import splits as _data
 from initmem.engine import checkpoint as _ckpt
 from initmem.engine import members, optim, runtime
 from initmem.engine.instruments import Instruments
+from initmem.errors import ConfigError
 from initmem.store import record
 
 _FINITE = ("train_loss", "val_loss", "test_loss", "weight_norm")  # a row with any of these non-finite: diverged
@@ -71,6 +73,7 @@ class Loop:
     wall_time: float = 0.0  # seconds of training and evaluation before this process's clock started
     t0: float = field(default_factory=time.perf_counter)  # when this process's clock started
     checked: bool = False  # check_device ran after a step (the optimiser's state exists from the first step on)
+    full_eval: tuple[torch.Tensor, torch.Tensor] | None = None  # every test image (full_test), else None
 
     @classmethod
     def build(cls, configs: list[TrainConfig], dev: torch.device, splits: _data.Splits) -> Self:
@@ -90,14 +93,19 @@ class Loop:
         clocks = [metrics.ClockAccumulator(c.batch_size, c.weight_decay, metrics.lr_scale(c.optimizer, c.momentum))
                   for c in configs]
         n = len(splits.train_y)
+        if cfg.full_test and splits.full_test_x is None:
+            raise ConfigError("TrainConfig.full_test=True is invalid with these splits: splits made by "
+                              "make_splits(..., full_test=True) are accepted")
+        full_eval = (splits.full_test_x, splits.full_test_y) if cfg.full_test else None
         return cls(configs, cfg, k, seeds, n, _data.steps_per_epoch(n, cfg.batch_size, cfg.drop_last), dev, splits,
                    evals, pop, net, opt, Instruments(pop.weights, k, pop.layers), clocks, order_gen,
-                   aug_gen, torch.ones(k, device=dev), list(range(k)), ["complete"] * k, [[] for _ in range(k)])
+                   aug_gen, torch.ones(k, device=dev), list(range(k)), ["complete"] * k, [[] for _ in range(k)],
+                   full_eval=full_eval)
 
     def columns(self) -> list[str]:
         """The history's columns, in order."""
         return [*record.HISTORY_COLUMNS, *metrics.EXTRA_CLOCKS, *(f"norm:{n}" for n in self.pop.layers),
-                *self.instruments.columns()]
+                *self.instruments.columns(), *(metrics.FULL_TEST_COLUMNS if self.full_eval is not None else ())]
 
     def elapsed(self) -> float:
         """Seconds of training and evaluation so far (this process's and those before it)."""
@@ -105,7 +113,8 @@ class Loop:
 
     def _tensors(self) -> Iterator[tuple[str, torch.Tensor]]:
         yield from ((f"data {name}", t) for name in ("train_x", "train_y", "val_x", "val_y", "test_x", "test_y",
-                                                     "train_eval_idx") if (t := getattr(self.splits, name)) is not None)
+                                                     "train_eval_idx", "full_test_x", "full_test_y")
+                    if (t := getattr(self.splits, name)) is not None)
         for i, (x, y) in enumerate(self.evals):
             yield f"evaluation split {i} images", x
             yield f"evaluation split {i} labels", y
@@ -196,41 +205,69 @@ class Loop:
         self.epoch += 1
         return sums, lr
 
+    def _evaluate(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        """[K, 2] float64 on the device: each member's mean loss and accuracy on (x, y), in eval_batch_size chunks
+        (the model in eval mode, under no_grad: the caller's)."""
+        cfg, pop = self.cfg, self.pop
+        total = torch.zeros(self.k, 2, dtype=torch.float64, device=self.dev)
+        for i in range(0, len(x), cfg.eval_batch_size):
+            xb, yb = x[i:i + cfg.eval_batch_size], y[i:i + cfg.eval_batch_size]
+            if cfg.compile and len(xb) < cfg.eval_batch_size:  # the tail padded to the compiled shape: in eval
+                xb = torch.cat([xb, xb.new_zeros(cfg.eval_batch_size - len(xb), *xb.shape[1:])])  # mode the
+            if cfg.channels_last:  # rows are independent (BatchNorm uses its running stats), so padding is inert
+                xb = xb.contiguous(memory_format=torch.channels_last)
+            self.step_begin()
+            with runtime.autocast(cfg, self.dev):
+                out = self.net(xb)[:len(yb)].float()  # evaluation shares one 3-channel input across members
+            total += torch.stack([pop.losses(out, yb, "sum"), pop.correct(out, yb)], 1).double()
+        return total / len(x)
+
     @torch.no_grad()
     def readings(self, sums: torch.Tensor | None) -> torch.Tensor:
         """[K, values] float64 on the device: every measured number of the members' rows but the clocks."""
-        cfg, pop, k = self.cfg, self.pop, self.k
+        pop, k = self.pop, self.k
         pop.model.eval()
         parts = [torch.full((k, 2), math.nan, dtype=torch.float64, device=self.dev) if sums is None else sums / self.n]
-        for x, y in self.evals:
-            total = torch.zeros(k, 2, dtype=torch.float64, device=self.dev)
-            for i in range(0, len(x), cfg.eval_batch_size):
-                xb, yb = x[i:i + cfg.eval_batch_size], y[i:i + cfg.eval_batch_size]
-                if cfg.compile and len(xb) < cfg.eval_batch_size:  # the tail padded to the compiled shape: in eval
-                    xb = torch.cat([xb, xb.new_zeros(cfg.eval_batch_size - len(xb), *xb.shape[1:])])  # mode the
-                if cfg.channels_last:  # rows are independent (BatchNorm uses its running stats), so padding is inert
-                    xb = xb.contiguous(memory_format=torch.channels_last)
-                self.step_begin()
-                with runtime.autocast(cfg, self.dev):
-                    out = self.net(xb)[:len(yb)].float()  # evaluation shares one 3-channel input across members
-                total += torch.stack([pop.losses(out, yb, "sum"), pop.correct(out, yb)], 1).double()
-            parts.append(total / len(x))
+        parts += [self._evaluate(x, y) for x, y in self.evals]
         norms = torch.stack([members.member_view(w, k).norm(dim=1) for w in pop.weights], 1).double()  # [K, L]
         parts += [norms.square().sum(1, keepdim=True).sqrt(), norms, self.instruments.read()]
         return torch.cat(parts, 1)
 
     def measure(self, sums: torch.Tensor | None, lr: float) -> list[dict]:
-        """Every member's history row, read from the device in one sync."""
+        """Every member's history row, read from the device in one sync (with full_test, a second where a selection
+        rule can pick a member's row: `full_test`)."""
         values = self.readings(sums).tolist()  # the one host sync of a measured epoch
         wall = self.elapsed()  # after the sync: on a GPU the queued work has run only now
         columns, rows = self.columns(), []
+        full = metrics.FULL_TEST_COLUMNS if self.full_eval is not None else ()
         for i, v in enumerate(values):
             row = dict(epoch=self.epoch, step=self.step, lr=lr, train_loss=v[0], train_acc_running=v[1],
                        train_acc=v[3], val_loss=v[4], val_acc=v[5], test_loss=v[6], test_acc=v[7],
                        weight_norm=v[8], **self.clocks[i].totals(), wall_time=wall)
-            row.update(zip(columns[len(row):], v[9:], strict=True))
-            rows.append(row)
+            row.update(zip(columns[len(row):len(columns) - len(full)], v[9:], strict=True))
+            rows.append({**row, **dict.fromkeys(full, math.nan)})
+        if self.full_test(rows):
+            wall = self.elapsed()  # the whole test set's evaluation counts in this epoch's time
+            for row in rows:
+                row["wall_time"] = wall
         return rows
+
+    @torch.no_grad()
+    def full_test(self, rows: list[dict]) -> bool:
+        """With full_test, each alive member's whole-test-set loss and accuracy in its row where a selection rule can
+        pick it (`metrics.selectable` over its history and this row; the last epoch, or a non-finite row, is final).
+        Reads no generator and leaves the model in eval mode: training goes on exactly as without it. Whether it
+        evaluated."""
+        if self.full_eval is None:
+            return False
+        pick = [j for j in self.alive if metrics.selectable(pd.DataFrame([*self.histories[j], rows[j]]), final=(
+            self.epoch >= self.cfg.epochs or not all(math.isfinite(rows[j][c]) for c in _FINITE)))[-1]]
+        if pick:
+            self.pop.model.eval()
+            values = self._evaluate(*self.full_eval).tolist()  # a second host sync, at the picked epochs only
+            for j in pick:
+                rows[j].update(zip(metrics.FULL_TEST_COLUMNS, values[j], strict=True))
+        return bool(pick)
 
     def record(self, rows: list[dict]) -> list[int]:
         """Append each alive member's row (those members are returned); a non-finite row silences its member."""

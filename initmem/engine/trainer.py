@@ -116,7 +116,8 @@ def _build(configs: list[TrainConfig], owner: RunFolders, progress: bool, notes:
     prov.update(runtime.engine_settings(cfg, dev))
     synthetic_sizes = (cfg.n_val + (cfg.n_train or 2000), cfg.n_test or 500)  # synthetic data: as the splits ask
     data = _data.load_cifar10(cfg.data_root, cfg.data, progress=progress, synthetic_sizes=synthetic_sizes)
-    splits = _data.make_splits(data, cfg.n_val, cfg.n_train, cfg.n_test, cfg.split_seed, dev, cfg.train_eval_size)
+    splits = _data.make_splits(data, cfg.n_val, cfg.n_train, cfg.n_test, cfg.split_seed, dev, cfg.train_eval_size,
+                               cfg.full_test)
     prov.update(data_source=data.source, data_hash=data.content_hash, **({"population": k} if k > 1 else {}),
                 **(notes or {}))
     n = len(splits.train_y)

@@ -15,7 +15,7 @@ from initmem.errors import ConfigError, InitmemError, SweepError
 from initmem.study.notebook import SCIENTIFIC, Parameter, check_parameters, notebook_parameters, parameters_digest
 from initmem.study.notebook import SECTION_REQUIRED as REQUIRED  # what every section notebook must declare
 
-PROFILE_KEYS = ("fixed", "grid")
+PROFILE_KEYS = ("fixed", "grid", "points")
 SWEEP_SET = ("results_dir", "section")  # set by the sweep, never by a profile
 
 
@@ -124,14 +124,15 @@ class Section:
         return Path(results).resolve() if results is not None else self.root / "results" / profile
 
     def points(self, profile: str, results: str | Path | None = None) -> list[Point]:
-        """The cartesian product of the profile's grid, each point with `fixed` values and where to write."""
+        """The cartesian product of the profile's grid (with each of its `points` entries, if any), each point with
+        `fixed` values and where to write."""
         if profile not in self.profiles:
             raise SweepError(f"{self.path}: unknown profile {profile!r}; profiles: {', '.join(self.profiles)}")
         spec, out = self.profiles[profile], self.results_for(profile, results)
         results_dir = str(out.relative_to(self.root)) if out.is_relative_to(self.root) else str(out)
         defaults, points = {k: p.default for k, p in self.declared.items()}, []
-        for combo in itertools.product(*spec["grid"].values()):
-            values = dict(zip(spec["grid"], combo, strict=True))
+        for combo, extra in itertools.product(itertools.product(*spec["grid"].values()), spec.get("points") or [{}]):
+            values = {**dict(zip(spec["grid"], combo, strict=True)), **extra}
             params = {**spec["fixed"], **values, "results_dir": results_dir, "section": self.name}
             label = re.sub(r"[^A-Za-z0-9._+-]+", "-", "_".join(f"{k}-{_fmt(v)}" for k, v in values.items()) or "base")
             points.append(Point(self.name, f"{label[:80]}_{parameters_digest({**defaults, **params})}", params, values))
@@ -160,7 +161,8 @@ def _check_profile(path: Path, name: Any, spec: Any, declared: dict[str, Paramet
     fixed, grid = spec.get("fixed") or {}, spec.get("grid") or {}
     if not isinstance(fixed, dict) or not isinstance(grid, dict):
         raise SweepError(f"{where}'fixed' and 'grid' must be mappings")
-    if ours := [k for k in (*fixed, *grid) if k in SWEEP_SET]:
+    points = _check_points(where, spec.get("points"), fixed, grid, declared)
+    if ours := [k for k in (*fixed, *grid, *(k for p in points for k in p)) if k in SWEEP_SET]:
         raise SweepError(f"{where}{ours[0]!r} is set by the sweep (--results / the section name), not by a profile")
     if both := set(fixed) & set(grid):
         raise SweepError(f"{where}{sorted(both)} are both fixed and in the grid; keep each in one place")
@@ -175,7 +177,25 @@ def _check_profile(path: Path, name: Any, spec: Any, declared: dict[str, Paramet
         if repeat := next((i for i in range(1, len(keys)) if keys[i] in keys[:i]), None):
             raise SweepError(f"{where}grid {k!r} repeats {values[repeat]!r} (in {values!r}): distinct values are "
                              "accepted; a repeated one would run the same point twice")
-    return {"fixed": fixed, "grid": new_grid}
+    return {"fixed": fixed, "grid": new_grid, **({"points": points} if points else {})}
+
+
+def _check_points(where: str, points: Any, fixed: dict, grid: dict, declared: dict[str, Parameter]) -> list[dict]:
+    """A profile's `points`: points that are no product (two (optimizer, lr) pairs), each a mapping of parameters
+    set in neither `fixed` nor `grid`, all distinct; the profile runs the grid's product with each of them."""
+    if points is None:
+        return []
+    if not isinstance(points, list) or not points or not all(isinstance(p, dict) and p for p in points):
+        raise SweepError(f"{where}points={points!r} is invalid: a non-empty list of non-empty mappings (parameter: "
+                         "value) is accepted")
+    if both := sorted({k for p in points for k in p} & {*fixed, *grid}):
+        raise SweepError(f"{where}{both} are both in points and fixed or in the grid; keep each in one place")
+    checked = [check_parameters(p, declared, where) for p in points]
+    keys = [_key(p) for p in checked]
+    if repeat := next((i for i in range(1, len(keys)) if keys[i] in keys[:i]), None):
+        raise SweepError(f"{where}points repeats {points[repeat]!r}: distinct points are accepted; a repeated one "
+                         "would run the same point twice")
+    return checked
 
 
 def load_section(path: str | Path) -> Section:
