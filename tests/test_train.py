@@ -406,7 +406,7 @@ def test_the_cublas_workspace_is_set_when_the_engine_is_imported_and_a_users_val
         assert out.returncode == 0 and out.stdout.strip() == expected, out.stderr[-2000:]
 
 
-def test_tf32_uses_fp32_precision_where_torch_has_it_and_the_legacy_setters_only_where_not(monkeypatch):
+def test_tf32_uses_fp32_precision_where_torch_has_it_after_the_legacy_setters_and_those_alone_where_not(monkeypatch):
     import types
     import warnings
 
@@ -417,6 +417,7 @@ def test_tf32_uses_fp32_precision_where_torch_has_it_and_the_legacy_setters_only
             warnings.simplefilter("error")  # the deprecated setters would warn on torch >= 2.9
             assert runtime.set_tf32(True) == "fp32_precision"
             assert (matmul.fp32_precision, conv.fp32_precision) == ("tf32", "tf32")
+            assert torch.backends.cudnn.allow_tf32 and matmul.allow_tf32  # the legacy getters read it too
             runtime.engine_settings(TrainConfig(**TINY), torch.device("cpu"))  # fp32: strict IEEE
             assert (matmul.fp32_precision, conv.fp32_precision) == ("ieee", "ieee")
     finally:
@@ -426,6 +427,26 @@ def test_tf32_uses_fp32_precision_where_torch_has_it_and_the_legacy_setters_only
     monkeypatch.setattr(runtime.torch.backends, "cudnn", old_cudnn)
     assert runtime.set_tf32(True) == "allow_tf32" and old_matmul.allow_tf32 is True and old_cudnn.allow_tf32 is True
     assert not hasattr(old_matmul, "fp32_precision") and not hasattr(old_cudnn, "conv")
+
+
+@pytest.mark.parametrize("precision", ["fp32", "tf32", "bf16"])
+def test_every_tf32_getter_is_readable_and_agrees_after_the_engine_settings(precision):
+    """torch 2.14: after the new `fp32_precision` setters alone, `cudnn.allow_tf32`, `matmul.allow_tf32` and
+    `get_float32_matmul_precision()` (which inductor reads when it compiles) raise RuntimeError. The setters work
+    without a GPU, so every precision is set here (tf32 on a stand-in device: the CUDA-only check is run_device's)."""
+    on = precision == "tf32"
+    try:
+        config = TrainConfig(**{**TINY, "device": "auto" if on else "cpu", "precision": precision})
+        runtime.engine_settings(config, torch.device("cpu"))
+        state = runtime.tf32_state()  # raises if any getter does
+        assert state["cudnn.allow_tf32"] is on and state["cuda.matmul.allow_tf32"] is on
+        assert state["float32_matmul_precision"] == ("high" if on else "highest")
+        news = {key: v for key, v in state.items() if key.endswith("fp32_precision")}
+        assert len(news) >= 2 or not hasattr(torch.backends.cuda.matmul, "fp32_precision")
+        assert set(news.values()) <= {"tf32" if on else "ieee"}, news
+    finally:
+        runtime.engine_settings(TrainConfig(**TINY), torch.device("cpu"))
+    assert runtime.tf32_state()["float32_matmul_precision"] == "highest"
 
 
 def test_a_rows_wall_time_is_read_after_the_host_sync(monkeypatch):

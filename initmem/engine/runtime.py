@@ -37,13 +37,34 @@ def engine_settings(config: TrainConfig, dev: torch.device) -> dict:
 
 def set_tf32(on: bool) -> str:
     """TF32 for matmuls and cuDNN convolutions on or off; the API used: torch >= 2.9's `fp32_precision` where it
-    exists (it deprecates `allow_tf32`, and the two must not be mixed in a process), else `allow_tf32`."""
+    exists, else `allow_tf32`. Where both exist, the legacy setters run first and the new ones after: torch 2.14's
+    legacy getters (`cudnn.allow_tf32`, `matmul.allow_tf32`, `get_float32_matmul_precision()`, which inductor reads)
+    raise RuntimeError ("a mix of the legacy and new APIs") after the new setters alone; in this order every getter
+    of `tf32_state` reads the same setting."""
     matmul, cudnn = torch.backends.cuda.matmul, torch.backends.cudnn
-    if hasattr(matmul, "fp32_precision") and hasattr(getattr(cudnn, "conv", None), "fp32_precision"):
-        matmul.fp32_precision = cudnn.conv.fp32_precision = "tf32" if on else "ieee"
-        return "fp32_precision"
+    new = hasattr(matmul, "fp32_precision") and hasattr(getattr(cudnn, "conv", None), "fp32_precision")
+    if new:
+        torch.set_float32_matmul_precision("high" if on else "highest")
     matmul.allow_tf32 = cudnn.allow_tf32 = on
-    return "allow_tf32"
+    if not new:
+        return "allow_tf32"
+    value = "tf32" if on else "ieee"
+    matmul.fp32_precision = cudnn.conv.fp32_precision = value
+    if hasattr(getattr(cudnn, "rnn", None), "fp32_precision"):
+        cudnn.rnn.fp32_precision = value
+    return "fp32_precision"
+
+
+def tf32_state() -> dict[str, object]:
+    """Every TF32 getter torch and inductor read (those this torch has), by name: a getter that raises raises here."""
+    matmul, cudnn = torch.backends.cuda.matmul, torch.backends.cudnn
+    state = {"cudnn.allow_tf32": cudnn.allow_tf32, "cuda.matmul.allow_tf32": matmul.allow_tf32,
+             "float32_matmul_precision": torch.get_float32_matmul_precision()}
+    for name, owner in (("cuda.matmul", matmul), ("cudnn.conv", getattr(cudnn, "conv", None)),
+                        ("cudnn.rnn", getattr(cudnn, "rnn", None))):
+        if hasattr(owner, "fp32_precision"):
+            state[f"{name}.fp32_precision"] = owner.fp32_precision
+    return state
 
 
 def autocast(config: TrainConfig, dev: torch.device):
