@@ -365,6 +365,7 @@ def test_compile_compiles_a_network_shape_once_and_each_run_equals_its_uncompile
 
     monkeypatch.setattr(runtime.torch, "compile", counting_compile)
     monkeypatch.setattr(runtime, "_COMPILED", {})
+    monkeypatch.setenv(runtime.INDUCTOR_CACHE_ENV, "unused")  # no inductor here: nothing of the test's environment
     base = TrainConfig(**{**TINY, "epochs": 2})
     runs = [train(base.replace(sigma_w=s, seed=seed, compile=True), progress=False)
             for s, seed in ((0.5, 0), (2.0, 1), (1.0, 0))]
@@ -377,6 +378,41 @@ def test_compile_compiles_a_network_shape_once_and_each_run_equals_its_uncompile
     assert runs[0].history["weight_norm"].iloc[0] != runs[1].history["weight_norm"].iloc[0]
     train(base.replace(width=0.125, compile=True), progress=False)  # another shape: compiled anew
     assert len(compiled) == 2
+
+
+def test_a_partial_last_batch_under_compile_adds_no_compiled_shape_and_the_cache_folder_is_shared(monkeypatch,
+                                                                                                  tmp_path):
+    """drop_last false, 250 = 3 x 64 + 58 images: the partial batch runs uncompiled (padding it would put its rows
+    into BatchNorm's batch statistics), so dynamo compiles the same graphs as for 256 images (dynamo's CompileCounter
+    backend counts them, no C++ toolchain needed); inductor's cache folder is set under the initmem cache."""
+    from torch._dynamo.testing import CompileCounter
+
+    counters, real = [], torch.compile
+
+    def counting_compile(model, **kwargs):
+        counters.append(CompileCounter())
+        return real(model, backend=counters[-1], dynamic=kwargs.get("dynamic"))
+
+    monkeypatch.setattr(runtime.torch, "compile", counting_compile)
+    monkeypatch.setattr(runtime, "_COMPILED", {})
+    monkeypatch.setenv("INITMEM_CACHE", str(tmp_path))
+    monkeypatch.setenv(runtime.INDUCTOR_CACHE_ENV, "set")
+    monkeypatch.delenv(runtime.INDUCTOR_CACHE_ENV)  # unset now, restored after the test
+    full = train(TrainConfig(**{**TINY, "compile": True}), progress=False)
+    assert len(counters) == 1 and counters[0].frame_count >= 2  # the training and the evaluation graph
+    graphs = counters[0].frame_count
+    cfg = TrainConfig(**{**TINY, "compile": True, "n_train": 250})
+    partial = train(cfg, progress=False)
+    assert len(counters) == 1 and counters[0].frame_count == graphs  # the 58-image batch compiled nothing
+    assert partial.summary["steps"] == 8 and full.summary["steps"] == 8
+    assert partial.provenance["compile_partial_batch"] == "eager" and partial.provenance["inductor_cache"] == "shared"
+    assert os.environ[runtime.INDUCTOR_CACHE_ENV] == str(tmp_path / "inductor")
+    plain = train(cfg.replace(compile=False), progress=False)
+    pd.testing.assert_frame_equal(partial.history.drop(columns="wall_time"), plain.history.drop(columns="wall_time"),
+                                  check_exact=False, rtol=1e-5, atol=1e-6)
+    monkeypatch.setenv(runtime.INDUCTOR_CACHE_ENV, str(tmp_path / "mine"))  # the user's folder is kept
+    assert runtime.engine_settings(cfg, torch.device("cpu"))["inductor_cache"] == "user"
+    assert os.environ[runtime.INDUCTOR_CACHE_ENV] == str(tmp_path / "mine")
 
 
 def test_the_compiled_network_cache_is_cleared_with_dynamos(monkeypatch):

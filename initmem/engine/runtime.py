@@ -12,6 +12,7 @@ from initmem.engine import members, models
 
 # cuBLAS reads its workspace setting at its first call and deterministic algorithms need it: set at import (or kept).
 os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+INDUCTOR_CACHE_ENV = "TORCHINDUCTOR_CACHE_DIR"
 
 
 def run_device(config: TrainConfig) -> torch.device:
@@ -31,8 +32,22 @@ def engine_settings(config: TrainConfig, dev: torch.device) -> dict:
     torch.use_deterministic_algorithms(config.deterministic)
     torch.backends.cudnn.deterministic = config.deterministic
     torch.backends.cudnn.benchmark = dev.type == "cuda" and not config.deterministic
-    return {"precision": config.precision, "deterministic": config.deterministic, "allow_tf32": tf32,
-            "cudnn_benchmark": torch.backends.cudnn.benchmark}
+    out = {"precision": config.precision, "deterministic": config.deterministic, "allow_tf32": tf32,
+           "cudnn_benchmark": torch.backends.cudnn.benchmark}
+    if config.compile:
+        out.update(inductor_cache=inductor_cache(), compile_partial_batch="eager")  # see Loop.train_step
+    return out
+
+
+def inductor_cache() -> str:
+    """Where inductor keeps its compiled kernels and graphs: `TORCHINDUCTOR_CACHE_DIR` when the user set it ("user"),
+    else set here to `<INITMEM_CACHE or ~/.cache/initmem>/inductor` ("shared"), so that a sweep's point processes
+    reuse one another's compilations instead of each compiling anew in a private temporary folder."""
+    shared = str(_data.default_cache_dir() / "inductor")
+    if os.environ.get(INDUCTOR_CACHE_ENV, shared) != shared:
+        return "user"
+    os.environ[INDUCTOR_CACHE_ENV] = shared
+    return "shared"
 
 
 def set_tf32(on: bool) -> str:
@@ -104,8 +119,9 @@ def network(configs: list[TrainConfig], dev: torch.device) -> tuple[members.Plai
     key = (cfg.arch, cfg.width, len(configs), same_input, str(dev), cfg.channels_last)
     if key not in _COMPILED:
         _COMPILED.clear()
-        # dynamic=False: one graph per shape (full, partial last and padded eval batch: three per process and network
-        # shape). On CUDA replayed as CUDA graphs ("reduce-overhead"): one launch per step instead of ~100-1,000.
+        # dynamic=False: one graph per shape set: the full training batch and the padded evaluation batch (the partial
+        # last training batch runs uncompiled, Loop.train_step). On CUDA replayed as CUDA graphs ("reduce-overhead"):
+        # the network's forward and backward as one launch instead of ~100-1,000 (the instruments' ~40 ops stay eager).
         mode = "reduce-overhead" if dev.type == "cuda" else None
         _COMPILED[key] = (pop, torch.compile(pop.model, dynamic=False, mode=mode))
         return _COMPILED[key]
