@@ -3,7 +3,7 @@ only, so full-width networks cost nothing here; on a GPU each such call is a ker
 forgetting instruments (`before_step` + `after_step`) must stay a small part of the network's forward + backward,
 which CUDA graphs replay as one launch while the instruments run eagerly: at most 25 % for ResNet-9 with K = 7 and
 ResNet-110 with K = 1 at width 1, b = 128 (before the flat-buffer design: 248 against 182 and 2,220 against 1,565;
-now 39 for both, docs/performance.md)."""
+now 30 for both, docs/performance.md)."""
 
 from __future__ import annotations
 

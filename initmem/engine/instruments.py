@@ -4,7 +4,7 @@ BatchNorm is scale-invariant: its state is its direction). `angle:<layer>` (degr
 whole-network sum: a *measured* clock); no layer: all weights as one vector. cos(1e-4 rad) is 1 in float32, so an
 angle is atan2(|t|, |b| + rho) from d = a - b (rho = <d, b> / |b|, t^2 = |d|^2 - rho^2), in float64.
 
-Cost (docs/performance.md): a step's instruments are ~40 aten ops whatever the depth, not ~10 per layer. Why: every
+Cost (docs/performance.md): a step's instruments are 30 aten ops whatever the depth, not ~10 per layer. Why: every
 layer's weights are copied (one `_foreach_copy_`) into a flat buffer of the population, each layer's part laid out in
 the weight's own memory order (a `channels_last` weight is a memcpy, not a reshape copy), so member j's part of a
 layer is one contiguous run of it (dim 0, which holds the members, is outermost in every layout). The flat

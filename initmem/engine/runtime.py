@@ -121,7 +121,7 @@ def network(configs: list[TrainConfig], dev: torch.device) -> tuple[members.Plai
         _COMPILED.clear()
         # dynamic=False: one graph per shape set: the full training batch and the padded evaluation batch (the partial
         # last training batch runs uncompiled, Loop.train_step). On CUDA replayed as CUDA graphs ("reduce-overhead"):
-        # the network's forward and backward as one launch instead of ~100-1,000 (the instruments' ~40 ops stay eager).
+        # the network's forward and backward as one launch instead of ~100-1,000 (the instruments' ~30 ops stay eager).
         mode = "reduce-overhead" if dev.type == "cuda" else None
         _COMPILED[key] = (pop, torch.compile(pop.model, dynamic=False, mode=mode))
         return _COMPILED[key]
