@@ -23,7 +23,7 @@ import initmem.engine.trainer as train_mod
 from initmem.config import TrainConfig
 from initmem.engine import checkpoint as ckpt
 from initmem.engine.trainer import train
-from initmem.errors import CheckpointError, SweepError
+from initmem.errors import CheckpointError, ConfigError, SweepError
 from initmem.store.folders import FAILED, RunFolders, checkpoints, clear_checkpoints
 from initmem.store.results import read_run
 from initmem.study import point
@@ -408,3 +408,38 @@ def test_a_slurm_job_signalled_for_timeout_is_requeued_and_resumes_its_run(tmp_p
         assert h["epoch"].tolist() == list(range(17)) and h["step"].tolist() == [4 * e for e in range(17)]
         assert not (folder / "checkpoints").exists()
 
+
+
+# ------------------------------------------------------------------------------------- resume on another device
+@pytest.mark.parametrize("keyed", [True, False])  # with the writer's generator device, or one from before that key
+def test_a_checkpoint_written_on_cuda_is_refused_in_one_line_before_any_step_and_kept(tmp_path, monkeypatch, keyed):
+    """A CUDA generator's state is 16 bytes (Philox seed and offset) and does not load into a CPU generator: the
+    resume must not fall back to a fresh start in the same folder (the device is not part of the run id)."""
+    cfg, folder = _interrupted(tmp_path, monkeypatch, 3)
+    newest = checkpoints(folder / "checkpoints")[0]
+    payload = ckpt.load(newest)
+    assert payload["generator_device"] == "cpu" and train_mod.written_on(payload) == "cpu"
+    payload["state"]["aug_gen"] = {s: torch.zeros(16, dtype=torch.uint8) for s in payload["state"]["aug_gen"]}
+    if keyed:
+        payload["generator_device"] = "cuda:0"
+    else:
+        del payload["generator_device"]
+    assert train_mod.written_on(payload) == "cuda"
+    with pytest.raises(RuntimeError):  # what the loop would meet: torch cannot load it
+        torch.Generator().set_state(payload["state"]["aug_gen"][0])
+    ckpt.save(folder / "checkpoints", int(payload["epoch"]), payload)
+    before = {p.name: p.read_bytes() for p in checkpoints(folder / "checkpoints")}
+    steps = []
+    with pytest.raises(ConfigError, match=r"^TrainConfig\.device='cpu' is invalid: .*was written on cuda.* cannot "
+                                          r"continue on cpu") as e:
+        train(cfg, out_dir=tmp_path, section="s", progress=False, on_step=steps.append)
+    assert "\n" not in str(e.value) and steps == []  # refused before any step
+    assert {p.name: p.read_bytes() for p in checkpoints(folder / "checkpoints")} == before
+    assert not (folder / "run.json").exists()
+
+
+def test_a_checkpoint_written_here_names_its_generator_device_and_resumes(tmp_path, monkeypatch, reference):
+    cfg, folder = _interrupted(tmp_path, monkeypatch, 3)
+    assert ckpt.load(checkpoints(folder / "checkpoints")[0])["generator_device"] == "cpu"
+    res = train(cfg, out_dir=tmp_path, section="s", progress=False)
+    pd.testing.assert_frame_equal(res.history.drop(columns="wall_time"), reference, check_exact=True)

@@ -365,6 +365,7 @@ def test_compile_compiles_a_network_shape_once_and_each_run_equals_its_uncompile
 
     monkeypatch.setattr(runtime.torch, "compile", counting_compile)
     monkeypatch.setattr(runtime, "_COMPILED", {})
+    monkeypatch.setenv(runtime.INDUCTOR_CACHE_ENV, "unused")  # no inductor here: nothing of the test's environment
     base = TrainConfig(**{**TINY, "epochs": 2})
     runs = [train(base.replace(sigma_w=s, seed=seed, compile=True), progress=False)
             for s, seed in ((0.5, 0), (2.0, 1), (1.0, 0))]
@@ -377,6 +378,41 @@ def test_compile_compiles_a_network_shape_once_and_each_run_equals_its_uncompile
     assert runs[0].history["weight_norm"].iloc[0] != runs[1].history["weight_norm"].iloc[0]
     train(base.replace(width=0.125, compile=True), progress=False)  # another shape: compiled anew
     assert len(compiled) == 2
+
+
+def test_a_partial_last_batch_under_compile_adds_no_compiled_shape_and_the_cache_folder_is_shared(monkeypatch,
+                                                                                                  tmp_path):
+    """drop_last false, 250 = 3 x 64 + 58 images: the partial batch runs uncompiled (padding it would put its rows
+    into BatchNorm's batch statistics), so dynamo compiles the same graphs as for 256 images (dynamo's CompileCounter
+    backend counts them, no C++ toolchain needed); inductor's cache folder is set under the initmem cache."""
+    from torch._dynamo.testing import CompileCounter
+
+    counters, real = [], torch.compile
+
+    def counting_compile(model, **kwargs):
+        counters.append(CompileCounter())
+        return real(model, backend=counters[-1], dynamic=kwargs.get("dynamic"))
+
+    monkeypatch.setattr(runtime.torch, "compile", counting_compile)
+    monkeypatch.setattr(runtime, "_COMPILED", {})
+    monkeypatch.setenv("INITMEM_CACHE", str(tmp_path))
+    monkeypatch.setenv(runtime.INDUCTOR_CACHE_ENV, "set")
+    monkeypatch.delenv(runtime.INDUCTOR_CACHE_ENV)  # unset now, restored after the test
+    full = train(TrainConfig(**{**TINY, "compile": True}), progress=False)
+    assert len(counters) == 1 and counters[0].frame_count >= 2  # the training and the evaluation graph
+    graphs = counters[0].frame_count
+    cfg = TrainConfig(**{**TINY, "compile": True, "n_train": 250})
+    partial = train(cfg, progress=False)
+    assert len(counters) == 1 and counters[0].frame_count == graphs  # the 58-image batch compiled nothing
+    assert partial.summary["steps"] == 8 and full.summary["steps"] == 8
+    assert partial.provenance["compile_partial_batch"] == "eager" and partial.provenance["inductor_cache"] == "shared"
+    assert os.environ[runtime.INDUCTOR_CACHE_ENV] == str(tmp_path / "inductor")
+    plain = train(cfg.replace(compile=False), progress=False)
+    pd.testing.assert_frame_equal(partial.history.drop(columns="wall_time"), plain.history.drop(columns="wall_time"),
+                                  check_exact=False, rtol=1e-5, atol=1e-6)
+    monkeypatch.setenv(runtime.INDUCTOR_CACHE_ENV, str(tmp_path / "mine"))  # the user's folder is kept
+    assert runtime.engine_settings(cfg, torch.device("cpu"))["inductor_cache"] == "user"
+    assert os.environ[runtime.INDUCTOR_CACHE_ENV] == str(tmp_path / "mine")
 
 
 def test_the_compiled_network_cache_is_cleared_with_dynamos(monkeypatch):
@@ -406,7 +442,7 @@ def test_the_cublas_workspace_is_set_when_the_engine_is_imported_and_a_users_val
         assert out.returncode == 0 and out.stdout.strip() == expected, out.stderr[-2000:]
 
 
-def test_tf32_uses_fp32_precision_where_torch_has_it_and_the_legacy_setters_only_where_not(monkeypatch):
+def test_tf32_uses_fp32_precision_where_torch_has_it_after_the_legacy_setters_and_those_alone_where_not(monkeypatch):
     import types
     import warnings
 
@@ -417,6 +453,7 @@ def test_tf32_uses_fp32_precision_where_torch_has_it_and_the_legacy_setters_only
             warnings.simplefilter("error")  # the deprecated setters would warn on torch >= 2.9
             assert runtime.set_tf32(True) == "fp32_precision"
             assert (matmul.fp32_precision, conv.fp32_precision) == ("tf32", "tf32")
+            assert torch.backends.cudnn.allow_tf32 and matmul.allow_tf32  # the legacy getters read it too
             runtime.engine_settings(TrainConfig(**TINY), torch.device("cpu"))  # fp32: strict IEEE
             assert (matmul.fp32_precision, conv.fp32_precision) == ("ieee", "ieee")
     finally:
@@ -426,6 +463,26 @@ def test_tf32_uses_fp32_precision_where_torch_has_it_and_the_legacy_setters_only
     monkeypatch.setattr(runtime.torch.backends, "cudnn", old_cudnn)
     assert runtime.set_tf32(True) == "allow_tf32" and old_matmul.allow_tf32 is True and old_cudnn.allow_tf32 is True
     assert not hasattr(old_matmul, "fp32_precision") and not hasattr(old_cudnn, "conv")
+
+
+@pytest.mark.parametrize("precision", ["fp32", "tf32", "bf16"])
+def test_every_tf32_getter_is_readable_and_agrees_after_the_engine_settings(precision):
+    """torch 2.14: after the new `fp32_precision` setters alone, `cudnn.allow_tf32`, `matmul.allow_tf32` and
+    `get_float32_matmul_precision()` (which inductor reads when it compiles) raise RuntimeError. The setters work
+    without a GPU, so every precision is set here (tf32 on a stand-in device: the CUDA-only check is run_device's)."""
+    on = precision == "tf32"
+    try:
+        config = TrainConfig(**{**TINY, "device": "auto" if on else "cpu", "precision": precision})
+        runtime.engine_settings(config, torch.device("cpu"))
+        state = runtime.tf32_state()  # raises if any getter does
+        assert state["cudnn.allow_tf32"] is on and state["cuda.matmul.allow_tf32"] is on
+        assert state["float32_matmul_precision"] == ("high" if on else "highest")
+        news = {key: v for key, v in state.items() if key.endswith("fp32_precision")}
+        assert len(news) >= 2 or not hasattr(torch.backends.cuda.matmul, "fp32_precision")
+        assert set(news.values()) <= {"tf32" if on else "ieee"}, news
+    finally:
+        runtime.engine_settings(TrainConfig(**TINY), torch.device("cpu"))
+    assert runtime.tf32_state()["float32_matmul_precision"] == "highest"
 
 
 def test_a_rows_wall_time_is_read_after_the_host_sync(monkeypatch):

@@ -173,8 +173,12 @@ class Loop:
         lr = cfg.lr * factor  # the clocks run on the main lr (muon's aux AdamW lr is not a clock)
         x, y = self._batch(idxs)
         self.step_begin()
+        # The partial last batch (drop_last false) runs the uncompiled network: a compiled one would compile and record
+        # its CUDA graphs a second time in every process for one step an epoch. Not padded and masked: in training mode
+        # BatchNorm's batch statistics would include the padding rows, so no mask gives the unpadded batch's gradients.
+        net = self.net if len(x) == cfg.batch_size else pop.model
         with runtime.autocast(cfg, self.dev):
-            out = self.net(x).float()
+            out = net(x).float()
         losses = pop.losses(out, y)
         self.opt.zero_grad(set_to_none=True)
         (losses * self.live).sum().backward()  # member j's gradient = its own mean loss's gradient

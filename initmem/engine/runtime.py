@@ -12,6 +12,7 @@ from initmem.engine import members, models
 
 # cuBLAS reads its workspace setting at its first call and deterministic algorithms need it: set at import (or kept).
 os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+INDUCTOR_CACHE_ENV = "TORCHINDUCTOR_CACHE_DIR"
 
 
 def run_device(config: TrainConfig) -> torch.device:
@@ -31,19 +32,54 @@ def engine_settings(config: TrainConfig, dev: torch.device) -> dict:
     torch.use_deterministic_algorithms(config.deterministic)
     torch.backends.cudnn.deterministic = config.deterministic
     torch.backends.cudnn.benchmark = dev.type == "cuda" and not config.deterministic
-    return {"precision": config.precision, "deterministic": config.deterministic, "allow_tf32": tf32,
-            "cudnn_benchmark": torch.backends.cudnn.benchmark}
+    out = {"precision": config.precision, "deterministic": config.deterministic, "allow_tf32": tf32,
+           "cudnn_benchmark": torch.backends.cudnn.benchmark}
+    if config.compile:
+        out.update(inductor_cache=inductor_cache(), compile_partial_batch="eager")  # see Loop.train_step
+    return out
+
+
+def inductor_cache() -> str:
+    """Where inductor keeps its compiled kernels and graphs: `TORCHINDUCTOR_CACHE_DIR` when the user set it ("user"),
+    else set here to `<INITMEM_CACHE or ~/.cache/initmem>/inductor` ("shared"), so that a sweep's point processes
+    reuse one another's compilations instead of each compiling anew in a private temporary folder."""
+    shared = str(_data.default_cache_dir() / "inductor")
+    if os.environ.get(INDUCTOR_CACHE_ENV, shared) != shared:
+        return "user"
+    os.environ[INDUCTOR_CACHE_ENV] = shared
+    return "shared"
 
 
 def set_tf32(on: bool) -> str:
     """TF32 for matmuls and cuDNN convolutions on or off; the API used: torch >= 2.9's `fp32_precision` where it
-    exists (it deprecates `allow_tf32`, and the two must not be mixed in a process), else `allow_tf32`."""
+    exists, else `allow_tf32`. Where both exist, the legacy setters run first and the new ones after: torch 2.14's
+    legacy getters (`cudnn.allow_tf32`, `matmul.allow_tf32`, `get_float32_matmul_precision()`, which inductor reads)
+    raise RuntimeError ("a mix of the legacy and new APIs") after the new setters alone; in this order every getter
+    of `tf32_state` reads the same setting."""
     matmul, cudnn = torch.backends.cuda.matmul, torch.backends.cudnn
-    if hasattr(matmul, "fp32_precision") and hasattr(getattr(cudnn, "conv", None), "fp32_precision"):
-        matmul.fp32_precision = cudnn.conv.fp32_precision = "tf32" if on else "ieee"
-        return "fp32_precision"
+    new = hasattr(matmul, "fp32_precision") and hasattr(getattr(cudnn, "conv", None), "fp32_precision")
+    if new:
+        torch.set_float32_matmul_precision("high" if on else "highest")
     matmul.allow_tf32 = cudnn.allow_tf32 = on
-    return "allow_tf32"
+    if not new:
+        return "allow_tf32"
+    value = "tf32" if on else "ieee"
+    matmul.fp32_precision = cudnn.conv.fp32_precision = value
+    if hasattr(getattr(cudnn, "rnn", None), "fp32_precision"):
+        cudnn.rnn.fp32_precision = value
+    return "fp32_precision"
+
+
+def tf32_state() -> dict[str, object]:
+    """Every TF32 getter torch and inductor read (those this torch has), by name: a getter that raises raises here."""
+    matmul, cudnn = torch.backends.cuda.matmul, torch.backends.cudnn
+    state = {"cudnn.allow_tf32": cudnn.allow_tf32, "cuda.matmul.allow_tf32": matmul.allow_tf32,
+             "float32_matmul_precision": torch.get_float32_matmul_precision()}
+    for name, owner in (("cuda.matmul", matmul), ("cudnn.conv", getattr(cudnn, "conv", None)),
+                        ("cudnn.rnn", getattr(cudnn, "rnn", None))):
+        if hasattr(owner, "fp32_precision"):
+            state[f"{name}.fp32_precision"] = owner.fp32_precision
+    return state
 
 
 def autocast(config: TrainConfig, dev: torch.device):
@@ -83,8 +119,9 @@ def network(configs: list[TrainConfig], dev: torch.device) -> tuple[members.Plai
     key = (cfg.arch, cfg.width, len(configs), same_input, str(dev), cfg.channels_last)
     if key not in _COMPILED:
         _COMPILED.clear()
-        # dynamic=False: one graph per shape (full, partial last and padded eval batch: three per process and network
-        # shape). On CUDA replayed as CUDA graphs ("reduce-overhead"): one launch per step instead of ~100-1,000.
+        # dynamic=False: one graph per shape set: the full training batch and the padded evaluation batch (the partial
+        # last training batch runs uncompiled, Loop.train_step). On CUDA replayed as CUDA graphs ("reduce-overhead"):
+        # the network's forward and backward as one launch instead of ~100-1,000 (the instruments' ~30 ops stay eager).
         mode = "reduce-overhead" if dev.type == "cuda" else None
         _COMPILED[key] = (pop, torch.compile(pop.model, dynamic=False, mode=mode))
         return _COMPILED[key]

@@ -19,6 +19,7 @@ from initmem.data import splits as _data
 from initmem.engine import checkpoint as _ckpt
 from initmem.engine import members, runtime
 from initmem.engine.loop import Loop
+from initmem.engine.loop import generator_device as _gen_device
 from initmem.errors import CheckpointError
 from initmem.store.folders import RunFolders, population_id
 from initmem.store.provenance import provenance, utcnow
@@ -142,6 +143,7 @@ def _resume(run: _Run, loop: Loop) -> bool:
             what = "run" if k == 1 else "population"
             raise CheckpointError(f"checkpoint of {what} {payload.get('population')!r} does not belong to {what} "
                                   f"{pid} (" + (f"config differs in {diff})" if diff else "its members differ)"))
+        _same_generators(payload, run, loop)
         try:
             loop.load_state_dict(payload["state"], payload["rng"])
         except Exception as exc:  # noqa: BLE001 - shapes, devices, missing keys: this checkpoint is unusable here
@@ -154,6 +156,27 @@ def _resume(run: _Run, loop: Loop) -> bool:
         loop.check_device()
         run.say(f"run {pid}: resumed from {hit[1]} (epoch {hit[0]}/{run.configs[0].epochs})")
     return hit is not None
+
+
+def written_on(payload: dict) -> str | None:
+    """The device type whose generators a checkpoint holds: its "generator_device", or, in a checkpoint written before
+    that key, what its augmentation generator states are (16 bytes: CUDA's Philox seed and offset; the CPU's: 5,056)."""
+    if isinstance(payload.get("generator_device"), str):
+        return torch.device(payload["generator_device"]).type
+    states = (payload.get("state") or {}).get("aug_gen") or {}
+    sizes = {t.numel() for t in states.values() if isinstance(t, torch.Tensor)}
+    return "cuda" if sizes == {16} else "cpu" if sizes else None
+
+
+def _same_generators(payload: dict, run: _Run, loop: Loop) -> None:
+    """ConfigError (one line, before any step) when the checkpoint's generators cannot continue on this device: a
+    CUDA generator's state does not load into a CPU one nor back, and re-seeding them would not resume exactly."""
+    theirs, ours = written_on(payload), _gen_device(run.dev).type
+    if theirs is not None and theirs != ours:
+        raise _bad("device", run.configs[0].device, f"this run's checkpoint {str(run.folder)!r} (epoch "
+                   f"{payload.get('epoch')!r}) was written on {theirs}, and its augmentation generators cannot "
+                   f"continue on {run.dev}: a device of type {theirs} resumes it exactly; or remove that folder to "
+                   "train the run again from epoch 0 here")
 
 
 def _epoch(run: _Run, loop: Loop, on_step, bar) -> None:
@@ -172,6 +195,7 @@ def _epoch(run: _Run, loop: Loop, on_step, bar) -> None:
         if run.folder is not None and cfg.checkpoint_every and loop.epoch % cfg.checkpoint_every == 0 and loop.alive:
             _ckpt.save(run.folder, loop.epoch, {
                 "population": run.pid, "run_ids": run.rids, "config": shared_fields(cfg), "epoch": loop.epoch,
+                "generator_device": str(_gen_device(run.dev)),
                 "rng": _ckpt.rng_state(), "state": loop.state_dict(), "started_at": run.started_at,
                 "saved_at": utcnow()})
         if bar is not None:
