@@ -175,8 +175,9 @@ def _cmd_figures(args: argparse.Namespace) -> int:
         print(f"initmem figures: {len(written)} files written; indexes: "
               + ", ".join(str(f) for f in written if f.name == "README.md"))
         return 0
-    written = make_figures(args.results or ROOT / "results" / "cpu", args.out, notebooks=args.notebooks,
-                           progress=args.progress, overwrite=args.overwrite)
+    results = ROOT / "results" / "cpu" if args.results is None else args.results  # '' is refused, not the default
+    written = make_figures(results, args.out, notebooks=args.notebooks, progress=args.progress,
+                           overwrite=args.overwrite)
     print(f"initmem figures: {len(written)} files written; index: {written[-1]}")
     return 0
 
