@@ -191,3 +191,12 @@ def test_a_renamed_folder_whose_run_id_was_edited_to_match_is_set_aside_once_and
     assert statuses == ["ran"] and list(load_runs(out)["run_id"]) == [run.name]  # one run, no duplicate
     statuses, text = _sweep_lines(path, out, capsys)
     assert statuses == ["skipped"] and "set aside" not in text
+
+
+def test_a_results_symlink_loop_or_empty_path_is_one_line_before_any_point(tmp_path, capsys):
+    path = _repo(tmp_path, ONE)
+    (tmp_path / "loop").symlink_to(tmp_path / "loop")
+    for results, said in ((str(tmp_path / "loop"), "is a symlink loop"), ("", "is invalid")):
+        assert commands.main(["sweep", str(path), "--profile", "smoke", "--results", results, "--dry-run"]) == 2
+        err = capsys.readouterr().err.strip()
+        assert len(err.splitlines()) == 1 and f"results={results!r} {said}: a results folder is accepted" in err, err
