@@ -37,9 +37,3 @@ def invalid(name: str, value: object, accepted: str) -> ConfigError:
     """The one-line error of a bad argument: "name=value is invalid: <accepted> is accepted"."""
     return ConfigError(f"{name}={value!r} is invalid: {accepted} is accepted")
 
-
-def check_int(name: str, value: object, lo: int, hi: int, why: str = "") -> int:
-    """`value` if it is an int (not a bool) in [lo, hi]; else `invalid(...)`, `why` appended to what is accepted."""
-    if isinstance(value, bool) or not isinstance(value, int) or not lo <= value <= hi:
-        raise invalid(name, value, f"an integer in [{lo}, {hi}]{why}")
-    return value

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import concurrent.futures as cf
 import io
+import json
 import os
 import pickle
 import resource
@@ -168,6 +169,20 @@ CASES = [
          "'{tmp}/a-file/x.ipynb' is under '{tmp}/a-file', which is a file", "a path under a folder is accepted"),
     Case("run-cwd-missing", ["run", NB, "--cwd", "{tmp}/missing-cwd"], "'{tmp}/missing-cwd'",
          "an existing folder is accepted"),
+    # initmem figures and plan: paths of the kind expected, tables of the types expected
+    Case("figures-results-section-folder", ["figures", "--results", "{res}/adhoc", "--out", "{tmp}/figs",
+                                            "--no-progress"], "results='{res}/adhoc' is a section folder",
+         "a results tree root (the folder holding section folders NN_name/"),
+    Case("figures-results-empty", ["figures", "--results", "", "--out", "{tmp}/figs", "--no-progress"], "results=''",
+         "a results tree root (the folder holding section folders NN_name/"),
+    Case("figures-results-symlink-loop", ["figures", "--results", "{tmp}/loop", "--no-progress"],
+         "results='{tmp}/loop' is a symlink loop", "a results tree root"),
+    Case("figures-out-repository", ["figures", "--results", "{res}", "--out", str(faults.REPO), "--overwrite",
+                                    "--no-progress"], f"out='{faults.REPO}' is the repository root",
+         "a folder of its own"),
+    Case("plan-table-bool-width", ["plan", "{params}/ok.yaml", "--profile", "smoke", "--device", "cpu",
+                                   "--throughput", "{tmp}/bool-width.json"], "width=True is invalid",
+         "a finite positive number up to 64 is accepted"),
 ]
 
 LIBRARY = [  # (id, call, value, hint): no command takes these arguments
@@ -245,13 +260,17 @@ def _snapshot(root: Path) -> dict[str, tuple[bytes, int]]:
 @pytest.fixture(scope="module")
 def world(tmp_path_factory):
     """tmp/ with data/, proj/params/, a results folder holding one complete run, a regular file a-file, an empty
-    bin/ (a PATH without sbatch)."""
+    bin/ (a PATH without sbatch), a symlink loop and a throughput table whose width is a bool."""
     tmp = tmp_path_factory.mktemp("bad-input")
     _make_data(tmp / "data")
     _make_params(tmp / "proj" / "params")
     (tmp / "a-file").write_text("not a folder\n")
     (tmp / "empty-bin").mkdir()
     (tmp / "readonly").mkdir(mode=0o555)
+    (tmp / "loop").symlink_to(tmp / "loop")
+    (tmp / "bool-width.json").write_text(json.dumps({"device": "CPU x", "kind": "cpu", "torch": "x", "entries": [
+        {"arch": "resnet9", "width": True, "batch_size": 128, "precision": "fp32", "members": 1,
+         "train_step_s": 0.1, "eval_image_s": 1e-4}]}))
     (tmp / "syntax.py").write_text('# %% tags=["parameters"]\nlr = 0.1\noptimizer = "sgd\n\n# %%\nprint(lr)\n')
     res = tmp / "results"
     n = torch.get_num_threads()

@@ -1,9 +1,13 @@
-"""`initmem figures` never destroys: a results tree without runs is an error before anything is written, a committed
-figure set is written only from its own results tree, any other tree writes `<results>/figures` by default, a folder
-holding other files is refused unless asked, and relative paths mean the folder the user stands in."""
+"""`initmem figures` never destroys: a results tree without runs, or a path at another level than a tree's root, is an
+error before anything is written, a committed figure set is written only from its own results tree, any other tree
+writes `<results>/figures` by default, a folder holding other files is refused unless asked (the repository or a
+README.md even then), a set is one tree's (another's is refused or, asked, replaced whole), an interrupted run's
+folder is its own, and relative paths mean the folder the user stands in."""
 
 from __future__ import annotations
 
+import json
+import os
 import subprocess
 from pathlib import Path
 
@@ -70,7 +74,9 @@ def test_a_folder_holding_other_files_is_refused_unless_asked(tmp_path, capsys):
     assert "holds other files (a.txt)" in _one_line_error(capsys)
     assert [p.name for p in project.iterdir()] == ["README.md"]
     assert (project / "README.md").read_text() == "# my project\n"
-    artefacts.check_out(tree, project, overwrite=True)
+    with pytest.raises(ConfigError, match="the index would replace it"):  # --overwrite never replaces a README
+        artefacts.check_out(tree, project, overwrite=True)
+    artefacts.check_out(tree, tmp_path / "notes", overwrite=True)  # other files: the figures go beside them
 
 
 def test_relative_paths_are_the_shells_and_another_tree_writes_beside_its_results(tmp_path, monkeypatch, capsys):
@@ -117,3 +123,107 @@ def test_a_figure_notebook_refuses_a_committed_set_of_another_tree_too(tmp_path,
     artefacts.FigureBook(tree, tmp_path / "mine", "03_lr_l2")  # any other folder: the notebook fills it as it runs
     monkeypatch.setenv(artefacts.OVERWRITE_ENV, "1")  # what make_figures(overwrite=True) sets for its notebooks
     assert artefacts.FigureBook(tree, "figures", "03_lr_l2").out_dir == ROOT / "figures"
+
+
+def _fake_notebook(calls: list | None = None, interrupt_at: str | None = None):
+    """An `execute_notebook` that writes one artefact per notebook (its png and sidecar, as `save_figure` does) and
+    raises KeyboardInterrupt (Ctrl-C) after the png of `interrupt_at`, before its sidecar."""
+    def run(nb, output, params, **kw):
+        out, stem = Path(params["out_dir"]), Path(nb).stem
+        (out / f"{stem}.png").write_bytes(b"png")
+        if stem == interrupt_at:
+            raise KeyboardInterrupt
+        sidecar = {"name": stem, "kind": "figure", "title": stem, "caption": "c", "files": [f"{stem}.png"],
+                   "results_dir": artefacts.display_path(params["results_dir"])}
+        (out / f"{stem}.json").write_text(json.dumps(sidecar))
+        if calls is not None:
+            calls.append(stem)
+    return run
+
+
+def _index_names(out: Path) -> set[str]:
+    text = (out / "README.md").read_text()
+    return {r["name"] for r in artefacts.sidecars(out) if f"**{r['name']}**" in text}
+
+
+def test_an_interrupted_run_is_finished_by_the_next_and_the_marker_goes_with_the_index(tmp_path, monkeypatch, capsys):
+    import initmem.study.notebook
+
+    tree, out = write_fake_results(tmp_path / "smoke", sections=("03_lr_l2",)), tmp_path / "figs"
+    argv = ["figures", "--results", str(tree), "--out", str(out), "--notebooks", "01_optimizers", "03_lr_l2",
+            "--no-progress"]
+    monkeypatch.setattr(initmem.study.notebook, "execute_notebook", _fake_notebook(interrupt_at="03_lr_l2"))
+    assert main(argv) == 130  # Ctrl-C: the first notebook's artefact is written, no index (as after a SIGKILL)
+    assert (out / artefacts.MARKER).read_text() == f"{tree}\n" and not (out / "README.md").exists()
+    assert {p.name for p in out.iterdir()} >= {"01_optimizers.png", "01_optimizers.json", "03_lr_l2.png"}
+    monkeypatch.setattr(initmem.study.notebook, "execute_notebook", _fake_notebook())
+    assert main(argv) == 0, capsys.readouterr().err  # the folder is known as this tree's own: the rerun finishes
+    assert _index_names(out) == {"01_optimizers", "03_lr_l2"} and not (out / artefacts.MARKER).exists()
+    # another tree's interrupted folder (its marker) is refused, never mixed into
+    other = write_fake_results(tmp_path / "other", sections=("03_lr_l2",))
+    (out / artefacts.MARKER).write_text(f"{tree}\n")
+    capsys.readouterr()
+    assert main(["figures", "--results", str(other), "--out", str(out), "--no-progress"]) == 2
+    err = _one_line_error(capsys)
+    assert f"holds the figures of another results tree, {tree}" in err and "--overwrite replaces that set" in err
+
+
+def test_a_set_is_one_trees_another_is_refused_or_replaced_whole(tmp_path, monkeypatch, capsys):
+    import initmem.study.notebook
+
+    a, b = (write_fake_results(tmp_path / n, sections=("03_lr_l2",)) for n in ("a", "b"))
+    out = tmp_path / "figs"
+    monkeypatch.setattr(initmem.study.notebook, "execute_notebook", _fake_notebook())
+    assert main(["figures", "--results", str(a), "--out", str(out), "--notebooks", "01_optimizers", "03_lr_l2",
+                 "--no-progress"]) == 0
+    before = _snapshot(out)
+    subset = ["figures", "--results", str(b), "--out", str(out), "--notebooks", "01_optimizers", "--no-progress"]
+    capsys.readouterr()
+    assert main(subset) == 2  # a subset of notebooks from another tree would leave a mixed set
+    err = _one_line_error(capsys)
+    assert f"another results tree, {a} (01_optimizers, 03_lr_l2)" in err and str(out) in err
+    assert _snapshot(out) == before
+    assert main([*subset, "--overwrite"]) == 0  # asked: the whole set is replaced, the index lists one tree's
+    assert _index_names(out) == {"01_optimizers"} and not (out / "03_lr_l2.png").exists()
+    assert {r["results_dir"] for r in artefacts.sidecars(out)} == {str(b)}
+
+
+@pytest.mark.parametrize("level", ["candidates", "section", "run", "empty string"])
+def test_a_results_path_at_another_level_than_a_trees_root_is_one_line_before_any_figure(tmp_path, monkeypatch,
+                                                                                         capsys, level):
+    import initmem.study.notebook
+
+    for name in ("w0125", "w0125_rot"):
+        write_fake_results(tmp_path / "hypotheses" / name, sections=("03_lr_l2",))
+    section = tmp_path / "hypotheses" / "w0125" / "03_lr_l2"
+    path = {"candidates": str(tmp_path / "hypotheses"), "section": str(section), "empty string": "",
+            "run": str(next(p for p in section.iterdir() if p.is_dir()))}[level]
+    monkeypatch.setattr(initmem.study.notebook, "execute_notebook", lambda *a, **k: pytest.fail("a figure was drawn"))
+    assert main(["figures", "--results", path, "--out", str(tmp_path / "figs"), "--no-progress"]) == 2
+    err = _one_line_error(capsys)
+    assert f"results={path!r}" in err and "a results tree root (the folder holding section folders NN_name/" in err
+    said = {"candidates": "holds results trees (w0125/, w0125_rot/)", "section": "is a section folder",
+            "run": "is a run folder", "empty string": "is invalid"}[level]
+    assert said in err and not (tmp_path / "figs").exists()
+    with pytest.raises(ConfigError, match="results tree root"):  # a figure notebook run directly checks it too
+        artefacts.FigureBook(path or "", tmp_path / "figs")
+
+
+def test_the_repository_a_folder_of_code_and_a_symlink_loop_are_refused_even_with_overwrite(tmp_path, monkeypatch,
+                                                                                             capsys):
+    tree = write_fake_results(tmp_path / "smoke", sections=("03_lr_l2",))
+    before = _snapshot(ROOT / "initmem")
+    (tmp_path / "loop").symlink_to(tmp_path / "loop")
+    monkeypatch.chdir(ROOT)
+    for out, said in ((".", "is the repository root"), ("initmem", "holds code (__init__.py)"),
+                      (str(ROOT.parent), "holds the repository"), (str(tmp_path / "loop"), "is a symlink loop")):
+        assert main(["figures", "--results", str(tree), "--out", out, "--overwrite", "--no-progress"]) == 2
+        err = _one_line_error(capsys)
+        assert f"out={out!r} {said}" in err and "a folder of its own" in err, err
+    assert main(["figures", "--results", str(tmp_path / "loop"), "--no-progress"]) == 2
+    assert f"results={str(tmp_path / 'loop')!r} is a symlink loop" in _one_line_error(capsys)
+    assert _snapshot(ROOT / "initmem") == before and not (ROOT / "tables").exists()
+    if os.geteuid() != 0:  # root writes anywhere
+        (tmp_path / "ro").mkdir(mode=0o500)
+        assert main(["figures", "--results", str(tree), "--out", str(tmp_path / "ro" / "f"), "--no-progress"]) == 2
+        assert "cannot be written" in _one_line_error(capsys)

@@ -31,8 +31,38 @@ def test_a_time_or_size_that_is_not_finite_and_positive_is_refused(tmp_path, cap
     assert main(["plan", OPT, "--profile", "cpu", "--throughput", f]) == 2
     err = _err(capsys)
     name = {1: "width", 2: "batch_size", 5: "train_step_s", 6: "eval_image_s"}[column]
-    assert f"{name}={value!r}" in err and "finite positive" in err and f in err
-    assert "time" not in capsys.readouterr().out
+    assert f"{name}={value!r}" in err and f in err
+    assert ("an integer in [1," if column == 2 else "finite positive") in err
+    assert "entry 2 (resnet9 fp32)" in err and "time" not in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("column, value, accepted", [
+    (4, 2.7, "an integer in [1, "), (2, 127.9, "an integer in [1, "), (2, 128.0, "an integer in [1, "),
+    (1, True, "a finite positive number up to 64"), (4, True, "an integer in [1, "), (2, "128", "an integer"),
+    (5, 1e306, "a finite positive number up to 86400 (seconds)"), (6, False, "a finite positive number"),
+    (5, "0.05", "a finite positive number"),
+])  # fmt: skip
+def test_a_field_of_another_type_or_an_absurd_time_is_refused_not_converted(tmp_path, capsys, column, value, accepted):
+    """members 2.7 is no 2, batch_size 127.9 no 127, width true no 1, and 1e306 s is refused, not printed as inf h."""
+    entry = list(GOOD)
+    entry[column] = value
+    f = _table(tmp_path / "t.json", [GOOD, tuple(entry)])
+    assert main(["plan", OPT, "--profile", "cpu", "--throughput", f]) == 2
+    err = _err(capsys)
+    name = {1: "width", 2: "batch_size", 4: "members", 5: "train_step_s", 6: "eval_image_s"}[column]
+    assert f"{name}={value!r} is invalid: {accepted}" in err and "entry 2" in err and f in err
+    assert "inf" not in capsys.readouterr().out
+
+
+def test_two_entries_for_one_configuration_are_refused_naming_both(tmp_path, capsys):
+    slow = (*GOOD[:5], 5.0, GOOD[6])
+    f = _table(tmp_path / "t.json", [GOOD, (*GOOD[:4], 2, 0.02, 1e-5), slow])  # the same key, entries 1 and 3
+    assert main(["plan", OPT, "--profile", "cpu", "--throughput", f]) == 2
+    err = _err(capsys)
+    assert "two entries for resnet9 w0.125 b128 fp32: entry 1 (train_step_s=0.01) and entry 3 (train_step_s=5)" in err
+    f = _table(tmp_path / "ok.json", [GOOD, (*GOOD[:4], 2, 0.02, 1e-5), (*GOOD[:2], 256, *GOOD[3:])])
+    assert main(["plan", OPT, "--profile", "cpu", "--throughput", f]) == 0  # other members, other batch: distinct
+    assert "time" in capsys.readouterr().out
 
 
 @pytest.mark.parametrize("doc, said", [
@@ -77,4 +107,4 @@ def test_calibrate_only_flags_are_refused_without_it_and_bad_ones_before_it_says
         assert f"{named} apply only to --calibrate" in _err(capsys)
     assert main(["plan", "--calibrate", "--device", "cpu", "--steps", "0", "--throughput",
                  str(tmp_path / "t.json")]) == 2
-    assert "--steps 0" in _err(capsys) and "calibrating" not in capsys.readouterr().out
+    assert "--steps=0 is invalid: an integer in [1, " in _err(capsys) and "calibrating" not in capsys.readouterr().out

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import yaml
 
+from initmem.checks import check_int
 from initmem.cli.args import BooleanOnce, Parser
 from initmem.config import TrainConfig, field_help, point_configs
 from initmem.errors import ConfigError, InitmemError, invalid
@@ -175,8 +176,9 @@ def _cmd_figures(args: argparse.Namespace) -> int:
         print(f"initmem figures: {len(written)} files written; indexes: "
               + ", ".join(str(f) for f in written if f.name == "README.md"))
         return 0
-    written = make_figures(args.results or ROOT / "results" / "cpu", args.out, notebooks=args.notebooks,
-                           progress=args.progress, overwrite=args.overwrite)
+    results = ROOT / "results" / "cpu" if args.results is None else args.results  # '' is refused, not the default
+    written = make_figures(results, args.out, notebooks=args.notebooks, progress=args.progress,
+                           overwrite=args.overwrite)
     print(f"initmem figures: {len(written)} files written; index: {written[-1]}")
     return 0
 
@@ -228,9 +230,8 @@ def _cmd_plan(args: argparse.Namespace) -> int:
     plans = [plan.plan_section(p, args.profile) for p in paths]  # a bad params file fails before the device is asked
     if args.calibrate:
         from initmem.study.throughput import check_table_path
-        steps, members = 5 if args.steps is None else args.steps, args.members or [1]
-        if steps < 1 or min(members) < 1:
-            raise ConfigError(f"--steps {steps} / --members {members} are invalid: positive integers are accepted")
+        steps = check_int("--steps", 5 if args.steps is None else args.steps, 1, 10**6)
+        members = [check_int("--members", k, 1, 2**16) for k in args.members or [1]]
         name, _ = plan.device_name(args.device)
         where = check_table_path(args.throughput or plan.default_table_path(name))  # before minutes of timing
         keys = calibrate.calibration_keys(plans) if plans else list(plan.DEFAULT_SET)

@@ -11,7 +11,8 @@ import torch.nn.functional as F
 
 from initmem.data.cifar10 import CIFAR10_CLASSES, IMAGE_SHAPE, Cifar10, check_dataset
 from initmem.config import NUM_CLASSES, SOURCES
-from initmem.errors import ConfigError, DataError, check_int
+from initmem.checks import check_int
+from initmem.errors import ConfigError, DataError
 from initmem.data.imagefolder import ARCHIVE_EXTS, archives, load_imagefolder
 
 

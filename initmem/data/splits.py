@@ -10,7 +10,8 @@ import torch
 import torch.nn.functional as F
 
 from initmem.data.cifar10 import CIFAR10_CLASSES, Cifar10
-from initmem.errors import ConfigError, check_int
+from initmem.checks import check_int
+from initmem.errors import ConfigError
 from initmem.data.imagefolder import default_cache_dir
 from initmem.data.sources import load_cifar10, make_synthetic
 

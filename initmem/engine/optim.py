@@ -8,9 +8,10 @@ from collections.abc import Iterable
 import torch
 from torch import nn
 
+from initmem.checks import check_int
 from initmem.config import _NEUTRAL, OPTIMIZER_DEFAULTS, OPTIMIZER_HPARAMS, OPTIMIZERS, SCHEDULES
 from initmem.engine.models import head_parameters
-from initmem.errors import ConfigError, check_int, invalid
+from initmem.errors import ConfigError, invalid
 
 
 def newton_schulz(G: torch.Tensor, steps: int = 5, eps: float = 1e-7) -> torch.Tensor:

@@ -15,19 +15,24 @@ import pandas as pd
 from matplotlib.figure import Figure
 
 from initmem.analysis import display, style
+from initmem.checks import RESULTS_ROOT
 from initmem.errors import ConfigError, NoResults, ResultsError
 from initmem.figures.paths import (  # re-exported: figures.COMMITTED_SETS is what `make figures` makes
     COMMITTED_SETS,
     EXECUTED,
     INDEX_HEAD,
+    MARKER,
     OVERWRITE_ENV,
     ROOT,
     check_folders,
     check_out,
+    clear_set,
     committed_set,
     default_out,
     display_path,
     repo_path,
+    resolve,
+    sidecars,
 )
 from initmem.store.files import atomic_write
 
@@ -162,7 +167,8 @@ class FigureBook:
 
     def __init__(self, results_dir: str | Path, out_dir: str | Path, sections: str | Sequence[str] | None = None):
         from initmem.store.results import load_runs
-        self.results_dir, self.out_dir = check_folders(repo_path(results_dir), repo_path(out_dir))
+        self.results_dir, self.out_dir = check_folders(repo_path(results_dir, "results_dir", RESULTS_ROOT),
+                                                       repo_path(out_dir, "out_dir"))
         check_out(self.results_dir, self.out_dir, os.environ.get(OVERWRITE_ENV) == "1", committed_only=True)
         self.sections = (sections,) if isinstance(sections, str) else tuple(sections or ())
         runs = load_runs(self.results_dir)
@@ -242,22 +248,10 @@ def _select(notebooks: list[str | Path] | None) -> list[Path]:
     return [by_name[str(nb)] if str(nb) in by_name else Path(nb).resolve() for nb in notebooks]
 
 
-def _sidecars(out: Path) -> list[dict]:
-    records = []
-    for path in sorted([*out.glob("*.json"), *(out / "tables").glob("*.json")]):
-        try:
-            rec = json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-            raise ResultsError(f"artefact sidecar {str(path)!r} is unreadable: {exc}") from None
-        if isinstance(rec, dict) and {"name", "kind", "caption", "files"} <= set(rec):
-            records.append({**rec, "_dir": path.parent})
-    return records
-
-
 def write_index(out: str | Path) -> Path:
     """`<out>/README.md`: every artefact (from its sidecar) with its title and caption, tables first; no timestamp."""
     out = Path(out)
-    recs = _sidecars(out)
+    recs = sidecars(out)
     lines = [INDEX_HEAD + " (`initmem.figures.make_figures`) from the figure notebooks in",
              "`notebooks/figures/`; do not edit by hand. Each artefact has a sidecar `<name>.json` with its",
              "provenance (profile, runs, data source, git commits of the results).", ""]
@@ -291,10 +285,9 @@ def make_figures(results: str | Path = ROOT / "results/cpu", out: str | Path | N
     the files written, the index last. A failing notebook raises NotebookError (its copy in `<out>/.executed/`)."""
     from initmem.study.notebook import execute_notebook
     chosen = _select(notebooks) if notebooks is not None else None  # a bad name first: it needs no folder
-    results = Path(results).expanduser().resolve()
-    out = default_out(results) if out is None else Path(out).expanduser().resolve()
-    results, out = check_folders(results, out)
-    check_out(results, out, overwrite)
+    results = resolve("results", results, RESULTS_ROOT)
+    results, out = check_folders(results, default_out(results) if out is None else out)
+    replace = check_out(results, out, overwrite)  # True: out holds another tree's set, replaced whole (never a mix)
     own = committed_set(results, out)
     chosen = chosen if chosen is not None else _select(list(own) if own else None)
     try:
@@ -302,6 +295,9 @@ def make_figures(results: str | Path = ROOT / "results/cpu", out: str | Path | N
     except OSError as exc:
         raise ResultsError(f"cannot create the figures folder {str(out)!r}: {exc.strerror or exc}") from None
     _remove_temp_files(out)
+    if replace:
+        clear_set(out)
+    atomic_write(out / MARKER, display_path(results) + "\n")  # first: an interrupted run's folder is known as its own
     start = time.time()
     env = {OVERWRITE_ENV: "1"} if overwrite else {}  # the notebooks' own FigureBook check is asked away too
     for nb in chosen:
@@ -310,8 +306,9 @@ def make_figures(results: str | Path = ROOT / "results/cpu", out: str | Path | N
                          cwd=ROOT, log_output=progress, env=env)
         if progress:
             print(f"figures: {nb.stem} done in {time.time() - t:.1f} s", flush=True)
-    files = [*sorted({r["_dir"] / f for r in _sidecars(out) for f in [*r["files"], f"{r['name']}.json"]
+    files = [*sorted({r["_dir"] / f for r in sidecars(out) for f in [*r["files"], f"{r['name']}.json"]
                       if (r["_dir"] / f).stat().st_mtime >= start - 1}), write_index(out)]
+    (out / MARKER).unlink(missing_ok=True)  # the index and the sidecars now say whose set it is
     if progress:
         print(f"figures: {len(chosen)} notebook(s), {len(files)} files (index included) in {display_path(out)} "
               f"({time.time() - start:.1f} s)")

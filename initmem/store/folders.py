@@ -16,11 +16,20 @@ from pathlib import Path
 
 import pandas as pd
 
+from initmem.checks import RECORD
 from initmem.config import TrainConfig, run_id
 from initmem.errors import ConfigError, ResultsError
 from initmem.store.files import atomic_write, ensure_writable
 from initmem.store.provenance import portable, utcnow
-from initmem.store.record import SCHEMA, check_record, dumps_record, history_meta, parse_record
+from initmem.store.record import (
+    SCHEMA,
+    check_record,
+    dumps_record,
+    full_config,
+    history_meta,
+    parse_record,
+    verify_record,
+)
 from initmem.store.results import RunResult, find_runs, load_runs, verify_run
 
 DAMAGED_DIR = ".damaged"  # <section>/.damaged/<run_id>-<UTC stamp>/: where set_aside moves a damaged run
@@ -189,30 +198,67 @@ class RunFolders:
                 if other_schema(f) is not None]
 
     def tidy_copies(self, dry_run: bool = False) -> list[str]:
-        """A line per folder not named by its record's run id: renamed ones moved back, copies set aside (`dry_run`:
-        said, not done), so that the tree loads and no readable run is trained again."""
+        """A line per run folder not named by its record, so that the tree loads and no readable run is trained again
+        (`dry_run`: said, not done): a renamed run moved back (swapped ones swapped back), a copy set aside, a record
+        whose run id is not its config's set aside; where a run's own folder is damaged and a copy verifies, the copy
+        is the run. A run that verifies in its own folder is never moved, whatever lies beside it."""
+        if self.path is None or not self.path.is_dir():
+            return []
+        aside, moves = self._tidy_plan()
         lines = []
-        for folder in sorted(p.parent for p in self.path.glob("*/run.json") if not p.parent.name.startswith(".")):
-            try:
-                rid = parse_record(folder / "run.json").get("run_id")
-            except ResultsError:
-                continue  # damaged: the point that owns it sets it aside
-            if not isinstance(rid, str) or rid == folder.name or Path(rid).name != rid or rid.startswith("."):
-                continue
-            own = self.path / rid
-            if dry_run:
-                lines.append(f"run {rid}: {folder} would be " + (f"set aside (a copy of {own})" if own.exists() else
-                                                                 f"moved back to {own} (a renamed run folder)"))
-            elif own.exists():
-                lines.append(f"run {rid}: {folder} is a copy of {own}; set aside to {set_aside(folder)}")
-            else:
-                try:
-                    os.rename(folder, own)
-                except OSError as exc:
-                    raise ResultsError(f"cannot move {str(folder)!r} back to {str(own)!r}: {exc.strerror or exc}"
-                                       ) from None
-                lines.append(f"run {rid}: {folder} is a renamed run folder; moved back to {own}")
+        for rid, folder, what in aside:
+            lines.append(f"run {rid}: {folder} would be set aside ({what})" if dry_run else
+                         f"run {rid}: {folder} is {what}; set aside to {set_aside(folder)}")
+        if dry_run:
+            return lines + [f"run {dst.name}: {src} would be moved back to {dst} (a renamed run folder)"
+                            for src, dst in moves]
+        staged = []  # two steps, so that swapped folders can pass; a kill between them leaves renamed run folders
+        for src, dst in moves:
+            staged.append((src, self.path / f"{dst.name}-moving-{os.getpid()}", dst))
+            self._rename(src, staged[-1][1])
+        for src, tmp, dst in staged:
+            self._rename(tmp, dst)
+            lines.append(f"run {dst.name}: {src} is a renamed run folder; moved back to {dst}")
         return lines
+
+    def _tidy_plan(self) -> tuple[list[tuple[str, Path, str]], list[tuple[Path, Path]]]:
+        """What `tidy_copies` does: [(run id, folder, why)] to set aside, [(folder, its run's folder)] to move."""
+        aside, moves, groups = [], [], {}
+        for folder in sorted(p.parent for p in self.path.glob(f"*/{RECORD}") if not p.parent.name.startswith(".")):
+            try:
+                cid = run_id(full_config((record := parse_record(folder / RECORD))["config"]))
+            except (ResultsError, KeyError, TypeError, ValueError, AttributeError):
+                continue  # unreadable, or no config: the point that owns this folder sets it aside
+            if (rid := record.get("run_id")) != cid:
+                if folder.name != cid:  # in its config's folder, its point sets it aside (and trains it again)
+                    aside.append((cid, folder, f"a record edited after it was written (run id {rid!r}, but its "
+                                               "config is this run's)"))
+                continue
+            try:
+                ok = verify_record(folder, record, named=False) is not None
+            except ResultsError:
+                ok = False
+            groups.setdefault(cid, []).append((folder, ok))
+        for cid, group in groups.items():
+            own, good = self.path / cid, [f for f, ok in group if ok]
+            keep = own if own in good else good[0] if good else own if own in (f for f, _ in group) else None
+            aside += [(cid, f, f"a copy of {keep}" if ok else f"damaged, and {keep} is a copy of its run that verifies"
+                       if f == own else f"a damaged copy of run {cid}") for f, ok in group if f != keep]
+            if keep is not None and keep != own:
+                moves.append((keep, own))
+        sources = {src for src, _ in moves}
+        aside += [(dst.name, dst, f"damaged, and {src} is a copy of its run that verifies") for src, dst in moves
+                  if dst.exists() and dst not in sources and dst not in (f for _, f, _ in aside)]
+        return aside, moves
+
+    @staticmethod
+    def _rename(src: Path, dst: Path) -> None:
+        if dst.exists():
+            raise ResultsError(f"cannot move {str(src)!r} to {str(dst)!r}: it exists (another process tidying?)")
+        try:
+            os.rename(src, dst)
+        except OSError as exc:
+            raise ResultsError(f"cannot move {str(src)!r} to {str(dst)!r}: {exc.strerror or exc}") from None
 
     def lock(self, c: TrainConfig, *, wait: bool = False) -> RunLock | None:
         return lock(self.folder(c), wait=wait)

@@ -159,12 +159,13 @@ def history_meta(folder: Path, *, written: int | None = None) -> dict:
     return {"sha256": hashlib.sha256(data).hexdigest(), "rows": len(h), "columns": [str(c) for c in h.columns]}
 
 
-def verify_record(folder: Path, record: dict) -> pd.DataFrame:
-    """Check a parsed record against its folder and history; return the history frame."""
+def verify_record(folder: Path, record: dict, *, named: bool = True) -> pd.DataFrame:
+    """Check a parsed record against its folder and history; return the history frame. `named=False`: the folder's
+    name is not checked (whether a misnamed folder holds a whole run, `RunFolders.tidy_copies`)."""
     file = folder / "run.json"
     check_record(record, file)
     here = folder.resolve()
-    if here.name != record["run_id"]:
+    if named and here.name != record["run_id"]:
         raise record_error(file, f"lies in folder {here.name!r}, not in its run id's {record['run_id']!r} (a copied or "
                           "renamed run folder?)")
     if here.parent.name != record["section"]:

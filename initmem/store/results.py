@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from initmem.checks import run_folders
 from initmem.config import TrainConfig, run_id
 from initmem.errors import ConfigError, ResultsError
 from initmem.metrics import SUMMARY_KEYS
@@ -57,8 +58,7 @@ def find_runs(path: str | Path) -> list[Path]:
     """The folders at or under the folder `path` (else a ResultsError) holding a run.json, hidden ones left out."""
     if not (root := Path(path)).is_dir():
         raise ResultsError(f"results path {str(root)!r} " + ("is not a folder" if root.exists() else "does not exist"))
-    return [f.parent for f in sorted(root.rglob("run.json"))
-            if not any(p.startswith(".") for p in f.relative_to(root).parts[:-1])]
+    return run_folders(root)
 
 
 def _scan(path: str | Path, damaged: str) -> tuple[list[tuple[Path, dict, pd.DataFrame]], dict[str, str]]:

@@ -10,6 +10,7 @@ from typing import Any
 
 import yaml
 
+from initmem.checks import resolve
 from initmem.config import point_configs
 from initmem.errors import ConfigError, InitmemError, SweepError
 from initmem.study.notebook import SCIENTIFIC, Parameter, check_parameters, notebook_parameters, parameters_digest
@@ -121,7 +122,8 @@ class Section:
 
     def results_for(self, profile: str, results: str | Path | None = None) -> Path:
         """Absolute results folder: `results`, or `<root>/results/<profile>` by default."""
-        return Path(results).resolve() if results is not None else self.root / "results" / profile
+        return resolve("results", results, "a results folder") if results is not None else (
+            self.root / "results" / profile)  # '' (the working folder, silently) and a symlink loop: one line
 
     def points(self, profile: str, results: str | Path | None = None) -> list[Point]:
         """The cartesian product of the profile's grid (with each of its `points` entries, if any), each point with

@@ -112,8 +112,8 @@ def load_throughput(path: str | Path, kind: str | None = None) -> Throughput:
     """A throughput table; ConfigError when it is missing, malformed or untrustworthy (`throughput.check_table`)."""
     try:
         doc = json.loads(Path(path).read_text(encoding="utf-8"))
-        entries = [Entry(str(e["arch"]), float(e["width"]), int(e["batch_size"]), str(e["precision"]), int(e.get(
-            "members", 1)), float(e["train_step_s"]), float(e["eval_image_s"])) for e in doc["entries"]]
+        entries = [Entry(str(e["arch"]), e["width"], e["batch_size"], str(e["precision"]), e.get("members", 1),
+                         e["train_step_s"], e["eval_image_s"]) for e in doc["entries"]]  # as read: check_table checks
         device = str(doc["device"])
     except FileNotFoundError:
         raise ConfigError(f"throughput table {str(path)!r} does not exist (make one with `initmem plan "

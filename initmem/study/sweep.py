@@ -14,6 +14,7 @@ import signal
 import sys
 import threading
 import time
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -165,7 +166,11 @@ def summarize(section: Section, points: list[Point]) -> pd.DataFrame:
     """The end-of-run table: one row per point (`point_report.sweep_row`)."""
     from initmem.analysis.point_report import sweep_row  # matplotlib: only once the sweep has run
     folder = section.root / points[0].parameters["results_dir"] / section.name if points else None
-    runs = load_runs(folder, damaged="skip") if folder is not None and folder.is_dir() else None
+    with warnings.catch_warnings():  # said below in one line each, not as a UserWarning with its source line
+        warnings.simplefilter("ignore")
+        runs = load_runs(folder, damaged="skip") if folder is not None and folder.is_dir() else None
+    for why in (runs.attrs.get("damaged", {}) if runs is not None else {}).values():
+        print(f"{section.name}: skipping a damaged run in the summary: {why}", flush=True)
     return pd.DataFrame([sweep_row(runs, p.point_id, [run_id(c) for c in point_configs(section.effective(p))])
                          for p in points])
 

@@ -1,33 +1,52 @@
 """Torch-free checks of a throughput table (docs/planner.md): what `plan.load_throughput` reads, --calibrate writes."""
 
-import math
+import dataclasses
 import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from initmem.checks import check_int, check_real
 from initmem.config import ARCHS, PRECISIONS
 from initmem.errors import ConfigError
 
 KINDS = ("cpu", "cuda")
 
 
+MAX_SECONDS = 86400.0  # a step (or an image) slower than a day is no measurement: a typo, or a unit mixed up
+ENTRY_CHECKS: dict[str, Callable[[str, Any], Any]] = {  # each entry field's one check (`checks`): exact types
+    "width": lambda k, v: check_real(k, v, 0, 64, above=True),
+    "batch_size": lambda k, v: check_int(k, v, 1, 2**31),
+    "members": lambda k, v: check_int(k, v, 1, 2**16),
+    "train_step_s": lambda k, v: check_real(k, v, 0, MAX_SECONDS, above=True, why=" (seconds)"),
+    "eval_image_s": lambda k, v: check_real(k, v, 0, MAX_SECONDS, above=True, why=" (seconds)"),
+}
+
+
 def check_table(table: Any, kind: str | None, describe: Callable[[Any], str]) -> Any:
-    """`table` (a `plan.Throughput`) once every entry's numbers are finite and positive, its arch and precision known
-    and its device a CPU or CUDA one (of `kind`, if given); else ConfigError naming the file, entry and value."""
+    """`table` (a `plan.Throughput`) once every entry's numbers have their exact types, are finite, positive and
+    below `MAX_SECONDS`, its arch and precision are known, no configuration has two entries, and its device is a CPU
+    or CUDA one (of `kind`, if given); its entries' reals as floats. Else ConfigError naming the file, entry, value."""
     where = f"throughput table {str(table.path)!r}"
     if not table.entries or not table.device.strip() or table.kind not in KINDS:
         what = "no entries" if not table.entries else f"device {table.device!r} of kind {table.kind!r}"
         raise ConfigError(f"{where} is invalid ({what}): a device of kind {' or '.join(KINDS)} with at least one "
                           "entry is accepted")
-    for e in table.entries:
-        if bad := next(((k, v) for k in ("train_step_s", "eval_image_s", "width", "batch_size", "members")
-                        if not math.isfinite(v := getattr(e, k)) or v <= 0), None):
-            raise ConfigError(f"{where} has {bad[0]}={bad[1]!r} for {describe(e)}: a finite positive number is "
-                              "accepted")
+    seen: dict[tuple, int] = {}
+    for i, e in enumerate(table.entries):
         if e.arch not in ARCHS or e.precision not in PRECISIONS:
             raise ConfigError(f"{where} has arch={e.arch!r}, precision={e.precision!r}: one of {', '.join(ARCHS)} "
                               f"and one of {', '.join(PRECISIONS)} are accepted")
+        try:
+            table.entries[i] = e = dataclasses.replace(e, **{k: check(k, getattr(e, k)) for k, check in
+                                                              ENTRY_CHECKS.items()})
+        except ConfigError as exc:
+            raise ConfigError(f"{where}, entry {i + 1} ({e.arch} {e.precision}): {exc}") from None
+        key = (e.arch, e.width, e.batch_size, e.precision, e.members)
+        if (first := seen.setdefault(key, i)) != i:
+            raise ConfigError(f"{where} has two entries for {describe(e)}: entry {first + 1} (train_step_s="
+                              f"{table.entries[first].train_step_s:g}) and entry {i + 1} (train_step_s="
+                              f"{e.train_step_s:g}): one entry per configuration is accepted")
     if kind is not None and table.kind != kind:
         raise ConfigError(f"{where} was measured on {table.device} ({table.kind}), not on a {kind} device: a {kind} "
                           f"table is accepted (`initmem plan --calibrate --device {kind}` makes one)")
