@@ -138,6 +138,9 @@ def depth(t5: pd.DataFrame) -> Found:
     return Found("05_depth", sentence, _rows(t5, ["arch", "optimizer", "interpolated", "spread_pp"]))
 
 
+CLOCK_WORDS = {"Theta_slowest": "Θ of the slowest-turning σ_w"}
+
+
 def forgetting_clocks(t7: pd.DataFrame, t8: pd.DataFrame, rule: str = "val_loss") -> Found:
     """Sections together from T7 and T8: the strongest rank correlation with the spread, and the clock whose
     unfolding lines collapse best under `rule`."""
@@ -149,11 +152,13 @@ def forgetting_clocks(t7: pd.DataFrame, t8: pd.DataFrame, rule: str = "val_loss"
         parts.append(f"the spread's strongest rank correlation is with {best['x']} (Spearman ρ "
                      f"{display.number(best['spearman'], 'signed')} over {int(best['n_configs'])} configurations)")
     if tight is not None:
-        parts.append(f"its unfolding collapses best against {tight['clock']} (ratio "
+        parts.append(f"its unfolding collapses best against {CLOCK_WORDS.get(tight['clock'], tight['clock'])} (ratio "
                      f"{display.number(tight['collapse_ratio'], 'decimal2')}; 0 is one curve, 1 no relation)")
     sentence = "; ".join(parts) + "." if parts else "no configuration with the instruments."
-    numbers = c[["clock", "n_configs", "collapse_ratio"]].reset_index(drop=True)
-    numbers.attrs["formats"] = {"collapse_ratio": "decimal2"}
+    numbers = c[["clock", "n_configs", "collapse_ratio"]].reset_index(drop=True).rename(
+        columns={"collapse_ratio": "collapse ratio"})
+    numbers["clock"] = numbers["clock"].map(lambda k: CLOCK_WORDS.get(k, k))
+    numbers.attrs["formats"] = {"collapse ratio": "decimal2"}
     return Found("06_forgetting_clocks", sentence, numbers)
 
 
