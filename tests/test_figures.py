@@ -401,7 +401,7 @@ def test_every_artefact_is_written_with_sidecar_and_index(made, results):
     expected = [out / "tables" / f"{t}.{x}" for t in TABLES for x in ("md", "tex", "csv", "json")]
     expected += [out / f"{f}.{x}" for f in FIGURES for x in ("png", "pdf", "json")]
     assert sorted(set(written) - {out / "README.md"}) == sorted(expected)
-    assert (out / ".executed" / "01_optimizers.ipynb").is_file()
+    assert (out / ".executed" / "01_optimizers_figures.ipynb").is_file()
     index = (out / "README.md").read_text()
     for p in expected:
         side = json.loads(p.with_suffix(".json").read_text())
