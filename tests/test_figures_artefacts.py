@@ -184,7 +184,7 @@ def test_a_notebook_opened_where_jupyterlab_opens_it_reads_paths_against_the_rep
     out = tmp_path / "out"
     rel = {"results_dir": os.path.relpath(root, ROOT), "out_dir": os.path.relpath(out, ROOT)}
     assert not rel["results_dir"].startswith("/")
-    execute_notebook(artefacts.NOTEBOOK_DIR / "03_lr_l2.py", tmp_path / "executed.ipynb", rel,
+    execute_notebook(artefacts.NOTEBOOK_DIR / "03_lr_l2_figures.py", tmp_path / "executed.ipynb", rel,
                      cwd=artefacts.NOTEBOOK_DIR, log_output=False)
     assert (out / "F5_spread_lr_l2.png").is_file() and (out / "tables" / "T3_lr_l2.csv").is_file()
     assert not (artefacts.NOTEBOOK_DIR / rel["out_dir"]).exists()
