@@ -38,6 +38,7 @@ API = {
     "run_point": ".study.point",
     "checked_parameters": ".study.notebook",
     "show_point": ".analysis.point_report",
+    "what_we_found": ".analysis.findings",
     **dict.fromkeys(["FigureBook", "make_figures"], ".figures.artefacts"),
 }
 __all__ = sorted(API)

@@ -14,7 +14,7 @@
 # ---
 
 # %% [markdown]
-# # 01 — Optimisers: SGD remembers, adaptive methods forget
+# # 01 — Optimisers: does SGD remember σ_w, and do adaptive methods forget it?
 #
 # Tests findings **1** and **2** of STUDY.md (and the clock side of **7**). ResNet-9 at batch size 128 is trained at
 # every `sigma_w` of the grid, once per `optimizer` (`sgd`, `sgd_momentum`, `adam`, `adamw`, `muon`, each at its
@@ -49,3 +49,14 @@ runs = initmem.run_point(initmem.checked_parameters(globals()))  # a misspelt or
 
 # %%
 initmem.show_point(runs)  # per sigma_w, the point's figure, per run, and its numbers
+
+
+# %% [markdown]
+# ## What we found
+#
+# This point's spread, then what the committed study found for this section, computed from its runs in
+# `results/cpu` (`initmem.what_we_found`), with the verdict and what this scale cannot show from
+# [docs/findings.md](../docs/findings.md).
+
+# %%
+initmem.what_we_found(section, runs)

@@ -14,7 +14,7 @@
 # ---
 
 # %% [markdown]
-# # 02 — Long training: time alone is not enough
+# # 02 — Long training: does time alone make SGD forget?
 #
 # Tests finding **3** of STUDY.md (and the epoch-vs-clock contrast of **7**). Low-learning-rate plain SGD (`lr`
 # 0.01, constant) trains ResNet-9 for a long time — 5,000 `epochs` in the paper — at every `sigma_w`. The
@@ -58,3 +58,14 @@ initmem.show_point(runs)  # per sigma_w, the point's figure, per run, and its nu
 
 # %%
 display.display_frame(tables.long_training_table(runs, marks=epoch_marks))  # T2, as figures/ writes it
+
+
+# %% [markdown]
+# ## What we found
+#
+# This point's spread, then what the committed study found for this section, computed from its runs in
+# `results/cpu` (`initmem.what_we_found`), with the verdict and what this scale cannot show from
+# [docs/findings.md](../docs/findings.md).
+
+# %%
+initmem.what_we_found(section, runs)

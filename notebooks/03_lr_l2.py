@@ -14,7 +14,7 @@
 # ---
 
 # %% [markdown]
-# # 03 — Learning rate and L2: regularisation makes SGD forget
+# # 03 — Learning rate and L2: do they make SGD forget?
 #
 # Tests finding **4** of STUDY.md (and **7**). Plain SGD (`optimizer`) on ResNet-9 (b = 128) over a grid of `lr` ×
 # coupled L2 coefficient (`weight_decay`, including 1e-2); each grid point is trained at every `sigma_w`. A larger
@@ -46,3 +46,14 @@ runs = initmem.run_point(initmem.checked_parameters(globals()))  # a misspelt or
 
 # %%
 initmem.show_point(runs)  # per sigma_w, the point's figure, per run, and its numbers
+
+
+# %% [markdown]
+# ## What we found
+#
+# This point's spread, then what the committed study found for this section, computed from its runs in
+# `results/cpu` (`initmem.what_we_found`), with the verdict and what this scale cannot show from
+# [docs/findings.md](../docs/findings.md).
+
+# %%
+initmem.what_we_found(section, runs)

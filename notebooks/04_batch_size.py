@@ -14,7 +14,7 @@
 # ---
 
 # %% [markdown]
-# # 04 — Batch size: larger batches slow forgetting
+# # 04 — Batch size: do larger batches slow forgetting?
 #
 # Tests finding **5** of STUDY.md (and **7**). ResNet-9 trained with SGD and with Adam (`optimizer`) at batch sizes
 # b in {16, 32, 64, 128, 256} (`batch_size`), each at every `sigma_w`, for the same number of epochs. At a fixed
@@ -46,3 +46,14 @@ runs = initmem.run_point(initmem.checked_parameters(globals()))  # a misspelt or
 
 # %%
 initmem.show_point(runs)  # per sigma_w, the point's figure, per run, and its numbers
+
+
+# %% [markdown]
+# ## What we found
+#
+# This point's spread, then what the committed study found for this section, computed from its runs in
+# `results/cpu` (`initmem.what_we_found`), with the verdict and what this scale cannot show from
+# [docs/findings.md](../docs/findings.md).
+
+# %%
+initmem.what_we_found(section, runs)

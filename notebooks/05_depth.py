@@ -14,7 +14,7 @@
 # ---
 
 # %% [markdown]
-# # 05 — Depth: deep ResNets fail to train instead
+# # 05 — Depth: do deep ResNets fail to train instead of remembering?
 #
 # Tests finding **6** of STUDY.md. ResNet-9, ResNet-56 and ResNet-110 (He et al.'s CIFAR ResNets, option-A
 # shortcuts; `arch`) trained with SGD and with Adam (`optimizer`) at every `sigma_w`. In the deep networks bad
@@ -55,3 +55,14 @@ initmem.show_point(runs)  # per sigma_w, the point's figure, per run, and its nu
 
 # %%
 point_report.interpolation_table(runs)
+
+
+# %% [markdown]
+# ## What we found
+#
+# This point's spread, then what the committed study found for this section, computed from its runs in
+# `results/cpu` (`initmem.what_we_found`), with the verdict and what this scale cannot show from
+# [docs/findings.md](../docs/findings.md).
+
+# %%
+initmem.what_we_found(section, runs)

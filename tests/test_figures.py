@@ -27,7 +27,8 @@ TABLES = ("T1_optimizers", "T2_long_training", "T3_lr_l2", "T4_batch_size", "T5_
           "T7_clock_correlations", "T8_unfolding_collapse")
 FIGURES = ("F1_accuracy_vs_sigma", "F2_weight_norm", "F3_radial_memory", "F4_spread_vs_batch_size",
            "F5_spread_lr_l2", "F6_depth_interpolation", "F7_spread_vs_clocks", "F8_repair_gap",
-           "F9_training_curves", "F10_angle_curves", "F11_spread_vs_measured_clock", "F12_forgetting_unfolds")
+           "F9_training_curves", "F10_angle_curves", "F11_spread_vs_measured_clock", "F12_forgetting_unfolds",
+           "F13_selection_rules")
 
 
 # --- hand-made frames ----------------------------------------------------------------------------------------
@@ -206,10 +207,11 @@ def test_spread_vs_clocks_tells_every_configuration_apart():
     runs = pd.concat([_runs(rows, "03_lr_l2"), _runs([{"optimizer": o, "sigma_w": s, "test_acc_at_best": 0.6}
                                                        for o in ("sgd", "adam") for s in (0.5, 2.0)])])
     fig = plots.spread_vs_clocks(runs.reset_index(drop=True))
-    labels = [t.get_text() for t in fig.legends[0].get_texts()]
+    labels = [t.get_text() for t in fig.axes[-1].get_legend().get_texts()]  # the legend row under the panels
     assert labels == ["01 sgd", "01 adam", "03 lr=0.01 wd=0", "03 lr=0.01 wd=0.01", "03 lr=0.1 wd=0",
                       "03 lr=0.1 wd=0.01"]
-    looks = {(c.get_label(), c.lines[0].get_marker(), c.lines[0].get_color()) for ax in fig.axes for c in ax.containers}
+    assert not any(ax.containers for ax in fig.axes)  # one seed: markers, no error bars
+    looks = {(ln.get_label(), ln.get_marker(), ln.get_color()) for ax in fig.axes[:3] for ln in ax.lines}
     assert len({look[1:] for look in looks}) == len({look[0] for look in looks}) == len(labels)  # one look each
     assert fig.axes[1].get_xlabel().endswith("4 configuration(s) with T_L2 = 0 not shown")
 
@@ -279,7 +281,8 @@ def test_text_formats_escape_and_stamp(tmp_path, two_optimizers):
     runs = two_optimizers.assign(git_commit="abcdef0123456789", data_source="imagefolder")
     stamp = artefacts.Stamp.of(runs, tmp_path / "cpu", ["01_optimizers"])
     assert stamp.profile == "cpu" and stamp.n_runs == 12
-    assert "abcdef0123" in stamp.caption() and "imagefolder" in stamp.caption() and "12 runs" in stamp.caption()
+    assert "abcdef0123" in stamp.caption() and "CIFAR-10 (JPEG folder)" in stamp.caption()
+    assert "12 runs" in stamp.caption() and "modified" not in stamp.caption()  # said only when true
     paths = artefacts.save_table(tables.optimizer_table(runs), "T1_optimizers", tmp_path / "out", stamp, "Title")
     assert [p.name for p in paths] == [f"T1_optimizers.{x}" for x in ("md", "tex", "csv", "json")]
     tex = paths[1].read_text()
@@ -398,7 +401,7 @@ def test_every_artefact_is_written_with_sidecar_and_index(made, results):
     expected = [out / "tables" / f"{t}.{x}" for t in TABLES for x in ("md", "tex", "csv", "json")]
     expected += [out / f"{f}.{x}" for f in FIGURES for x in ("png", "pdf", "json")]
     assert sorted(set(written) - {out / "README.md"}) == sorted(expected)
-    assert (out / ".executed" / "01_optimizers.ipynb").is_file()
+    assert (out / ".executed" / "01_optimizers_figures.ipynb").is_file()
     index = (out / "README.md").read_text()
     for p in expected:
         side = json.loads(p.with_suffix(".json").read_text())

@@ -115,6 +115,7 @@ def test_the_provenance_footer_fits_every_figure(runs):
         style.caption_figure(fig, title, f"{name}: {stamp.caption()}")
         if fig.get_figwidth() < 7:
             assert "\n" in fig.texts[-1].get_text(), name  # this caption needs more than one line there
+        assert "/a/rather" not in fig.texts[-1].get_text() and "CIFAR-10 (JPEG archive)" in fig.texts[-1].get_text()
         with matplotlib.rc_context(style.STYLE):
             _footer_fits(fig)
 
@@ -168,9 +169,9 @@ def test_make_figures_shows_figures_inline_and_counts_its_files_once(tmp_path, c
     assert main(["figures", "--results", str(root), "--out", str(out), "--notebooks", "06_forgetting_clocks"]) == 0
     text = capsys.readouterr().out
     counts = re.findall(r"(\d+) files", text)
-    # F7, F8, F11, F12 (png, pdf, json each), T6, T7, T8 (md, tex, csv, json) and the index, said the same way twice
-    assert counts == ["25", "25"], text
-    assert _png_outputs(out / artefacts.EXECUTED / "06_forgetting_clocks.ipynb") == 4
+    # F7, F8, F11, F12, F13 (png, pdf, json each), T6, T7, T8 (md, tex, csv, json) and the index, said the same way
+    assert counts == ["28", "28"], text
+    assert _png_outputs(out / artefacts.EXECUTED / "06_forgetting_clocks_figures.ipynb") == 5
     for f in FIGURES[6:8]:
         assert not json.loads((out / f"{f}.json").read_text())["missing"]
 
@@ -183,7 +184,7 @@ def test_a_notebook_opened_where_jupyterlab_opens_it_reads_paths_against_the_rep
     out = tmp_path / "out"
     rel = {"results_dir": os.path.relpath(root, ROOT), "out_dir": os.path.relpath(out, ROOT)}
     assert not rel["results_dir"].startswith("/")
-    execute_notebook(artefacts.NOTEBOOK_DIR / "03_lr_l2.py", tmp_path / "executed.ipynb", rel,
+    execute_notebook(artefacts.NOTEBOOK_DIR / "03_lr_l2_figures.py", tmp_path / "executed.ipynb", rel,
                      cwd=artefacts.NOTEBOOK_DIR, log_output=False)
     assert (out / "F5_spread_lr_l2.png").is_file() and (out / "tables" / "T3_lr_l2.csv").is_file()
     assert not (artefacts.NOTEBOOK_DIR / rel["out_dir"]).exists()
@@ -215,3 +216,18 @@ def test_compute_is_apart_from_writing_and_imports_no_torch():
     for name in ("plots", "plots_forgetting", "tables_forgetting", "point_report"):  # what they use of each other
         text = (ROOT / "initmem" / f"{name}.py").read_text()  # is public
         assert not re.search(r"\b(tables|plots)\._", text), name
+
+
+def test_the_stamp_names_the_data_by_what_it_is_and_a_modified_tree_only_when_true(runs):
+    assert artefacts.data_name("imagefolder-tar:../shared/data/cifar10-jpeg.tar.gz") == "CIFAR-10 (JPEG archive)"
+    assert artefacts.data_name("torchvision:/home/me/data") == "CIFAR-10 (torchvision)"
+    assert artefacts.data_name("synthetic:2000+500:seed0") == "synthetic:2000+500:seed0"
+    assert artefacts.data_name("elsewhere:/home/me/x.npz") == "elsewhere"  # never a path of the machine
+    r = runs.assign(data_source="imagefolder-tar:/home/me/cifar10-jpeg.tar.gz", data_hash="1a2b3c4d5e6f7a8b",
+                    git_commit="abcdef0123456789", git_dirty=False, git_diff_known=True)
+    clean = artefacts.Stamp.of(r, "results/cpu", ["01_optimizers"]).caption()
+    assert "data CIFAR-10 (JPEG archive) sha256:1a2b3c4d5e6f" in clean and "/home/me" not in clean
+    assert "modified" not in clean
+    dirty = r.assign(git_dirty=[k < 3 for k in range(len(r))], git_diff_known=[k < 1 for k in range(len(r))])
+    caption = artefacts.Stamp.of(dirty, "results/cpu", ["01_optimizers"]).caption()
+    assert f"3 of {len(r)} runs from a modified tree, 1 diffs recorded, 2 unknown" in caption

@@ -71,7 +71,7 @@ def _files(root: Path) -> list[Path]:
 def test_the_figures_command_leaves_a_fresh_clone_clean(clone):
     dst, proc = clone
     for _, out, _ in COMMITTED_SETS:  # it did run the notebooks of every set
-        assert (dst / out / ".executed" / "01_optimizers.ipynb").is_file(), out
+        assert (dst / out / ".executed" / "01_optimizers_figures.ipynb").is_file(), out
     status = _git("status", "--porcelain", "--untracked-files=all", cwd=dst)
     assert status == "", f"the figures command changed the clone (run `make figures` and commit figures/):\n{status}"
     assert f"{len(_files(dst / 'figures'))} files" in proc.stdout  # every artefact and README.md, counted once

@@ -136,12 +136,13 @@ def test_spread_vs_measured_clock_places_every_configuration():
     runs = _measured_configs()
     fig = instrument_plots.spread_vs_measured_clock(runs)
     left, right = fig.axes[:2]
-    pts = sorted((float(c.lines[0].get_xdata()[0]), float(c.lines[0].get_ydata()[0])) for c in left.containers)
+    assert not left.containers  # one seed: a marker each, no error bar (nor one in the legend)
+    pts = sorted((float(ln.get_xdata()[0]), float(ln.get_ydata()[0])) for ln in left.lines)
     assert np.allclose(pts, [(5, 10), (10, 20), (15, 30), (20, 40)])
-    assert sorted(float(c.lines[0].get_xdata()[0]) for c in right.containers) == [1, 2, 4, 8]
+    assert sorted(float(ln.get_xdata()[0]) for ln in right.lines) == [1, 2, 4, 8]
     assert right.get_xscale() == "log"
     assert left.get_title() == "Spearman ρ = +1.00 (n = 4)" and right.get_title() == "Spearman ρ = −1.00 (n = 4)"
-    labels = [t.get_text() for t in fig.legends[0].get_texts()]
+    labels = [t.get_text() for t in fig.axes[-1].get_legend().get_texts()]
     assert labels == ["03 lr=0.01", "03 lr=0.02", "03 lr=0.03", "03 lr=0.04"]  # the old section-01 runs left out
     with pytest.raises(NoResults):
         instrument_plots.spread_vs_measured_clock(runs[runs["section"] == "01_optimizers"])
@@ -234,7 +235,7 @@ def test_a_diverged_sigma_is_shown_in_every_spread_table(diverged_tree):
     assert t3.loc[0, "diverged"] == "2/12 (wd=0.01 without σ_w=2.5)" and t3.attrs["narrowed"] == [(0, "wd=0.01")]
     f5 = plots.spread_heatmap(runs).axes[0]
     assert sorted(t.get_text() for t in f5.texts) == ["10.0*", "30.0"] and "fewer σ_w" in f5.get_xlabel()
-    labels = [t.get_text() for t in plots.spread_vs_clocks(runs).legends[0].get_texts()]
+    labels = [t.get_text() for t in plots.spread_vs_clocks(runs).axes[-1].get_legend().get_texts()]
     assert labels == ["03 wd=0", "03 wd=0.01 (σ_w 2/3)"]
 
     t5 = tables.depth_table(runs)
@@ -358,18 +359,35 @@ def test_collapse_table_measures_the_disagreement_at_equal_clock():
 
 def test_unfolding_figure_one_line_per_configuration_per_rule_and_clock():
     runs, h = _unfolding_runs()
-    fig = instrument_plots.unfolding_figure(runs, h)
-    axes = np.array(fig.axes).reshape(3, 4)
-    sgd = axes[2, 0]  # last-epoch rule against T_SGD
-    assert [line.get_label() for line in sgd.lines] == ["03 lr=0.01", "03 lr=0.1"]
-    assert sgd.lines[0].get_xdata().tolist() == pytest.approx([1e-4, 2e-4, 3e-4])
-    assert sgd.lines[0].get_ydata().tolist() == pytest.approx([10, 20, 30])
-    assert axes[0, 3].lines[1].get_xdata().tolist() == pytest.approx([0.55, 1.05, 1.55])  # Θ of the slowest σ_w
-    assert all(ax.get_xscale() == "log" for ax in axes[:, [0, 1, 3]].ravel())
-    assert not axes[0, 2].lines and "2 configuration(s) with T_L2 = 0" in axes[2, 2].get_xlabel()
-    assert "(paper)" in axes[0, 0].get_ylabel() and "last epoch" in axes[2, 0].get_ylabel()
-    assert "ratio 0.00" in axes[0, 0].texts[0].get_text() and "no clock bin" in axes[0, 1].texts[0].get_text()
-    assert [t.get_text() for t in fig.legends[0].get_texts()] == ["03 lr=0.01", "03 lr=0.1"]
+    fig = instrument_plots.unfolding_figure(runs, h)  # the paper's rule: a panel per clock
+    t_sgd, t_adapt, t_l2, theta = fig.axes[:4]
+    assert [line.get_label() for line in t_sgd.lines] == ["03 lr=0.01", "03 lr=0.1"]
+    assert theta.lines[1].get_xdata().tolist() == pytest.approx([0.55, 1.05, 1.55])  # Θ of the slowest σ_w
+    assert all(ax.get_xscale() == "log" for ax in (t_sgd, t_adapt, theta))
+    assert not t_l2.lines and "2 configuration(s) with T_L2 = 0" in t_l2.get_xlabel()
+    assert "ratio 0.00" in t_sgd.texts[0].get_text() and "no clock bin" in t_adapt.texts[0].get_text()
+    assert [t.get_text() for t in fig.axes[-1].get_legend().get_texts()] == ["03 lr=0.01", "03 lr=0.1"]
+    last = instrument_plots.unfolding_figure(runs, h, rule="last").axes[0]  # another rule: its own lines
+    assert last.lines[0].get_xdata().tolist() == pytest.approx([1e-4, 2e-4, 3e-4])
+    assert last.lines[0].get_ydata().tolist() == pytest.approx([10, 20, 30])
+    with pytest.raises(NoResults, match="selection rule"):
+        instrument_plots.unfolding_figure(runs, h, rule="no_such_rule")
+
+
+def test_the_selection_rules_figure_bars_t8s_collapse_ratio_per_clock_and_rule():
+    runs, h = _unfolding_runs()
+    t = tf.unfolding_table(runs, h)
+    fig = instrument_plots.selection_rules_figure(table=t)
+    (ax,) = fig.axes
+    collapse = tf.collapse_table(t).set_index(["rule", "clock"])["collapse_ratio"]
+    rules = list(dict.fromkeys(t["rule"]))
+    bars = [b for c in ax.containers for b in c]
+    assert len(bars) == len(rules) * len(tf.UNFOLD_CLOCKS)
+    first = [b.get_height() for b in ax.containers[0]]
+    want = [0 if np.isnan(v) else v for v in collapse.loc[rules[0]].reindex(tf.UNFOLD_CLOCKS)]
+    assert first == pytest.approx(want)
+    assert collapse.isna().any() and "–" in {t.get_text() for t in ax.texts}  # a missing ratio says so, not 0
+    assert "(paper)" in ax.get_legend().get_texts()[0].get_text()
 
 
 # --- one point -----------------------------------------------------------------------------------------------
@@ -434,4 +452,8 @@ def test_show_point_shows_each_view_under_the_line_that_says_what_it_is(diverged
     assert texts[2].startswith("The point's numbers")
     (table, fig), (runs_table,), (summary,) = (objs[1:] for objs in shown)
     assert table.equals(point_report.point_table(point)) and isinstance(fig, Figure)
-    assert len(runs_table) == len(point) and summary == metrics.point_summary(point)
+    assert len(runs_table) == len(point) and summary.equals(point_report.summary_table(point))
+    s = metrics.point_summary(point)
+    assert summary.loc["spread across σ_w (pp)", "value"] == display.with_std(s["spread_pp"], s["spread_seed_std_pp"],
+                                                                               "percent")
+    assert summary.loc["runs diverged", "value"] == f"{s['n_diverged']}/{s['n_runs']}"

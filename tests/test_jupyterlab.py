@@ -30,7 +30,7 @@ CHROMIUM_ARGS = [
     "--disable-sync", "--no-first-run", "--disable-quic",
 ]  # fmt: skip
 EXPERIMENT = "notebooks/01_optimizers.py"
-SUMMARY_TEXT = "spread_pp"  # a key of the point's summary, the experiment notebook's last output
+SUMMARY_TEXT = "What we found"  # the experiment notebook's last output (`initmem.what_we_found`)
 STDERR = ".jp-OutputArea-output[data-mime-type='application/vnd.jupyter.stderr']"  # what JupyterLab paints red
 NOTEBOOK = ".jp-NotebookPanel:visible"  # the notebook in the active main-area tab
 

@@ -149,8 +149,10 @@ def test_smoke_section_writes_every_run(smoke, name):
         assert Path(p.notebook) == out / name / "notebooks" / f"{p.point_id}.ipynb"
         assert nb.metadata.papermill.parameters["section"] == name
         assert not nb.metadata.papermill.get("exception")  # None or False when no cell raised
-        last = nb.cells[-1].outputs[0]["data"]["text/plain"]
+        last = nb.cells[-3].outputs[0]["data"]["text/plain"]  # before the closing "What we found" cells
         assert last  # the final table was displayed
+        found = nb.cells[-1].outputs[0]["data"]["text/markdown"]
+        assert found.startswith("**What we found.** This point: a spread of ") and "docs/findings.md" in found
     assert list(report.summary["point"]) == [p.point_id for p in points]
     assert (report.summary["runs"] == f"{len(spec['fixed']['sigma_ws'])}/{len(spec['fixed']['sigma_ws'])}").all()
     assert report.summary["spread_pp"].between(0, 100).all()
@@ -168,7 +170,7 @@ def test_notebook_tables_match_the_results(smoke):
     # 02: the spread at each epoch mark, displayed by the notebook, equals the library's on the same runs
     p = reports["02_long_training"].points[0]
     nb = nbformat.read(p.notebook, as_version=4)
-    shown = nb.cells[-1].outputs[0]["data"]["text/plain"]
+    shown = nb.cells[-3].outputs[0]["data"]["text/plain"]  # the table before "What we found"
     marks = nb.metadata.papermill.parameters["epoch_marks"]
     table = long_training_table(load_runs(out / "02_long_training"), marks=marks)
     with pd.option_context("display.max_columns", 20, "display.width", 80):  # a kernel's (not a terminal's) defaults
@@ -176,7 +178,7 @@ def test_notebook_tables_match_the_results(smoke):
     # 05: one row per run of the point, with the failed-to-interpolate flag
     p = reports["05_depth"].points[0]
     nb = nbformat.read(p.notebook, as_version=4)
-    assert "failed to interpolate" in nb.cells[-1].outputs[0]["data"]["text/plain"]
+    assert "failed to interpolate" in nb.cells[-3].outputs[0]["data"]["text/plain"]
     runs = load_runs(out / "05_depth")
     t = interpolation_rows(runs)
     assert len(t) == len(runs) and t["failed_to_interpolate"].eq(~t["interpolated"].astype(bool)).all()

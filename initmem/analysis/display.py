@@ -122,15 +122,29 @@ def display_frame(table: pd.DataFrame | str, index: int = 1) -> pd.DataFrame | s
     return shown.set_index(headers[:index]) if index else shown
 
 
+def captioned(frame: pd.DataFrame | str, caption: str):
+    """`frame` (a `display_frame`) as a notebook shows it: `caption` under the table, each cell on one line
+    ('51.6 ± 1.1' does not wrap), long headers wrapped so that a wide table (T6) fits; a message as it is."""
+    if isinstance(frame, str):
+        return frame
+    return frame.style.set_caption(caption).set_table_styles([
+        {"selector": "caption", "props": "caption-side: bottom; text-align: left; max-width: 60em; font-size: 90%"},
+        {"selector": "td", "props": "white-space: nowrap"},
+        {"selector": "th", "props": "white-space: normal; max-width: 7em"}])
+
+
 def tex_escape(text: str) -> str:
     """LaTeX-safe text: special characters escaped, the study's Greek letters and dashes as LaTeX."""
     return _TEX_RE.sub(lambda m: _TEX[m.group(0)], str(text))
 
 
+NBSP_PM = "\u00a0±\u00a0"  # 'mean ± std' that a rendered table never breaks over two lines
+
+
 def markdown_table(headers: list[str], rows: list[list[str]]) -> str:
-    """A GitHub-flavoured markdown table of string cells."""
+    """A GitHub-flavoured markdown table of string cells, 'mean ± std' kept on one line (non-breaking spaces)."""
     def line(cells: Iterable[str]) -> str:
-        return "| " + " | ".join(str(c).replace("|", "\\|") for c in cells) + " |"
+        return "| " + " | ".join(str(c).replace("|", "\\|").replace(" ± ", NBSP_PM) for c in cells) + " |"
 
     return "\n".join([line(headers), "|" + "|".join("---" for _ in headers) + "|", *map(line, rows)])
 

@@ -14,7 +14,7 @@ from initmem.errors import NoResults
 CLOCK_NAMES = {**plots.CLOCK_NAMES, "Theta_slowest": "Θ = Σ per-step angle (rad)\nof the slowest-turning σ_w"}
 
 
-def angle_curves(runs: pd.DataFrame, histories: pd.DataFrame, max_cols: int = 5) -> Figure:
+def angle_curves(runs: pd.DataFrame, histories: pd.DataFrame, max_cols: int = 3) -> Figure:
     """F10: the angle from initialisation (°) over epochs, a panel per configuration with the instrument, a line per
     σ_w, one y axis: SGD's large σ_w barely turn, the adaptive optimisers turn every σ_w far."""
     confs = tables.configurations(runs)
@@ -26,9 +26,9 @@ def angle_curves(runs: pd.DataFrame, histories: pd.DataFrame, max_cols: int = 5)
     sigmas = sorted(confs["sigma_w"].unique())
     colors = style.sigma_colors(sigmas)
     ncols = min(len(ids), max_cols)
-    nrows = math.ceil(len(ids) / ncols)
-    fig, axes = style.new_figure(ncols=ncols, nrows=nrows, width=2.3 * ncols + 0.9, height=2.3 * nrows + 0.5,
-                                      sharey=True)
+    nrows = math.ceil((len(ids) + (len(ids) > ncols)) / ncols)  # several rows: the legend takes a free panel's place
+    fig, axes = style.new_figure(ncols=ncols, nrows=nrows, width=2.3 * ncols + 0.4, height=2.0 * nrows + 0.6,
+                                 sharey=True)
     for ax, cid in zip(axes, ids, strict=False):
         g = confs[confs["config"] == cid]
         style.sigma_lines(ax, style.with_sigma(h[h["run_id"].isin(g["run_id"])], g), "angle", sigmas, colors)
@@ -41,7 +41,10 @@ def angle_curves(runs: pd.DataFrame, histories: pd.DataFrame, max_cols: int = 5)
     axes[0].set_ylim(bottom=0)
     handles = {lab: h for ax in axes for h, lab in zip(*ax.get_legend_handles_labels(), strict=True)}
     order = [f"σ_w={s:g}" for s in sigmas if f"σ_w={s:g}" in handles]
-    fig.legend([handles[k] for k in order], order, loc="outside right center", frameon=False)
+    if len(axes) > len(ids):
+        axes[-1].legend([handles[k] for k in order], order, loc="center", frameon=False)
+    else:
+        fig.legend([handles[k] for k in order], order, loc="outside right center", frameon=False)
     return fig
 
 
@@ -49,10 +52,9 @@ def spread_vs_measured_clock(runs: pd.DataFrame) -> Figure:
     """F11: spread (pp) of every configuration with the instruments against the *measured* forgetting (`MEASURED`),
     marked as in F7, each panel with its Spearman ρ (T7 has it beside F7's clocks)."""
     cs = instrument_tables.instrumented(plots.with_markers(tables.config_spreads(runs)))
-    fig, axes = style.new_figure(ncols=2, width=7.6, height=0.12 * len(cs) + 1.6 if len(cs) > 18 else 3.4,
-                                      sharey=True)
-    xlabels = {"angle_range_deg": "σ_w-range of the angle from initialisation\nat the selected epoch (°)",
-               "Theta_final": "Θ_final = Σ per-step angle (rad, end of training)"}
+    fig, axes, lax = style.panels_over_legend(2, 1, 7.2, 2.8, plots.legend_height(len(cs)))
+    xlabels = {"angle_range_deg": "σ_w-range of the angle from init.\nat the selected epoch (°)",
+               "Theta_final": "Θ_final = Σ per-step angle\n(rad, end of training)"}
     for ax, x in zip(axes, xlabels, strict=True):
         ok = cs[cs[x].notna() & cs["spread_pp"].notna()]
         plots.config_points(ax, ok, x)
@@ -64,39 +66,70 @@ def spread_vs_measured_clock(runs: pd.DataFrame) -> Figure:
         ax.set_xlabel(xlabels[x] + (f"\n{left} configuration(s) without it not shown" if left else ""))
     axes[0].set_ylabel("test-accuracy spread across σ_w (pp)")
     axes[0].set_ylim(bottom=-0.5)
-    plots.config_legend(fig, axes, cs)
+    plots.config_legend(lax, axes, cs)
     return fig
 
 
 def unfolding_figure(runs: pd.DataFrame, histories: pd.DataFrame | None = None,
-                     table: pd.DataFrame | None = None) -> Figure:
-    """F12: forgetting as it unfolds, a row per selection rule and a column per clock: each configuration a line of
-    (clock at e, spread had training stopped at e) from `unfolding_table` (or `table`). If memory follows a clock,
-    its column's lines fall onto one curve; each panel states how far they disagree (T8)."""
+                     table: pd.DataFrame | None = None, rule: str = metrics.DEFAULT_RULE) -> Figure:
+    """F12: forgetting as it unfolds under one selection `rule` (the paper's by default), a panel per clock: each
+    configuration a line of (clock at e, spread had training stopped at e) from `unfolding_table` (or `table`). If
+    memory follows a clock, its panel's lines fall onto one curve; each panel states how far they disagree (T8).
+    The other rules are F13's."""
     t = instrument_tables.unfolding_table(runs, histories) if table is None else table
+    t = t[t["rule"] == rule]
+    if t.empty:
+        raise NoResults(f"no unfolding of selection rule {rule}")
     cs = plots.with_markers(tables.config_spreads(runs))
     one = cs["section"].nunique() == 1  # one section: a colour per configuration, else per section (as F7, F11)
     cs = cs.assign(color=[f"C{k % 10}" if one else style.SECTION_COLORS.get(s[:2], "C7")
                           for k, s in enumerate(cs["section"])]).set_index("config")
     collapse = instrument_tables.collapse_table(t).set_index(["rule", "clock"])
-    rules, clocks = list(dict.fromkeys(t["rule"])), instrument_tables.UNFOLD_CLOCKS
-    fig, axes = style.new_figure(ncols=len(clocks), nrows=len(rules), width=13.0,
-                                      height=2.6 * len(rules) + 1.1, sharey=True, sharex="col")
-    axes = axes.reshape(len(rules), len(clocks))
-    for i, rule in enumerate(rules):
-        for j, clock in enumerate(clocks):
-            _unfold_panel(axes[i, j], t[t["rule"] == rule], cs, clock, collapse.loc[(rule, clock)])
-        axes[i, 0].set_ylabel(f"spread across σ_w (pp)\nselected: {metrics.SELECTION_RULES[rule][1]}"
-                              + (" (paper)" if rule == metrics.DEFAULT_RULE else ""))
+    clocks = instrument_tables.UNFOLD_CLOCKS
+    fig, axes, lax = style.panels_over_legend(2, math.ceil(len(clocks) / 2), 7.2, 2.4, plots.legend_height(len(cs)))
     n = t["config"].nunique()
-    for j, clock in enumerate(clocks):
+    for ax, clock in zip(axes, clocks, strict=True):
+        _unfold_panel(ax, t, cs, clock, collapse.loc[(rule, clock)])
         left = n - t.loc[t[clock] > 0, "config"].nunique()
-        why = "with T_L2 = 0\n(no weight decay)" if clock == "T_L2" else "without the\ninstrument"
-        axes[0, j].set_title(CLOCK_NAMES[clock] + " at epoch e")
-        note = f"; {left} configuration(s) {why} not shown" if left else ""
-        axes[-1, j].set_xlabel(f"{'Θ' if clock == 'Theta_slowest' else clock} at e{note}")
-    axes[0, 0].set_ylim(bottom=-0.5)
-    plots.config_legend(fig, axes.ravel(), cs.reset_index())
+        why = "with T_L2 = 0 (no L2)" if clock == "T_L2" else "without the instrument"
+        ax.set_title(UNFOLD_TITLES.get(clock, clock), fontsize=8)
+        ax.set_xlabel(f"{'Θ' if clock == 'Theta_slowest' else clock} at e"
+                      + (f"\n{left} configuration(s) {why} not shown" if left else ""))
+    for ax in axes[::2]:
+        ax.set_ylabel("spread across σ_w (pp)")
+    axes[0].set_ylim(bottom=-0.5)
+    plots.config_legend(lax, axes, cs.reset_index())
+    return fig
+
+
+UNFOLD_TITLES = {"T_SGD": "T_SGD = Σ η² / b", "T_adapt": "T_adapt = Σ η", "T_L2": "T_L2 = λ Σ η",
+                 "Theta_slowest": "Θ of the slowest-turning σ_w"}
+
+
+def selection_rules_figure(runs: pd.DataFrame | None = None, histories: pd.DataFrame | None = None,
+                           table: pd.DataFrame | None = None) -> Figure:
+    """F13: T8's collapse ratio per clock (groups) and selection rule (bars): does F12's verdict depend on the rule
+    that picks the reported epoch? 0: the lines are one curve, 1: the clock says nothing about the spread."""
+    t = instrument_tables.unfolding_table(runs, histories) if table is None else table
+    c = instrument_tables.collapse_table(t)
+    rules, clocks = list(dict.fromkeys(c["rule"])), instrument_tables.UNFOLD_CLOCKS
+    if not rules:
+        raise NoResults("no unfolding to compare selection rules on")
+    fig, (ax,) = style.new_figure(width=6.4, height=3.0)
+    width = 0.8 / len(rules)
+    for k, rule in enumerate(rules):
+        ratio = c[c["rule"] == rule].set_index("clock")["collapse_ratio"].reindex(clocks).to_numpy(dtype=float)
+        x = [j + (k - (len(rules) - 1) / 2) * width for j in range(len(clocks))]
+        label = metrics.SELECTION_RULES[rule][1] + (" (paper)" if rule == metrics.DEFAULT_RULE else "")
+        ax.bar(x, [0 if math.isnan(v) else v for v in ratio], width * 0.9, color=f"C{k}", label=label)
+        for xi, v in zip(x, ratio, strict=True):
+            ax.text(xi, 0 if math.isnan(v) else v, "–" if math.isnan(v) else f"{v:.2f}", ha="center",
+                    va="bottom", fontsize=6)
+    ax.set_xticks(range(len(clocks)), [UNFOLD_TITLES.get(k, k) for k in clocks])
+    ax.set_ylabel("collapse ratio (0: one curve)")
+    ax.set_ylim(0, 1.15)
+    ax.grid(axis="x", visible=False)
+    style.legend(ax, loc="upper left", ncols=len(rules), fontsize=6)
     return fig
 
 
@@ -107,13 +140,13 @@ def _unfold_panel(ax, t: pd.DataFrame, cs: pd.DataFrame, clock: str, collapse: p
         r = next(cs.loc[[cid]].reset_index().itertuples())
         g = g.sort_values("epoch")
         ax.plot(g[clock].to_numpy(), g["spread_pp"].to_numpy(), color=r.color, marker=r.marker, markevery=0.25,
-                markersize=3.5, lw=0.8, alpha=0.85, label=plots.config_label(r))
+                markersize=3, lw=0.7, alpha=0.8, label=plots.config_label(r))
     if len(ok):
         ax.set_xscale("log")
         ax.xaxis.set_minor_formatter(ticker.NullFormatter())
     text = ("no clock bin shared by two configurations" if math.isnan(collapse["dispersion_pp"]) else
-            f"at equal clock: ±{collapse['dispersion_pp']:.1f} pp, ratio {collapse['collapse_ratio']:.2f}")
+            f"±{collapse['dispersion_pp']:.1f} pp, ratio {collapse['collapse_ratio']:.2f}")
     if abs(collapse["ratio_theta_configs"] - collapse["collapse_ratio"]) > 1e-9:  # False for NaN: nothing to add
-        text += f"\nratio on the configurations with Θ: {collapse['ratio_theta_configs']:.2f}"
+        text += f"\nwith Θ only: {collapse['ratio_theta_configs']:.2f}"
     ax.text(0.98, 0.97, text, transform=ax.transAxes, ha="right", va="top", fontsize=6, color="0.3", zorder=5,
             bbox={"boxstyle": "square,pad=0.15", "facecolor": "white", "edgecolor": "none", "alpha": 0.8})

@@ -12,7 +12,16 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 
 from initmem.analysis import cells, tables
-from initmem.analysis.style import SECTION_COLORS, legend, log_axis, new_figure, sigma_axis, sigma_colors, with_sigma
+from initmem.analysis.style import (
+    SECTION_COLORS,
+    legend,
+    log_axis,
+    new_figure,
+    panels_over_legend,
+    sigma_axis,
+    sigma_colors,
+    with_sigma,
+)
 from initmem.errors import NoResults
 
 MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*", "h", "<", ">", "p")
@@ -30,10 +39,10 @@ def accuracy_vs_sigma(runs: pd.DataFrame) -> Figure:
         acc = 100 * g.groupby("sigma_w")["test_acc_at_best"].agg(["mean", "std"])
         ours = cells.point_spread(g)[0]
         label = g["label"].iloc[0] + ("" if math.isnan(ours) else f": {ours:.1f} pp")
-        line = ax.errorbar(acc.index, acc["mean"], yerr=acc["std"].fillna(0), marker="o", capsize=2, label=label)
+        color = mean_line(ax, acc.index, acc["mean"], acc["std"], label=label)
         paper = tables.paper_spread(g.iloc[0])
         if not math.isnan(paper) and acc["mean"].notna().any():
-            brackets.append((g["label"].iloc[0], paper, float(acc["mean"].max()), line.lines[0].get_color()))
+            brackets.append((g["label"].iloc[0], paper, float(acc["mean"].max()), color))
     sigma_axis(ax, sigmas)
     for k, (name, paper, top, color) in enumerate(brackets):
         x = max(sigmas) * 1.45 ** (k + 1)
@@ -55,6 +64,27 @@ def accuracy_vs_sigma(runs: pd.DataFrame) -> Figure:
         fig.legend(handles, labels, loc="outside right center", frameon=False, title="ours: spread across σ_w",
                    title_fontsize=7)
     return fig
+
+
+def paper_note(runs: pd.DataFrame) -> str:
+    """What F1 draws of the paper (`tables.paper_spread`), as its caption says it: the brackets, or why none."""
+    confs = tables.configurations(runs)
+    drawn = [(g["label"].iloc[0], tables.paper_spread(g.iloc[0])) for _, g in confs.groupby("config", sort=True)]
+    drawn = [(name, p) for name, p in drawn if not math.isnan(p)]
+    if drawn:
+        return ("the paper's spread (" + ", ".join(f"{n} {p:g} pp" for n, p in drawn) + f"; {tables.PAPER}, "
+                "ResNet-9 at b = 128) is the dashed bracket hung from our best σ_w, right of the grid")
+    return (f"the paper ({tables.PAPER}) reports spreads only for ResNet-9 at b = 128 (SGD without L2 26.5 pp, "
+            "Muon about 4 pp), none of these configurations, so none is drawn")
+
+
+def mean_line(ax, x, mean, std, **kw) -> str:
+    """A line of means with markers, and ± `std` whiskers only where a std exists (one seed: none, none in the
+    legend either); returns the line's colour."""
+    std = pd.Series(std, dtype=float)
+    if std.notna().any():
+        return ax.errorbar(x, mean, yerr=std.fillna(0).to_numpy(), marker="o", capsize=2, **kw).lines[0].get_color()
+    return ax.plot(x, mean, marker="o", **kw)[0].get_color()
 
 
 def weight_norm_curves(runs: pd.DataFrame, histories: pd.DataFrame, optimizers: Sequence[str] = ("sgd", "adam")
@@ -114,8 +144,8 @@ def spread_vs_batch_size(runs: pd.DataFrame) -> Figure:
               if c != "batch_size" and c in cs.columns]
     for key, g in cs.groupby(others, sort=False):  # a list of columns: every key is a tuple
         g = g.sort_values("batch_size")
-        ax.errorbar(g["batch_size"], g["spread_pp"], yerr=g["spread_pp_std"].fillna(0), marker="o", capsize=2,
-                    label=" ".join(tables.fmt_value(k) for k in key))
+        mean_line(ax, g["batch_size"], g["spread_pp"], g["spread_pp_std"],
+                  label=" ".join(tables.fmt_value(k) for k in key))
     sizes = sorted(cs["batch_size"].unique())
     ax.set_xscale("log", base=2)
     ax.set_xticks(sizes, [str(int(b)) for b in sizes])
@@ -156,7 +186,7 @@ def depth_interpolation_map(runs: pd.DataFrame) -> Figure:
     archs = sorted(confs["arch"].unique(), key=lambda a: tables.order_key("arch", a))
     opts = sorted(confs["optimizer"].unique(), key=lambda o: tables.order_key("optimizer", o))
     sigmas = sorted(confs["sigma_w"].unique())
-    fig, axes = new_figure(ncols=len(opts), width=0.55 * len(sigmas) * len(opts) + 1.8, height=0.5 * len(archs) + 1.7)
+    fig, axes = new_figure(ncols=len(opts), width=0.6 * len(sigmas) * len(opts) + 1.8, height=0.5 * len(archs) + 1.5)
     norm = Normalize(100 * confs["test_acc_at_best"].min(), 100 * confs["test_acc_at_best"].max())
     for ax, opt in zip(axes, opts, strict=True):
         z = np.full((len(archs), len(sigmas)), np.nan)
@@ -166,12 +196,13 @@ def depth_interpolation_map(runs: pd.DataFrame) -> Figure:
                 continue
             z[i, j] = 100 * r["test_acc_at_best"].astype(float).mean()
             tau = r["tau_interp"].dropna()
-            ax.text(j, i, "✗" if tau.empty else f"{tau.median():.0f}", ha="center", va="center", fontsize=6,
-                    color="white" if norm(z[i, j]) < 0.5 else "black")
+            acc = "–" if math.isnan(z[i, j]) else f"{z[i, j]:.1f}"
+            ax.text(j, i, f"{acc}\n{'✗' if tau.empty else f'ep {tau.median():.0f}'}", ha="center", va="center",
+                    fontsize=6, linespacing=1.1, color="white" if norm(z[i, j]) < 0.5 else "black")
         im = ax.imshow(z, cmap="viridis", norm=norm, aspect="auto")
         ax.set_xticks(range(len(sigmas)), [f"{s:g}" for s in sigmas])
         ax.set_yticks(range(len(archs)), archs)
-        ax.set(xlabel="σ_w   (cell: interpolation epoch; ✗ never)", title=opt)
+        ax.set(xlabel="σ_w", title=opt)
         ax.grid(False)
     fig.colorbar(im, ax=list(axes), label="test accuracy (%)")
     return fig
@@ -192,7 +223,7 @@ def spread_vs_clocks(runs: pd.DataFrame) -> Figure:
     """F7: spread (pp) of every configuration against its clocks at the end of training (which, unlike the best
     epoch, do not depend on σ_w); how many zero clocks a log axis leaves off is said under the panel."""
     cs = with_markers(tables.config_spreads(runs))
-    fig, axes = new_figure(ncols=3, width=10.0, height=0.12 * len(cs) + 1.6 if len(cs) > 16 else 3.4, sharey=True)
+    fig, axes, lax = panels_over_legend(3, 1, 7.2, 2.6, legend_height(len(cs)))
     for ax, clock in zip(axes, tables.CLOCKS, strict=True):
         ok = cs[cs[clock] > 0]
         config_points(ax, ok, clock)
@@ -204,25 +235,38 @@ def spread_vs_clocks(runs: pd.DataFrame) -> Figure:
                       + (f"\n{skipped} configuration(s) with {clock} = 0 not shown" if skipped else ""))
     axes[0].set_ylabel("test-accuracy spread across σ_w (pp)")
     axes[0].set_ylim(bottom=-0.5)  # spreads are >= 0; a zero stays visible
-    config_legend(fig, axes, cs, "outside right upper")
+    config_legend(lax, axes, cs)
     return fig
 
 
 def config_points(ax, cs: pd.DataFrame, x: str) -> None:
     """Each `with_markers` row at (its `x`, its spread ± seed std): colour = section, marker = configuration."""
     for r in cs.itertuples():
-        ax.errorbar(getattr(r, x), r.spread_pp, yerr=0 if math.isnan(r.spread_pp_std) else r.spread_pp_std,
-                    fmt=r.marker, capsize=2, color=SECTION_COLORS.get(r.section[:2], "C7"), markersize=5.5,
-                    markeredgecolor="white", markeredgewidth=0.4, label=config_label(r))
+        look = {"color": getattr(r, "color", SECTION_COLORS.get(r.section[:2], "C7")), "markersize": 5.5,
+                "markeredgecolor": "white", "markeredgewidth": 0.4, "label": config_label(r)}
+        if math.isnan(r.spread_pp_std):  # one seed: no whisker, and none in the legend
+            ax.plot(getattr(r, x), r.spread_pp, r.marker, **look)
+        else:
+            ax.errorbar(getattr(r, x), r.spread_pp, yerr=r.spread_pp_std, fmt=r.marker, capsize=2, **look)
 
 
-def config_legend(fig: Figure, axes, cs: pd.DataFrame, loc: str = "outside right center") -> None:
-    """One legend entry per configuration drawn on `axes`, in `cs`'s order (F7, F11, F12 agree)."""
+LEGEND_COLS = 4  # configurations a row under the panels (F7, F11, F12)
+
+
+def legend_height(n: int) -> float:
+    """Inches a `config_legend` of `n` entries takes under the panels."""
+    return 0.125 * math.ceil(n / LEGEND_COLS) + 0.1
+
+
+def config_legend(legend_axes, axes, cs: pd.DataFrame) -> None:
+    """One legend entry per configuration drawn on `axes`, in `cs`'s order (F7, F11, F12 agree), in rows in
+    `legend_axes` under the panels (`style.panels_over_legend`): the figure keeps a notebook's width."""
     handles = {lab: h for ax in axes for h, lab in zip(*ax.get_legend_handles_labels(), strict=True)}
     order = [config_label(r) for r in cs.itertuples() if config_label(r) in handles]
     if order:
-        fig.legend([handles[k] for k in order], order, loc=loc, frameon=False, fontsize=6,
-                   ncols=1 if len(order) <= 24 else 2, handletextpad=0.3, labelspacing=0.35)
+        legend_axes.legend([handles[k] for k in order], order, loc="upper center", frameon=False, fontsize=6,
+                           ncols=min(LEGEND_COLS, len(order)), handletextpad=0.3, labelspacing=0.35,
+                           columnspacing=1.2, borderaxespad=0)
 
 
 def repair_gap_bars(runs: pd.DataFrame) -> Figure:
@@ -236,9 +280,10 @@ def repair_gap_bars(runs: pd.DataFrame) -> Figure:
                             cs["repair_gap_pp_max"].to_numpy(dtype=float) - mean]))
     ax.barh(y, np.nan_to_num(mean), xerr=np.nan_to_num(err), capsize=2, height=0.7,
             color=[SECTION_COLORS.get(s[:2], "C7") for s in cs["section"]], error_kw={"linewidth": 0.8})
-    for yi, m in zip(y, mean, strict=True):
-        if math.isnan(m):
-            ax.text(0, yi, " never interpolated", va="center", fontsize=6, color="0.4")
+    for yi, m in zip(y, mean, strict=True):  # a zero bar has no length: its number says it is there
+        if math.isnan(m) or abs(m) < 0.05:
+            ax.text(0, yi, " never interpolated" if math.isnan(m) else " 0.0", va="center", fontsize=6,
+                    color="0.4" if math.isnan(m) else "black")
     ax.axvline(0, color="0.3", linewidth=0.6)
     ax.set_yticks(y, labels)
     ax.invert_yaxis()

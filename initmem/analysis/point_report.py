@@ -9,7 +9,7 @@ import pandas as pd
 from matplotlib.figure import Figure
 
 from initmem import metrics
-from initmem.analysis import cells, display, style, tables
+from initmem.analysis import cells, display, plots, style, tables
 from initmem.errors import ConfigError, NoResults
 
 RUN_TABLE_COLUMNS = ("sigma_w", "seed", "status", "test_acc_at_best", "best_epoch", "tau_interp", "repair_gap",
@@ -116,7 +116,7 @@ def point_figure(runs: pd.DataFrame, histories: pd.DataFrame | None = None) -> F
         fig, (a, b, c) = style.new_figure(ncols=3, width=8.0, height=2.6)
         acc = 100 * pd.to_numeric(runs["test_acc_at_best"], errors="coerce").groupby(runs["sigma_w"]).agg(
             ["mean", "std"])
-        a.errorbar(acc.index, acc["mean"], yerr=acc["std"].fillna(0), marker="o", capsize=2, color="C0")
+        plots.mean_line(a, acc.index, acc["mean"], acc["std"], color="C0")
         lost = [s for s in sigmas if math.isnan(acc.loc[s, "mean"])]
         for s in lost:
             a.annotate("✗ diverged", (s, 0.03), xycoords=("data", "axes fraction"), ha="center", fontsize=6,
@@ -141,6 +141,20 @@ def point_figure(runs: pd.DataFrame, histories: pd.DataFrame | None = None) -> F
     return fig
 
 
+def summary_table(runs: pd.DataFrame) -> pd.DataFrame:
+    """`metrics.point_summary` as a small two-column table a person reads (not a raw dict)."""
+    s = metrics.point_summary(runs)
+    spread = display.with_std(s["spread_pp"], s["spread_seed_std_pp"], "percent")
+    sig = (lambda v: "–" if v is None else f"{v:g}")
+    rows = {"spread across σ_w (pp)": spread, "best σ_w": sig(s["best_sigma_w"]),
+            "worst σ_w": sig(s["worst_sigma_w"]), "σ_w × seeds": f"{len(s['sigma_ws'])} × {len(s['seeds'])}",
+            "runs interpolated": f"{s['n_interpolated']}/{s['n_runs']}",
+            "runs diverged": f"{s['n_diverged']}/{s['n_runs']}"}
+    if s["sigma_ws_missing"]:
+        rows["σ_w without accuracy"] = ", ".join(f"{v:g}" for v in s["sigma_ws_missing"])
+    return pd.DataFrame({"value": rows}).rename_axis("the point")
+
+
 def show_point(runs: pd.DataFrame) -> None:
     """Display the point's views in a notebook, each group under the line that says what it shows."""
     from IPython.display import Markdown, display
@@ -154,5 +168,5 @@ def show_point(runs: pd.DataFrame) -> None:
              "final weight norms (radial memory), the angle from initialisation and the forgetting clocks at the end "
              "of training.", (run_table,)),
             ("The point's numbers: the spread across `sigma_w` (pp), which `sigma_w` is best and worst, how many runs "
-             "interpolated or diverged.", (metrics.point_summary,))):
+             "interpolated or diverged.", (summary_table,))):
         display(Markdown(text), *(view(runs) for view in views))

@@ -1,6 +1,8 @@
 """The study's look (`STYLE`: the rc settings to build and save under) and the pieces every figure is built from:
 `StudyFigure` (inline as PNG, no pyplot), σ_w axes, colours and curves, the caption footer, the placeholder."""
 
+import base64
+import html
 import io
 import textwrap
 from collections.abc import Sequence
@@ -19,7 +21,8 @@ STYLE = {"font.size": 8, "axes.titlesize": 9, "axes.labelsize": 8, "legend.fonts
          "savefig.dpi": DPI, "pdf.compression": 6, "svg.hashsalt": "initmem"}
 SECTION_COLORS = {"01": "C0", "02": "C1", "03": "C2", "04": "C3", "05": "C4"}
 PNG_METADATA = {"Software": None}  # no software entry: the same figure gives the same bytes
-FOOTER_PT = 5.0
+FOOTER_PT = 6.5  # at most ~7.2 in wide, shown ~800 px wide in a notebook: ~9 px text
+TITLE_PT = 9.0
 
 
 def png_bytes(fig: Figure) -> bytes:
@@ -31,16 +34,43 @@ def png_bytes(fig: Figure) -> bytes:
 
 
 class StudyFigure(Figure):
-    """A Figure that IPython displays inline as its artefact's PNG, without pyplot or a formatter."""
+    """A Figure that IPython displays inline as its artefact's PNG, without pyplot or a formatter; with a
+    `description` (set when saved), also as HTML with that caption under the image (what JupyterLab shows)."""
 
+    description = ""
     _repr_png_ = png_bytes
+
+    def _repr_html_(self) -> str | None:
+        if not self.description:
+            return None
+        data = base64.b64encode(png_bytes(self)).decode("ascii")
+        return (f'<figure style="margin:0"><img src="data:image/png;base64,{data}" style="max-width:100%">'
+                f'<figcaption style="max-width:52em;font-size:90%">{html.escape(self.description)}</figcaption>'
+                "</figure>")
 
 
 def new_figure(ncols: int = 1, nrows: int = 1, width: float = 6.4, height: float = 3.2,
                **kw) -> tuple[Figure, np.ndarray]:
     """A `StudyFigure` (constrained layout, inches) and its axes as a flat array."""
-    fig = StudyFigure(figsize=(width, height), layout="constrained")
+    fig = StudyFigure(figsize=(width, height), layout="constrained", dpi=DPI)  # laid out at the DPI it is saved at
     return fig, fig.subplots(nrows, ncols, squeeze=False, **kw).ravel()
+
+
+def panels_over_legend(ncols: int, nrows: int, width: float, panel_height: float, legend_height: float,
+                       sharey: bool = True) -> tuple[Figure, np.ndarray, object]:
+    """A `StudyFigure` of `nrows` × `ncols` panels (flat array) over one row for a long legend (the returned axes,
+    axis off): the legend stays inside the layout, above the footer, and the figure keeps a notebook's width."""
+    fig = StudyFigure(figsize=(width, panel_height * nrows + legend_height + 0.4), layout="constrained", dpi=DPI)
+    grid = fig.add_gridspec(nrows + 1, ncols, height_ratios=[panel_height] * nrows + [legend_height])
+    axes: list = []
+    for i in range(nrows):
+        for j in range(ncols):
+            axes.append(fig.add_subplot(grid[i, j], sharey=axes[0] if sharey and axes else None))
+            if sharey and j:
+                axes[-1].tick_params(labelleft=False)
+    legend_axes = fig.add_subplot(grid[nrows, :])
+    legend_axes.set_axis_off()
+    return fig, np.array(axes), legend_axes
 
 
 def log_axis(ax, which: str) -> None:
@@ -93,13 +123,14 @@ def sigma_lines(ax, h: pd.DataFrame, column: str, sigmas: Sequence[float], color
 
 
 def caption_figure(fig: Figure, title: str, footer: str) -> Figure:
-    """Add `title` (unless it has one) and a small grey `footer` (the stamp), wrapped, with room under the axes."""
+    """Add the one-line `title` (unless the figure has one; the long caption goes beside the figure, not in it) and
+    the grey provenance `footer` (the stamp), wrapped to the width, with room kept for it under the axes."""
     width, height = fig.get_size_inches()
     if title and fig.get_suptitle() == "":
-        fig.suptitle(textwrap.fill(title, int(width * 72 / (0.6 * 8))), fontsize=8)
+        fig.suptitle(title, fontsize=TITLE_PT)
     # DejaVu Sans averages ~0.5 em per character; 0.6 leaves room for digit-heavy lines
     lines = textwrap.wrap(footer, int(width * 72 / (0.6 * FOOTER_PT)), break_on_hyphens=False)
-    fig.text(0.005, 0.004, "\n".join(lines), fontsize=FOOTER_PT, color="0.45", ha="left", va="bottom",
+    fig.text(0.005, 0.004, "\n".join(lines), fontsize=FOOTER_PT, color="0.35", ha="left", va="bottom",
              linespacing=1.2)
     bottom = (len(lines) * 1.2 * FOOTER_PT + 4) / (72 * height)
     if fig.get_layout_engine() is not None:

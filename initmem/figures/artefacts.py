@@ -41,6 +41,18 @@ PDF_METADATA = {"Creator": None, "Producer": None, "CreationDate": None, "ModDat
 write_text = atomic_write  # text (UTF-8, its own line ends) written atomically
 
 
+DATA_KINDS = {"imagefolder-tar": "CIFAR-10 (JPEG archive)", "imagefolder": "CIFAR-10 (JPEG folder)",
+              "torchvision": "CIFAR-10 (torchvision)"}
+
+
+def data_name(source: str) -> str:
+    """A run's `data_source` as a reader names it, without the machine's path: 'CIFAR-10 (JPEG archive)'."""
+    kind, _, rest = source.partition(":")
+    if kind in DATA_KINDS:
+        return DATA_KINDS[kind]
+    return source if "/" not in rest and "\\" not in rest else kind
+
+
 @dataclass(frozen=True)
 class Stamp:
     """Where an artefact's numbers came from: printed as its caption and stored in its sidecar JSON."""
@@ -62,7 +74,7 @@ class Stamp:
 
         def source(row) -> str:
             h = row.get("data_hash")
-            return f"{row['data_source']} sha256:{h[:12]}" if isinstance(h, str) and h else str(row["data_source"])
+            return data_name(str(row["data_source"])) + (f" sha256:{h[:12]}" if isinstance(h, str) and h else "")
 
         sources = tuple(sorted({source(r) for _, r in runs.iterrows() if pd.notna(r["data_source"])})) if (
             "data_source" in runs.columns) else ()
@@ -73,20 +85,25 @@ class Stamp:
                    int(dirty.sum()), int(unknown.sum()))
 
     def caption(self) -> str:
+        """One line a reader can use: the data (what it is, its hash), profile, runs, code, where the runs are."""
         commits = ", ".join(c[:10] for c in self.git_commits[:3]) or "unknown"
         if len(self.git_commits) > 3:
             commits += f" (+{len(self.git_commits) - 3} more)"
+        code = f"code {commits}"
         if self.modified:  # which code made them: the commit, and whether the change on top of it is recorded
             known = self.modified - self.modified_unknown
-            commits += (f" ({self.modified} runs from a modified tree, "
-                        + ("its diff recorded)" if not self.modified_unknown else "its diff unknown)" if not known
-                           else f"{known} diffs recorded, {self.modified_unknown} unknown)"))
-        return (f"profile {self.profile}; {self.n_runs} runs ({', '.join(self.sections) or 'all sections'}); "
-                f"data {', '.join(self.data_sources) or 'unknown'}; commit {commits}; source {self.results_dir}")
+            code += (f"; {self.modified} of {self.n_runs} runs from a modified tree, "
+                     + ("its diff recorded" if not self.modified_unknown else "its diff unknown" if not known
+                        else f"{known} diffs recorded, {self.modified_unknown} unknown"))
+        return (f"data {', '.join(self.data_sources) or 'unknown'} · profile {self.profile}, {self.n_runs} runs "
+                f"({', '.join(self.sections) or 'all sections'}) · {code} · {self.results_dir}")
 
-    def sidecar(self, name: str, kind: str, title: str, files: Sequence[str], missing: bool = False) -> dict:
-        """One artefact's sidecar record (no generation time: the same results give the same bytes)."""
-        return {"name": name, "kind": kind, "title": title, "caption": self.caption(), "profile": self.profile,
+    def sidecar(self, name: str, kind: str, title: str, files: Sequence[str], missing: bool = False,
+                description: str = "") -> dict:
+        """One artefact's sidecar record (no generation time: the same results give the same bytes); `description`:
+        the caption a paper prints beside a figure (its PNG holds only the one-line `title`)."""
+        return {"name": name, "kind": kind, "title": title, "description": description, "caption": self.caption(),
+                "profile": self.profile,
                 "n_runs": self.n_runs, "sections": list(self.sections), "data_sources": list(self.data_sources),
                 "git_commits": list(self.git_commits), "modified_tree_runs": self.modified,
                 "modified_unknown_runs": self.modified_unknown, "results_dir": self.results_dir,
@@ -139,24 +156,28 @@ def _freeze_layout(fig: Figure) -> None:
     noise differs between processes and, on a rounding boundary of the PDF's decimals, changes the bytes."""
     if fig.get_layout_engine() is None:
         return
+    fig.set_dpi(style.DPI)  # text is measured at the DPI it is drawn at (hinting makes widths differ per DPI)
     fig.draw_without_rendering()
     for ax in fig.axes:
         ax.set_position([round(v, 6) for v in ax.get_position().bounds])
     fig.set_layout_engine("none")
 
 
-def save_figure(fig: Figure, name: str, out_dir: str | Path, stamp: Stamp, title: str, missing: bool = False
-                ) -> list[Path]:
-    """Caption `fig` (title, stamp) and write `<out_dir>/<name>.{png,pdf,json}` atomically; returns the paths."""
+def save_figure(fig: Figure, name: str, out_dir: str | Path, stamp: Stamp, title: str, missing: bool = False,
+                description: str = "") -> list[Path]:
+    """Title and stamp `fig`, write `<out_dir>/<name>.{png,pdf,json}` atomically (`description` in the sidecar and
+    under the figure inline); returns the paths."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    style.caption_figure(fig, title, f"{name}: {stamp.caption()}")
+    style.caption_figure(fig, title, f"{name} · {stamp.caption()}")
+    fig.description = description
     png, pdf, meta = (out / f"{name}.{ext}" for ext in ("png", "pdf", "json"))
     with matplotlib.rc_context(style.STYLE):
         _freeze_layout(fig)
         atomic_write(png, _savefig(fig, "png"))
         atomic_write(pdf, _savefig(fig, "pdf"))
-    write_sidecar(meta, stamp.sidecar(name, "figure", title, [png.name, pdf.name], missing=missing))
+    write_sidecar(meta, stamp.sidecar(name, "figure", title, [png.name, pdf.name], missing=missing,
+                                      description=description))
     return [png, pdf, meta]
 
 
@@ -181,6 +202,9 @@ class FigureBook:
             print(self.message)
         self._histories: pd.DataFrame | None = None
         self.written: list[Path] = []  # figures show inline by themselves (`style.StudyFigure`)
+        self.figures: dict[str, Figure] = {}  # what `figure` built, by name (tests check their layout)
+        self.tables: dict[str, pd.DataFrame | str] = {}  # what `table` built (or its placeholder), by name
+        self._titles: dict[str, str] = {}
 
     def param(self, name: str, default=None):
         """A `fixed` value of `params/<section>.yaml` in the results' profile (not in run.json), else `default`."""
@@ -216,20 +240,34 @@ class FigureBook:
         """Build and save table `name` (`save_table`); returns the DataFrame (or the placeholder message)."""
         df, msg = self._build(name, build)
         self.written += save_table(df, name, self.out_dir, self.stamp, title, message=msg)
-        return df if msg is None else msg
+        self.tables[name] = df if msg is None else msg
+        self._titles[name] = title
+        return self.tables[name]
 
-    def show_table(self, name: str, build: Callable[[], pd.DataFrame], title: str) -> pd.DataFrame | str:
-        """`table`, returned as the notebook shows it: the written file's cells (`display.display_frame`)."""
-        return display.display_frame(self.table(name, build, title))
+    def show_table(self, name: str, build: Callable[[], pd.DataFrame], title: str):
+        """`table`, returned as the notebook shows it (`show`)."""
+        self.table(name, build, title)
+        return self.show(name)
 
-    def figure(self, name: str, build: Callable[[], Figure], title: str) -> Figure:
-        """Build and save figure `name` (`save_figure`); returns the Figure (or the placeholder) to show inline."""
+    def show(self, name: str):
+        """Table `name` (built by `table`) as the notebook shows it: the written file's cells with its title under
+        them (`display.captioned`), a cell on one line; a placeholder message as it is."""
+        return display.captioned(display.display_frame(self.tables[name]), f"{name}. {self._titles[name]}")
+
+    def figure(self, name: str, build: Callable[[], Figure], title: str, description: str = "") -> Figure:
+        """Build and save figure `name` (`save_figure`: `title` one line in the PNG, `description` beside it); returns
+        the Figure (or the placeholder) to show inline, the description under it (`style.StudyFigure`)."""
         with matplotlib.rc_context(style.STYLE):
             fig, msg = self._build(name, build)
             if msg is not None:
                 fig = style.message_figure(msg)
-        self.written += save_figure(fig, name, self.out_dir, self.stamp, title, missing=msg is not None)
+        self.written += save_figure(fig, name, self.out_dir, self.stamp, title, missing=msg is not None,
+                                    description=description)
+        self.figures[name] = fig
         return fig
+
+
+FIGURES_SUFFIX = "_figures"  # 01_optimizers_figures.py: its own tab title beside the section's 01_optimizers.py
 
 
 def figure_notebooks() -> list[Path]:
@@ -238,13 +276,14 @@ def figure_notebooks() -> list[Path]:
 
 
 def _select(notebooks: list[str | Path] | None) -> list[Path]:
-    by_name = {p.stem: p for p in figure_notebooks()}
+    """Figure notebooks by stem ('01_optimizers_figures'), by their section ('01_optimizers') or as .py paths."""
+    by_name = {name: p for p in figure_notebooks() for name in (p.stem, p.stem.removesuffix(FIGURES_SUFFIX))}
     if notebooks is None:
-        return list(by_name.values())
+        return figure_notebooks()
     if unknown := [str(nb) for nb in notebooks if str(nb) not in by_name and not (
             Path(nb).suffix == ".py" and Path(nb).is_file())]:
         raise ConfigError(f"figure notebook {unknown[0]!r} is unknown: accepted are a .py path or one of "
-                          f"{', '.join(by_name)}")
+                          f"{', '.join(p.stem.removesuffix(FIGURES_SUFFIX) for p in figure_notebooks())}")
     return [by_name[str(nb)] if str(nb) in by_name else Path(nb).resolve() for nb in notebooks]
 
 
@@ -264,7 +303,8 @@ def write_index(out: str | Path) -> Path:
             rel = r["_dir"].relative_to(out)
             links = ", ".join(f"[{Path(f).suffix[1:]}]({(rel / Path(f).name).as_posix()})" for f in r["files"])
             flag = " **(no results)**" if r.get("missing") else ""
-            lines += [f"- **{r['name']}**{flag} ({links}): {r.get('title', '')}", f"  <br>*{r['caption']}*"]
+            about = f" {r['description']}" if r.get("description") else ""
+            lines += [f"- **{r['name']}**{flag} ({links}): {r.get('title', '')}.{about}", f"  <br>*{r['caption']}*"]
             png = next((f for f in r["files"] if f.endswith(".png")), None) if kind == "figure" else None
             if png:
                 lines += ["", f"  ![{r['name']}]({(rel / png).as_posix()})"]

@@ -13,7 +13,7 @@
 # ---
 
 # %% [markdown]
-# # Section 01 — optimisers: does the trained network remember σ_w?
+# # Figures of section 01 — optimisers: does the trained network remember σ_w?
 #
 # ResNet-9, b = 128, the σ_w grid × SGD / SGD+momentum / Adam / AdamW / Muon (`params/01_optimizers.yaml`).
 # Regenerates **T1** (test accuracy at the best-validation-loss epoch per optimiser and σ_w, with the spread,
@@ -32,7 +32,7 @@ results_dir = "results/cpu"
 out_dir = "figures"
 
 # %%
-from initmem.analysis import instrument_plots, plots, tables
+from initmem.analysis import findings, instrument_plots, plots, tables
 from initmem import FigureBook
 
 s = FigureBook(results_dir, out_dir, "01_optimizers")
@@ -47,23 +47,40 @@ s.show_table("T1_optimizers", lambda: tables.optimizer_table(s.runs),
 
 # %%
 s.figure("F1_accuracy_vs_sigma", lambda: plots.accuracy_vs_sigma(s.runs),
-         "test accuracy at the best-validation epoch against σ_w, per optimiser, with our spreads and the paper's "
-         "(dashed brackets)")
+         "Test accuracy against σ_w, per optimiser",
+         "Test accuracy (%) at the best-validation-loss epoch against σ_w, mean ± std over seeds, a line per "
+         "optimiser with its spread across σ_w in the legend; " + plots.paper_note(s.runs) + ".")
 
 # %%
 s.figure("F2_weight_norm", lambda: plots.weight_norm_curves(s.runs, s.histories, optimizers=("sgd", "adam")),
-         "total weight norm over training per σ_w, SGD beside Adam (paper: SGD stays coupled to the initial norm, "
-         "Adam meets a common scale)")
+         "Weight norm over training: SGD beside Adam",
+         "Total weight norm ‖W‖_F over training, a line per σ_w (mean over seeds). The paper: SGD stays coupled to "
+         "the initial norm, Adam meets a common scale.")
 
 # %%
 s.figure("F3_radial_memory", lambda: plots.radial_memory_plot(s.runs),
-         "final against initial weight norm across σ_w (log-log), slope = radial memory")
+         "Final against initial weight norm",
+         "Final against initial weight norm across σ_w (log-log), a line per optimiser; its slope (in the legend) is "
+         "the radial memory: 1 the final norm remembers the initial, 0 it forgot.")
 
 # %%
 s.figure("F9_training_curves",
          lambda: plots.training_curves(s.runs, s.histories, sigma_w=1.0, optimizers=("sgd", "adam")),
-         "training and validation curves of SGD and Adam at the same σ_w")
+         "Training curves of SGD and Adam",
+         "Training (solid) and validation (dashed) accuracy and loss of one SGD and one Adam run at the same σ_w.")
 
 # %%
 s.figure("F10_angle_curves", lambda: instrument_plots.angle_curves(s.runs, s.histories),
-         "angle of the weights from their initialisation over training, per optimiser and σ_w (mean over seeds)")
+         "Angle from initialisation over training",
+         "Angle of the weights from their initialisation over training, a panel per optimiser and a line per σ_w "
+         "(mean over seeds), one y axis.")
+
+
+# %% [markdown]
+# ## What we found
+#
+# Computed from the tables above (`initmem.analysis.findings`), with the study's verdict and what this scale cannot
+# show from [docs/findings.md](../../docs/findings.md).
+
+# %%
+findings.of("01_optimizers", s.tables)

@@ -13,7 +13,7 @@
 # ---
 
 # %% [markdown]
-# # Section 05 — depth: deep networks fail to train instead of remembering
+# # Figures of section 05 — depth: do deep networks fail to train instead of remembering?
 #
 # ResNet-9/20/56/110 × {SGD, Adam} (`params/05_depth.yaml`): **T5** per architecture and σ_w whether and when
 # the run interpolated and its test accuracy, **F6** the same as a map.
@@ -26,7 +26,7 @@ results_dir = "results/cpu"
 out_dir = "figures"
 
 # %%
-from initmem.analysis import plots, tables
+from initmem.analysis import findings, plots, tables
 from initmem import FigureBook
 
 s = FigureBook(results_dir, out_dir, "05_depth")
@@ -39,4 +39,16 @@ s.show_table("T5_depth", lambda: tables.depth_table(s.runs),
 
 # %%
 s.figure("F6_depth_interpolation", lambda: plots.depth_interpolation_map(s.runs),
-         "test accuracy and interpolation epoch by architecture and σ_w (✗: never interpolated)")
+         "Depth: test accuracy and interpolation by architecture and σ_w",
+         "Per optimiser, architecture × σ_w coloured by test accuracy (%); each cell writes its accuracy and, under "
+         "it, the median epoch its seeds interpolated at (✗: no seed interpolated).")
+
+
+# %% [markdown]
+# ## What we found
+#
+# Computed from the tables above (`initmem.analysis.findings`), with the study's verdict and what this scale cannot
+# show from [docs/findings.md](../../docs/findings.md).
+
+# %%
+findings.of("05_depth", s.tables)

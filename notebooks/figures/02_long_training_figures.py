@@ -13,7 +13,7 @@
 # ---
 
 # %% [markdown]
-# # Section 02 — long training: does time alone make low-learning-rate SGD forget?
+# # Figures of section 02 — long training: does time alone make low-learning-rate SGD forget?
 #
 # Low-lr SGD (and, in the cpu profile, Adam beside it) trained for a long time (`params/02_long_training.yaml`).
 # **T2** gives the test-accuracy spread across σ_w as if training had stopped at each epoch mark m: every run's
@@ -28,7 +28,7 @@ results_dir = "results/cpu"
 out_dir = "figures"
 
 # %%
-from initmem.analysis import tables
+from initmem.analysis import findings, tables
 from initmem import FigureBook
 
 s = FigureBook(results_dir, out_dir, "02_long_training")
@@ -38,3 +38,13 @@ s.show_table("T2_long_training",
              lambda: tables.long_training_table(s.runs, s.histories, marks=s.param("epoch_marks")),
              "Long training: test accuracy (%) per σ_w and spread across σ_w (pp) at the best-validation epoch up to "
              "each epoch mark, with the clocks T_SGD and T_adapt reached there")
+
+
+# %% [markdown]
+# ## What we found
+#
+# Computed from the tables above (`initmem.analysis.findings`), with the study's verdict and what this scale cannot
+# show from [docs/findings.md](../../docs/findings.md).
+
+# %%
+findings.of("02_long_training", s.tables)

@@ -13,7 +13,7 @@
 # ---
 
 # %% [markdown]
-# # Across sections — forgetting clocks and repair
+# # Figures across sections — does forgetting follow a clock, and does training repair it?
 #
 # Every configuration (runs sharing everything but σ_w and seed) of every section. **F7**: its spread against
 # the forgetting clocks T_SGD = Σ η²/b, T_L2 = λ Σ η and T_adapt = Σ η, taken at the end of training (they do not
@@ -47,18 +47,23 @@ out_dir = "figures"
 # %%
 from functools import cache
 
-from initmem.analysis import display, instrument_plots, instrument_tables, plots
+from initmem.analysis import findings, instrument_plots, instrument_tables, plots
 from initmem import FigureBook
 
 s = FigureBook(results_dir, out_dir)
 
 # %%
 s.figure("F7_spread_vs_clocks", lambda: plots.spread_vs_clocks(s.runs),
-         "spread across σ_w against the forgetting clocks at the end of training, every configuration")
+         "Spread against the forgetting clocks",
+         "Test-accuracy spread across σ_w (pp) of every configuration against the forgetting clocks at the end of "
+         "training (colour: section, marker: configuration); a zero clock has no place on a log axis and is "
+         "counted under its panel.")
 
 # %%
 s.figure("F8_repair_gap", lambda: plots.repair_gap_bars(s.runs),
-         "repair gap (val. accuracy final − at interpolation, pp) per configuration")
+         "Repair gap per configuration",
+         "Repair gap: validation accuracy at the end minus at the interpolation epoch (pp), the mean over a "
+         "configuration's runs that interpolated, whiskers min–max; 'never interpolated': no run did.")
 
 # %%
 s.show_table("T6_equilibrium", lambda: instrument_tables.equilibrium_table(s.runs, s.histories),
@@ -72,12 +77,13 @@ s.show_table("T6_equilibrium", lambda: instrument_tables.equilibrium_table(s.run
 corr = s.table("T7_clock_correlations", lambda: instrument_tables.clock_correlations(s.runs),
                "Spearman rank correlation of the spread across σ_w with the measured forgetting and with F7's clocks, "
                "over the configurations that have the instruments")
-display.display_frame(corr)
+s.show("T7_clock_correlations")
 
 # %%
 s.figure("F11_spread_vs_measured_clock", lambda: instrument_plots.spread_vs_measured_clock(s.runs),
-         "spread across σ_w against the measured forgetting, every configuration with the instruments: does memory "
-         "follow it where F7's clocks do not? " + instrument_tables.correlation_sentence(corr))
+         "Spread against the measured forgetting",
+         "Test-accuracy spread across σ_w (pp) against the measured forgetting, every configuration with the "
+         "instruments: does memory follow it where F7's clocks do not? " + instrument_tables.correlation_sentence(corr))
 
 
 # %%
@@ -96,5 +102,23 @@ collapse = s.table("T8_unfolding_collapse", lambda: instrument_tables.collapse_t
 
 # %%
 s.figure("F12_forgetting_unfolds", lambda: instrument_plots.unfolding_figure(s.runs, table=unfolding()),
-         "forgetting as it unfolds: the spread across σ_w had training stopped at epoch e, against each clock at e, "
-         "every configuration, under three selection rules; " + instrument_tables.collapse_sentence(collapse))
+         "Forgetting as it unfolds, against each clock",
+         "The spread across σ_w had training stopped at epoch e (lowest-validation-loss selection, the paper's), "
+         "against each clock at e, a line per configuration: if memory follows a clock, its panel's lines fall onto "
+         "one curve. " + instrument_tables.collapse_sentence(collapse))
+
+# %%
+s.figure("F13_selection_rules", lambda: instrument_plots.selection_rules_figure(table=unfolding()),
+         "Does the selection rule change the unfolding?",
+         "How far F12's lines disagree at equal clock (the collapse ratio of T8: 0 one curve, 1 the clock says "
+         "nothing about the spread), per clock and selection rule.")
+
+
+# %% [markdown]
+# ## What we found
+#
+# Computed from the tables above (`initmem.analysis.findings`), with the study's verdict and what this scale cannot
+# show from [docs/findings.md](../../docs/findings.md).
+
+# %%
+findings.of("06_forgetting_clocks", s.tables)

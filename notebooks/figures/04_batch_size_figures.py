@@ -13,7 +13,7 @@
 # ---
 
 # %% [markdown]
-# # Section 04 — batch size: larger batches slow SGD's forgetting
+# # Figures of section 04 — batch size: do larger batches slow SGD's forgetting?
 #
 # Batch size × {SGD, Adam} (`params/04_batch_size.yaml`): **T4** the spread across σ_w by batch size, **F4** the
 # same as lines.
@@ -26,7 +26,7 @@ results_dir = "results/cpu"
 out_dir = "figures"
 
 # %%
-from initmem.analysis import plots, tables
+from initmem.analysis import findings, plots, tables
 from initmem import FigureBook
 
 s = FigureBook(results_dir, out_dir, "04_batch_size")
@@ -38,4 +38,16 @@ s.show_table("T4_batch_size", lambda: tables.batch_size_table(s.runs),
 
 # %%
 s.figure("F4_spread_vs_batch_size", lambda: plots.spread_vs_batch_size(s.runs),
-         "spread across σ_w against batch size")
+         "Spread across σ_w against batch size",
+         "Test-accuracy spread across σ_w (pp) against batch size, a line per optimiser (whiskers: std over seeds, "
+         "where there are several).")
+
+
+# %% [markdown]
+# ## What we found
+#
+# Computed from the tables above (`initmem.analysis.findings`), with the study's verdict and what this scale cannot
+# show from [docs/findings.md](../../docs/findings.md).
+
+# %%
+findings.of("04_batch_size", s.tables)

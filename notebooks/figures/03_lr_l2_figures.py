@@ -13,7 +13,7 @@
 # ---
 
 # %% [markdown]
-# # Section 03 — learning rate and L2: what makes SGD forget
+# # Figures of section 03 — learning rate and L2: do they make SGD forget?
 #
 # SGD over a learning-rate × weight-decay grid (`params/03_lr_l2.yaml`): **T3** the spread across σ_w per cell,
 # **F5** the same as a heatmap.
@@ -26,7 +26,7 @@ results_dir = "results/cpu"
 out_dir = "figures"
 
 # %%
-from initmem.analysis import display, plots, tables
+from initmem.analysis import findings, plots, tables
 from initmem import FigureBook
 
 s = FigureBook(results_dir, out_dir, "03_lr_l2")
@@ -35,8 +35,20 @@ s = FigureBook(results_dir, out_dir, "03_lr_l2")
 t3 = s.table("T3_lr_l2", lambda: tables.lr_l2_table(s.runs),
              "SGD: test-accuracy spread across σ_w (pp) by learning rate (rows) and L2 weight decay (columns); "
              "'diverged': runs of the row that diverged, and the cells whose spread lacks a σ_w because they did")
-display.display_frame(t3)
+s.show("T3_lr_l2")
 
 # %%
 s.figure("F5_spread_lr_l2", lambda: plots.spread_heatmap(s.runs, table=t3),
-         "SGD spread across σ_w (pp) over learning rate × L2")
+         "SGD's spread across σ_w over learning rate × L2",
+         "SGD: the test-accuracy spread across σ_w (pp) per learning rate (rows) and L2 weight decay (columns), T3 "
+         "as a heatmap; a blank cell has no spread.")
+
+
+# %% [markdown]
+# ## What we found
+#
+# Computed from the tables above (`initmem.analysis.findings`), with the study's verdict and what this scale cannot
+# show from [docs/findings.md](../../docs/findings.md).
+
+# %%
+findings.of("03_lr_l2", s.tables)
