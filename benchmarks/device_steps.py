@@ -197,23 +197,25 @@ def step_parity(ctx: Ctx, precision: str, optimizer: str = "sgd") -> bool:
     if precision == "tf32" and not ctx.cuda:
         raise Skip("tf32 is CUDA only: a CPU has no TF32 to compare")
     cfg = config(ctx, "parity", optimizer=optimizer, deterministic=True)
-    trained_tol = parity.TRAINED["bf16"] if optimizer == "muon" else None
+    trained_as = "bf16" if optimizer == "muon" else precision
     ref_cfg = cfg.replace(device="cpu", precision="fp32")
     cached = ctx.work / f"reference-{run_id(ref_cfg)}.pkl"  # the parity steps of one optimiser share it
     ctx.put("setup", {"reference": "cpu fp32", "target": f"{ctx.s['device']} {precision}", "optimizer": optimizer,
                       "tolerance_epoch0": parity.EPOCH0[precision],
-                      "tolerance_loss_rel": trained_tol or parity.TRAINED[precision], "config": cfg.to_dict(),
+                      "tolerance_loss_rel": parity.TRAINED[trained_as], "config": cfg.to_dict(),
                       "reference_cached": cached.is_file(), "planted": ctx.s.get("plant"),
                       "stand_in": None if ctx.cuda else "CPU stands in for CUDA: CPU against CPU"})
     if cached.is_file():
-        ref = pd.read_pickle(cached)
+        ref, ref_states = pd.read_pickle(cached)
     else:
-        ref = train(ref_cfg, progress=False).history
-        ref.to_pickle(cached)
-    with parity.plant(ctx.s.get("plant"), cfg.replace(precision=precision)) as target:
+        with parity.record() as rec:
+            ref = train(ref_cfg, progress=False).history
+        ref_states = rec.members()
+        pd.to_pickle((ref, ref_states), cached)
+    with parity.plant(ctx.s.get("plant"), cfg.replace(precision=precision)) as target, parity.record() as rec:
         got = train(target, progress=False).history
     ctx.put("differences", compare(ref, got))
-    v = parity.verdict(ref, got, precision, trained_tol)
+    v = parity.verdict(ref, got, precision, trained_as, parity.state_differences(ref_states[0], rec.members()[0]))
     ctx.put("verdict", v)
     ctx.put("final", {"reference_train_loss": _num(ref["train_loss"].iloc[-1]),
                       "target_train_loss": _num(got["train_loss"].iloc[-1])})
@@ -231,14 +233,18 @@ def step_population_vs_separate(ctx: Ctx) -> bool:
     tol = POPULATION_TOL
     ctx.put("setup", {"members": [{"sigma_w": c.sigma_w, "seed": c.seed} for c in configs], "tolerance_loss_rel": tol,
                       "config": cfg.to_dict(), "planted": ctx.s.get("plant")})
-    with parity.plant(ctx.s.get("plant"), cfg) as target:  # a planted bug goes into the population only
+    with parity.plant(ctx.s.get("plant"), cfg) as target, parity.record() as rec:  # a planted bug: the population's
         pop = train([target.replace(sigma_w=c.sigma_w, seed=c.seed) for c in configs], progress=False)
     ctx.put("population_provenance", pop[0].provenance.get("population"))
-    seps = [train(c, progress=False) for c in configs]
-    rows = [{"sigma_w": c.sigma_w, "status": [p.status, s.status], **compare(s.history, p.history)}
-            for c, p, s in zip(configs, pop, seps, strict=True)]
+    pop_states = rec.members()
+    with parity.record() as rec:
+        seps = [train(c, progress=False) for c in configs]
+    rows = [{"sigma_w": c.sigma_w, "status": [p.status, s.status], **compare(s.history, p.history),
+             **parity.state_differences(ss, ps)}
+            for c, p, s, ps, ss in zip(configs, pop, seps, pop_states, rec.members(), strict=True)]
     ctx.put("members", rows)
     return all(r["loss_rel_max"] is not None and r["loss_rel_max"] <= tol and r["status"][0] == r["status"][1]
+               and r["weights_init_rel"] <= parity.INIT_TOL and r["buffers_rel"] <= parity.BUFFERS_TOL["population"]
                for r in rows)
 
 
