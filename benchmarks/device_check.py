@@ -296,7 +296,8 @@ def exit_code(doc: dict[str, Any]) -> int:
     """0 when at least one check ran, none missed its tolerance and no step failed or timed out; 1 otherwise (a
     check that checked nothing is no pass; steps skipped for --only or the budget do not fail it by themselves)."""
     checks = doc["checks"]
-    return int(bool(doc["counts"]["failed"] or doc["counts"]["timed_out"] or checks["failed"] or not checks["passed"]))
+    engine = [c for c in checks["passed"] + checks["failed"] if c != "env"]  # env checks the machine, not the engine
+    return int(bool(doc["counts"]["failed"] or doc["counts"]["timed_out"] or checks["failed"] or not engine))
 
 
 # ------------------------------------------------------------------------------------------------ outputs
@@ -387,7 +388,8 @@ def markdown(doc: dict[str, Any]) -> str:
     lines += ["", f"Steps: {c['ok']} ok, {c['failed']} failed, {c['timed_out']} timed out, {c['skipped']} skipped; "
               f"checks passed: {', '.join(doc['checks']['passed']) or 'none'}; failed: "
               f"{', '.join(doc['checks']['failed']) or 'none'}." + (
-                  " **No check ran: exit code 1.**" if not doc["checks"]["passed"] + doc["checks"]["failed"] else ""),
+                  " **No check of the engine ran: exit code 1.**" if not set(doc["checks"]["passed"] + doc["checks"][
+                      "failed"]) - {"env"} else ""),
               "",
               "| step | status | pass | s (limit) | result |", "|---|---|---|---|---|"]
     for r in doc["steps"]:
