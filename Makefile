@@ -10,7 +10,7 @@ PYTEST_ARGS ?=
 LABSET  := $(VENV)/share/jupyter/lab/settings
 OVERRIDES := {"@jupyterlab/docmanager-extension:plugin": {"defaultViewers": {"python": "Jupytext Notebook"}}}
 
-.PHONY: help venv test lint figures smoke reproduce report bench device-check lab clean
+.PHONY: help venv test lint figures smoke reproduce report bench device-check gpu-prepare lab clean
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*##' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
@@ -63,8 +63,12 @@ bench: venv  ## training-speed benchmark (engine fp32 and bf16 vs DataLoader, po
 # No venv needed: a GPU box with only a stock PyTorch runs it with python3 (docs/gpu/README.md).
 CHECK_PY := $(if $(wildcard $(PY)),$(PY),python3)
 DEVICE_CHECK_ARGS ?= --device cuda
-device-check:  ## correctness and speed on this device in <= 7 min (--budget-s 420; DEVICE_CHECK_ARGS="--device cuda --out DIR")
+device-check:  ## correctness and speed on this device in <= 285 s (--budget-s; DEVICE_CHECK_ARGS="--device cuda --out DIR")
 	PYTHONPATH=. $(CHECK_PY) benchmarks/device_check.py $(DEVICE_CHECK_ARGS)
+
+ARCHIVE ?=
+gpu-prepare:  ## lay data/cifar10-jpeg.tar.gz (ARCHIVE=path) and print the device check's command and what to carry
+	benchmarks/gpu_prepare.sh $(ARCHIVE)
 
 clean:  ## remove caches (keeps .venv and results)
 	rm -rf .pytest_cache .ruff_cache reports

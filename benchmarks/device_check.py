@@ -1,6 +1,6 @@
 """Device check: is initmem's engine right and fast on this device? One command, at most `--budget-s` seconds.
 
-    PYTHONPATH=. python3 benchmarks/device_check.py --device cuda --out /tmp/dc    # a GPU box: ~7 min (estimate)
+    PYTHONPATH=. python3 benchmarks/device_check.py --device cuda --out /tmp/dc    # a GPU box: <= 285 s (--budget-s)
     PYTHONPATH=. python3 benchmarks/device_check.py --device cpu --tiny --out /tmp/dc   # CI: seconds a step
 
 Steps (benchmarks/device_steps.py; docs/gpu/README.md says what each measures and its tolerance), the ones that
@@ -18,8 +18,10 @@ runs in CI.
 
 Writes exactly four files to `--out`, rewritten after every step (a check killed from outside leaves what it had):
 `device_check.json`, `device_check.md`, `throughput.json` (the planner's table: `initmem plan params/*.yaml
---profile paper --throughput <out>/throughput.json`) and `logs.tar.gz` (`logs/<step>.log`). Exit code 0 when no
-step failed or timed out and no check missed its tolerance, else 1.
+--profile paper --throughput <out>/throughput.json`) and `logs.tar.gz` (`logs/<step>.log` and its helper processes'
+logs). Exit code 0 when at least one check ran, no step failed or timed out and no check missed its tolerance, else
+1; 2 (one line, before any step) for a bad flag, a missing archive (unless --tiny or --synthetic) or an --out that
+cannot be written.
 
 device_check.json: {"schema": 1, "tool", "created", "finished", "seconds", "args": {...}, "settings": {device,
 mode, data, data_root, precision, ...}, "device_name", "kind", "stand_in": null | "<what stands in>",
@@ -55,9 +57,10 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(REPO), str(Path(__file__).resolve().parent)]  # a checkout, without installing
 
 import device_steps as ds  # noqa: E402
+import parity  # noqa: E402
 
 SCHEMA = 1
-ARCHIVES = (REPO.parent / "shared" / "data" / "cifar10-jpeg.tar.gz", REPO / "data" / "cifar10-jpeg.tar.gz")
+ARCHIVE = REPO / "data" / "cifar10-jpeg.tar.gz"  # where benchmarks/gpu_prepare.sh lays it (git-ignored, carried)
 # seconds: (cap on CUDA, cap with --tiny, minimum worth starting); "paper" takes what is left
 # The correctness steps first (they decide whether the GPU computes what the CPU does), the measurements after them,
 # the optional ones last; docs/gpu/README.md estimates each step's time on an H200 (the whole check: under 7 min).
@@ -65,7 +68,10 @@ LIMITS = {"env": (120, 60, 10), "parity_fp32": (60, 60, 10), "population_vs_sepa
           "resume": (60, 90, 15), "rerun": (60, 60, 10), "parity_bf16": (45, 60, 10), "parity_muon": (45, 60, 10),
           "parity_tf32": (45, 60, 10), "epoch_eager": (60, 90, 20), "population": (75, 120, 20),
           "epoch_compile": (240, 120, 60), "paper": (math.inf, 60, 30)}
+OPTIONAL = ("epoch_compile", "paper")  # take what is left: no earlier step keeps time back for them
 OUTPUTS = ("device_check.json", "device_check.md", "throughput.json", "logs.tar.gz")  # all that --out holds
+# start (<= 180 s) + 2 x (budget + 45 s: interpreter, report, transfer) + 60 s between them <= 900 s of device time
+BUDGET_S = 285.0
 REPORT_S = 5  # kept back for writing the report
 GRACE_S = 3  # a step's own deadline is its limit minus this: it stops starting new work, then it is killed
 
@@ -175,18 +181,18 @@ def preload() -> None:
 
 
 def settings_for(args: argparse.Namespace) -> tuple[dict[str, Any], list[str]]:
+    """The steps' settings and the report's notes (`preflight` has checked that the archive exists)."""
     notes = []
     mode = "tiny" if args.tiny else "full"
-    archive = args.archive or next((str(p) for p in ARCHIVES if p.is_file()), None)
-    if args.tiny:
+    if args.tiny or args.synthetic:
         data, root = "synthetic", "data"
-    elif archive and Path(archive).is_file():
-        data, root = "auto", str(Path(archive).resolve())
+        if not args.tiny:
+            notes.append("--synthetic: synthetic data of the full split's sizes (no CIFAR-10): speeds only")
     else:
-        data, root = "synthetic", "data"
-        notes.append(f"CIFAR-10 archive not found ({archive or ', '.join(map(str, ARCHIVES))}): synthetic data")
+        data, root = "auto", str(Path(args.archive or ARCHIVE).resolve())
     s = {"device": args.device, "mode": mode, "data": data, "data_root": root, "precision": args.precision,
-         "paper_epochs": args.paper_epochs, "threads": args.threads or (1 if args.tiny else None)}
+         "paper_epochs": args.paper_epochs, "threads": args.threads or (1 if args.tiny else None),
+         "plant": args.plant}
     return s, notes
 
 
@@ -229,7 +235,7 @@ def run_all(args: argparse.Namespace) -> dict[str, Any]:
             continue
         i = names.index(name)
         cap = overrides.get(name, LIMITS[name][1 if args.tiny else 0])
-        later = sum(LIMITS[n][2] for n in names[i + 1:])
+        later = sum(LIMITS[n][2] for n in names[i + 1:] if n not in OPTIONAL)
         left = args.budget_s - (time.time() - t_start) - REPORT_S
         limit = min(cap, left - later if name != "paper" else left)
         if stop or limit < min(LIMITS[name][2], cap):
@@ -287,9 +293,11 @@ def report(args: argparse.Namespace, steps: list[dict], settings: dict, notes: l
 
 
 def exit_code(doc: dict[str, Any]) -> int:
-    """0 when no step failed or timed out and no check missed its tolerance; 1 otherwise (skipped steps, for --only
-    or the budget, are reported but do not fail the check)."""
-    return int(bool(doc["counts"]["failed"] or doc["counts"]["timed_out"] or doc["checks"]["failed"]))
+    """0 when at least one check ran, none missed its tolerance and no step failed or timed out; 1 otherwise (a
+    check that checked nothing is no pass; steps skipped for --only or the budget do not fail it by themselves)."""
+    checks = doc["checks"]
+    engine = [c for c in checks["passed"] + checks["failed"] if c != "env"]  # env checks the machine, not the engine
+    return int(bool(doc["counts"]["failed"] or doc["counts"]["timed_out"] or checks["failed"] or not engine))
 
 
 # ------------------------------------------------------------------------------------------------ outputs
@@ -334,11 +342,12 @@ def headline(rec: dict[str, Any]) -> str:
         err = f"; data error: {r['data_error']}" if "data_error" in r else ""
         return (f"{r.get('device_name')}, torch {r.get('env', {}).get('torch')}, data {data.get('source')} "
                 f"({_g(data.get('load_s'), '.1f')} s){err}")
-    if n.startswith("parity") and "differences" in r:
-        d, s = r["differences"], r["setup"]
-        return (f"{s['target']} vs {s['reference']}: max rel loss diff {_g(d['loss_rel_max'])} "
-                f"(tolerance {s['tolerance_loss_rel']:g}), weight norm {_g(d['weight_norm'])}, "
-                f"test acc {_g(d['test_acc'])}")
+    if n.startswith("parity") and "verdict" in r:
+        d, s, v = r["differences"], r["setup"], r["verdict"]
+        return (f"{s['target']} vs {s['reference']}: epoch 0 max rel diff {_g(v['epoch0']['max'])} (tolerance "
+                f"{v['epoch0']['tolerance']:g}); trained max rel loss diff {_g(v['trained']['max'])} (tolerance "
+                f"{v['trained']['tolerance']:g}), BatchNorm statistics {_g(v['trained'].get('buffers_rel'))} "
+                f"(tolerance {_g(v['trained'].get('tolerance_buffers'))}); test acc {_g(d['test_acc'])}")
     if n == "population_vs_separate" and "members" in r:
         each = [f"sigma_w {m['sigma_w']:g}: max rel loss diff {_g(m['loss_rel_max'])}" for m in r["members"]]
         return "; ".join(each) + (f" (tolerance {r['setup']['tolerance_loss_rel']:g}; population of "
@@ -378,7 +387,10 @@ def markdown(doc: dict[str, Any]) -> str:
     c = doc["counts"]
     lines += ["", f"Steps: {c['ok']} ok, {c['failed']} failed, {c['timed_out']} timed out, {c['skipped']} skipped; "
               f"checks passed: {', '.join(doc['checks']['passed']) or 'none'}; failed: "
-              f"{', '.join(doc['checks']['failed']) or 'none'}.", "",
+              f"{', '.join(doc['checks']['failed']) or 'none'}." + (
+                  " **No check of the engine ran: exit code 1.**" if not set(doc["checks"]["passed"] + doc["checks"][
+                      "failed"]) - {"env"} else ""),
+              "",
               "| step | status | pass | s (limit) | result |", "|---|---|---|---|---|"]
     for r in doc["steps"]:
         text = headline(r) if r["status"] in ("ok", "skipped") else f"**{r['error']}** " + headline(r)
@@ -423,40 +435,97 @@ def markdown(doc: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def _seconds(text: str, name: str = "--budget-s") -> float:
+    """A finite number of seconds > 0 (argparse type), else a one-line usage error naming the value."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not math.isfinite(value) or value <= 0:
+        raise argparse.ArgumentTypeError(f"{name}={text!r} is invalid: a finite number of seconds > 0 is accepted")
+    return value
+
+
+def _threads(text: str) -> int:
+    if not text.strip().isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"--threads={text!r} is invalid: an integer >= 1 is accepted")
+    return int(text)
+
+
+def _limit(text: str) -> tuple[str, float]:
+    step, eq, seconds = text.partition("=")
+    if not eq or step not in ds.STEPS:
+        raise argparse.ArgumentTypeError(f"--limit={text!r} is invalid: STEP=SECONDS with STEP one of "
+                                         f"{', '.join(ds.STEPS)} is accepted")
+    return step, _seconds(seconds, f"--limit {step}=")
+
+
+def preflight(args: argparse.Namespace) -> str | None:
+    """Why the check cannot start (one line), or None: the archive exists unless --tiny/--synthetic, and --out is a
+    folder this process can write (created if missing; a file, or a read-only place, is refused before any step)."""
+    if not (args.tiny or args.synthetic) and not Path(args.archive or ARCHIVE).exists():
+        return (f"--archive={str(args.archive or ARCHIVE)!r} does not exist: a CIFAR-10 .tar.gz is accepted "
+                "(benchmarks/gpu_prepare.sh lays data/cifar10-jpeg.tar.gz), or --synthetic for speeds without it")
+    out = Path(args.out)
+    if out.exists() and not out.is_dir():
+        return f"--out={str(out)!r} is a file: a folder (created if missing) is accepted"
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=out):  # os.access says yes to root on a read-only mount
+            pass
+    except OSError as exc:
+        return f"--out={str(out)!r} is not a writable folder ({exc.strerror or exc}): a writable folder is accepted"
+    return None
+
+
+def parser() -> argparse.ArgumentParser:
+    from initmem.cli.args import Parser
+
+    ap = Parser(prog="device_check.py", description=__doc__.split("\n\n")[0])
     ap.add_argument("--device", choices=("cuda", "cpu"), default="cuda")
-    ap.add_argument("--archive", default=None, help="CIFAR-10 .tar.gz (default: ../shared/data/cifar10-jpeg.tar.gz "
-                                                    "or data/cifar10-jpeg.tar.gz)")
+    ap.add_argument("--archive", default=None, help=f"CIFAR-10 .tar.gz (default: {ARCHIVE.relative_to(REPO)}); "
+                                                    "missing: an error unless --tiny or --synthetic")
+    ap.add_argument("--synthetic", action="store_true", help="synthetic data of the full split's sizes (no archive: "
+                                                             "speeds only)")
     ap.add_argument("--tiny", action="store_true", help="seconds on a CPU: synthetic data, width 1/16, few steps")
     ap.add_argument("--out", default=None, help="output folder (default: docs/gpu/<date>-<gpu name>)")
-    ap.add_argument("--budget-s", type=float, default=420.0, help="wall-clock budget of the whole check")
+    ap.add_argument("--budget-s", type=_seconds, default=BUDGET_S, help="wall-clock budget of the whole check "
+                    "(default %(default)g: start + two runs fit 15 minutes of device time, docs/gpu/README.md)")
     ap.add_argument("--precision", choices=("fp32", "tf32", "bf16"), default="fp32",
                     help="precision of the population and paper steps (the study's default fp32)")
     ap.add_argument("--paper-epochs", type=int, default=200,
                     help="most epochs of the paper step (it stops when its time is up)")
-    ap.add_argument("--threads", type=int, default=None, help="torch threads per step (--tiny: 1)")
+    ap.add_argument("--threads", type=_threads, default=None, help="torch threads per step (--tiny: 1)")
     ap.add_argument("--only", action="append", default=[], help="run only this step (repeatable; env always runs)")
     ap.add_argument("--fail", action="append", default=[], help="test hook: this step raises at once")
     ap.add_argument("--hang", action="append", default=[], help="test hook: this step sleeps past its limit")
-    ap.add_argument("--limit", action="append", default=[], type=lambda s: (s.split("=")[0], float(s.split("=")[1])),
-                    help="STEP=SECONDS: this step's cap")
+    ap.add_argument("--limit", action="append", default=[], type=_limit, help="STEP=SECONDS: this step's cap")
+    ap.add_argument("--plant", choices=parity.PLANTS, default=None, help="test hook: the parity and population "
+                    "steps' target runs with a rounding change (must pass) or a bug (must fail) planted")
     ap.add_argument("--launch", choices=("exec", "fork"), default=None,
                     help="how each step starts: a fresh interpreter (default with cuda: CUDA is not fork-safe) or a "
                          "fork of this one (default with cpu: no per-step import time)")
     ap.add_argument("--worker", help=argparse.SUPPRESS)
     ap.add_argument("--ctx", help=argparse.SUPPRESS)
+    return ap
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = parser()
     args = ap.parse_args(argv)
+    vars(args).pop("_given", None)
     if args.worker:
         return worker(args.worker, args.ctx)
     args.out = args.out or default_out(args.device, args.tiny)
     args.launch = args.launch or ("exec" if args.device == "cuda" else "fork")
-    if unknown := [n for n in [*args.only, *args.fail, *args.hang, *(k for k, _ in args.limit)] if n not in ds.STEPS]:
+    if unknown := [n for n in [*args.only, *args.fail, *args.hang] if n not in ds.STEPS]:
         ap.error(f"unknown step(s) {unknown}: one of {', '.join(ds.STEPS)}")
+    if problem := preflight(args):
+        ap.error(problem)
     doc = run_all(args)
     print(f"wrote {args.out}/{', '.join(OUTPUTS)} (throughput: {doc['throughput']['entries']} entries) in "
-          f"{doc['seconds']:.0f} s: {doc['counts']}; checks failed: {doc['checks']['failed'] or 'none'}; exit code "
-          f"{doc['exit_code']}")
+          f"{doc['seconds']:.0f} s: {doc['counts']}; checks passed: {doc['checks']['passed'] or 'none'}, failed: "
+          f"{doc['checks']['failed'] or 'none'}; exit code {doc['exit_code']}")
     return doc["exit_code"]
 
 

@@ -38,14 +38,14 @@ def test_long_training_paper_5000_epochs_by_hand():
     assert time.perf_counter() - t0 < 20  # a 1.76 M-step run is planned without looping in Python
     r = p.run
     assert p.runs == 7 and r["epochs"] == 5000
-    assert r["split"] == {"train": 45_000, "val": 5000, "test": 10_000, "train_eval": 45_000}
+    assert r["split"] == {"train": 45_000, "val": 5000, "test": 10_000, "train_eval": 5000}  # a fixed subset
     assert r["steps_per_epoch"] == math.ceil(45_000 / 128) == 352
     assert r["steps"] == 352 * 5000 == 1_760_000 and p.steps == 7 * 1_760_000
     c = r["clocks"]
     assert c["T_SGD"] == pytest.approx(1_760_000 * 0.01**2 / 128, rel=1e-15)  # 1.375
     assert c["T_adapt"] == pytest.approx(1_760_000 * 0.01, rel=1e-15) and c["T_L2"] == 0.0
     assert (c["T_SGD_eff"], c["T_adapt_eff"]) == (c["T_SGD"], c["T_adapt"])  # plain sgd: no momentum
-    assert r["measured_epochs"] == 5001 and r["eval_images"] == 60_000 * 5001
+    assert r["measured_epochs"] == 5001 and r["eval_images"] == 20_000 * 5001
 
 
 def test_long_training_5000_epochs_cosine_warmup_matches_stepwise_sum():
@@ -199,14 +199,19 @@ def test_a_fresh_clone_plans_every_cpu_point_with_the_reference_cpu_table(tmp_pa
     assert "== 01_optimizers [cpu] 5 points, 40 runs" in out
 
 
-def test_a_gpu_without_a_table_gets_no_guessed_time(tmp_path, monkeypatch, capsys):
+def test_a_gpu_without_a_table_gets_the_roofline_estimate_labelled_as_such(tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("INITMEM_CACHE", str(tmp_path / "empty-cache"))
-    monkeypatch.setattr(plan, "device_name", lambda device="auto": ("NVIDIA H200", "cuda"))
+    monkeypatch.setattr(plan, "cuda_name", lambda device="cuda": "NVIDIA H100")  # a GPU here, never calibrated
     table, note = calibrate.choose_table("cuda")
-    assert table is None and note.startswith("throughput: no table for NVIDIA H200 yet, so no time is given")
+    assert table.roofline and table.kind == "cuda" and not table.entries
+    assert note.startswith("throughput: ESTIMATE, not a measurement (no table for NVIDIA H100: ")
+    assert "NVIDIA H200" in note and "40%" in note and "--calibrate" in note
     assert main(["plan", OPT, "--profile", "paper", "--device", "cuda"]) == 0
     out = capsys.readouterr().out
-    assert out.startswith(note) and "time no throughput" in out and "estimated" not in out
+    assert out.startswith(note) and "no throughput" not in out and "estimated from" not in out
+    rows = [ln for ln in out.splitlines() if ln.startswith("  optimizer-")]
+    assert len(rows) == 5 and all(r.endswith("(roofline estimate)") for r in rows)
+    assert "GPU-hours (roofline estimate: NVIDIA H200 at 40% of its dense peak)" in out
     assert "== 01_optimizers [paper] 5 points, 35 runs" in out
 
 

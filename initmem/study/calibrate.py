@@ -1,5 +1,6 @@
 """Which throughput table `initmem plan` times a profile with (docs/planner.md), and measuring one (`calibrate`). The
-reference CPU's ships with the package, so a fresh clone answers "how long"; a GPU without its own gets no time."""
+reference CPU's ships with the package, so a fresh clone answers "how long"; a GPU without its own (or `--device cuda`
+on a machine without one) gets the roofline estimate from the FLOP count (`plan.roofline_entry`), labelled as such."""
 
 import datetime
 import time
@@ -21,9 +22,9 @@ def choose_table(device: str = "auto", path: str | Path | None = None) -> tuple[
         kind = None if device == "auto" else "cpu" if device == "cpu" else "cuda"
         table = plan.load_throughput(path, kind=kind)
         return table, f"throughput: {table.device}, from {path}"
-    name, kind = plan.device_name(device)
-    cached = plan.default_table_path(name)
-    if cached.is_file():
+    name, kind = (plan.cuda_name(device), "cuda") if device.startswith("cuda") else plan.device_name(device)
+    cached = plan.default_table_path(name) if name else None
+    if cached is not None and cached.is_file():
         return plan.load_throughput(cached), f"throughput: {name}, calibrated on this machine ({cached})"
     if kind == "cpu" and REFERENCE_CPU.is_file():
         table = plan.load_throughput(REFERENCE_CPU)
@@ -31,6 +32,14 @@ def choose_table(device: str = "auto", path: str | Path | None = None) -> tuple[
         return table, (f"throughput: the reference CPU's table ({table.device}, 2 cores, one torch thread a run{when}; "
                        f"{_REFERENCE}): times are for that machine; `initmem plan --calibrate --device cpu` measures "
                        f"this one ({name})")
+    if kind == "cuda":
+        here = f"no table for {name}: {cached}" if name else f"no GPU here: --device {device}"
+        peaks = ", ".join(f"{p} {v / 1e12:g}" for p, v in plan.ROOFLINE_PEAK.items())
+        return plan.roofline_table(), (
+            f"throughput: ESTIMATE, not a measurement ({here}): the roofline of an {plan.ROOFLINE_GPU} from the FLOP "
+            f"count (2 per MAC; a training image 3 forward passes, an evaluated image 1) against its dense peak at "
+            f"each run's precision ({peaks} TFLOP/s) at an assumed {plan.ROOFLINE_EFFICIENCY:.0%} of it; a measured "
+            "table replaces it (benchmarks/device_check.py, or `initmem plan --calibrate --device cuda` on the GPU)")
     return None, (f"throughput: no table for {name} yet, so no time is given (none is guessed from another "
                   f"device): measure one with `initmem plan --calibrate --device {device}` (looked for {cached})")
 

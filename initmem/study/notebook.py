@@ -41,14 +41,39 @@ class Parameter(NamedTuple):
 
 
 # --- the parameters cell -----------------------------------------------------------------------------------
-def _read(path: str | Path):
-    import jupytext
+def _checked(path: str | Path) -> Path:
     if (path := Path(path)).is_dir():
         raise NotebookError(f"notebook {str(path)!r} is a folder: a jupytext .py notebook is accepted, e.g. "
                             "notebooks/01_optimizers.py")
     if not path.is_file():
         raise NotebookError(f"notebook {str(path)!r} does not exist")
-    return jupytext.read(path)
+    return path
+
+
+def _read(path: str | Path):
+    import jupytext
+    return jupytext.read(_checked(path))
+
+
+_CELL = re.compile(r"^# %%(?:\s+\[\w+\])?(.*)$")  # a percent-format cell marker: `# %% [markdown] tags=[...]`
+
+
+def tagged_cells(path: str | Path, tag: str) -> list[str]:
+    """The sources of the cells of a jupytext percent notebook whose metadata tags include `tag`, read without
+    jupytext (so `initmem plan` and `--calibrate` run where only torch, numpy, pandas and yaml are installed; a test
+    checks that jupytext reads the same cells)."""
+    cells: list[tuple[str, list[str]]] = []
+    for line in _checked(path).read_text(encoding="utf-8").splitlines():
+        if m := _CELL.match(line):
+            cells.append((m.group(1), []))
+        elif cells:
+            cells[-1][1].append(line)
+    out = []
+    for meta, lines in cells:
+        tags = re.search(r"tags\s*=\s*(\[[^\]]*\])", meta)
+        if tags and tag in json.loads(tags.group(1)):
+            out.append("\n".join(lines).strip("\n"))
+    return out
 
 
 def _infer_type(value: Any) -> str:
@@ -64,10 +89,10 @@ def _infer_type(value: Any) -> str:
 def notebook_parameters(path: str | Path) -> dict[str, Parameter]:
     """What a notebook accepts: the names of its cell tagged `parameters` in order, typed by their annotation or
     default (an untyped `None` is `Any`), then, for a section notebook, the other TrainConfig fields."""
-    cells = [c for c in _read(path).cells if "parameters" in c.get("metadata", {}).get("tags", [])]
+    cells = tagged_cells(path, "parameters")
     if len(cells) != 1:
         raise NotebookError(f"{path}: expected exactly one cell tagged 'parameters', found {len(cells)}")
-    return accepted_parameters(_parse_parameters(cells[0].source, str(path)))
+    return accepted_parameters(_parse_parameters(cells[0], str(path)))
 
 
 def accepted_parameters(cell: dict[str, Parameter]) -> dict[str, Parameter]:

@@ -28,6 +28,14 @@ SYNTHETIC_TRAIN, SYNTHETIC_TEST = 2000, 500  # train.py's synthetic_sizes when n
 KEY_FIELDS = ("arch", "width", "batch_size", "precision")
 # forward multiply-accumulates per 32x32 image at width 1 (conv layers; width w scales them by about w^2)
 ARCH_MACS = {"resnet9": 379e6, "resnet20": 41e6, "resnet56": 125e6, "resnet110": 253e6}
+# The roofline estimate for a GPU without a measured table (docs/planner.md): FLOPs per image (2 per MAC; a training
+# step's forward + backward ~3 forward passes, an evaluation 1) against an H200 SXM's dense peak at the run's
+# precision (NVIDIA's datasheet: FP32 67 TFLOP/s; TF32 and BF16 tensor cores half the with-sparsity 989 and 1,979) at
+# an assumed fraction of it. Not a measurement: the device check's table replaces it.
+ROOFLINE_GPU = "NVIDIA H200"
+ROOFLINE_PEAK = {"fp32": 67e12, "tf32": 494.5e12, "bf16": 989.5e12}
+ROOFLINE_EFFICIENCY = 0.4
+ROOFLINE_SOURCE = "roofline estimate"
 # what `plan --calibrate` times without params: the paper profiles' networks and batch sizes
 DEFAULT_SET = tuple(("resnet9", 1.0, b, "fp32") for b in (16, 32, 64, 128, 256)) + (
     ("resnet56", 1.0, 128, "fp32"), ("resnet110", 1.0, 128, "fp32"))
@@ -106,6 +114,7 @@ class Throughput:
     kind: str = "cpu"  # cpu | cuda
     path: str | None = None
     created: str | None = None
+    roofline: bool = False  # no entries: every time is `roofline_entry`'s estimate
 
 
 def load_throughput(path: str | Path, kind: str | None = None) -> Throughput:
@@ -144,6 +153,8 @@ def lookup(table: Throughput | None, config: TrainConfig, members: int = 1) -> t
     images per step, width^2 and the arch's MACs) or "no throughput" (None)."""
     if table is None:
         return None, "no throughput"
+    if table.roofline:
+        return roofline_entry(config, members), ROOFLINE_SOURCE
     want = (config.arch, config.width, config.batch_size, config.precision, members)
     if found := [e for e in table.entries if (e.arch, e.width, e.batch_size, e.precision, e.members) == want]:
         return found[0], "measured"
@@ -154,6 +165,35 @@ def lookup(table: Throughput | None, config: TrainConfig, members: int = 1) -> t
     flops = (config.width / near.width) ** 2 * ARCH_MACS[config.arch] / ARCH_MACS[near.arch]
     est = Entry(*want, near.train_step_s * flops * config.batch_size / near.batch_size, near.eval_image_s * flops)
     return est, f"estimated from {_describe(near)}"
+
+
+def image_flops(arch: str, width: float) -> tuple[float, float]:
+    """(training, evaluation) FLOPs per image of one network: 2 per multiply-accumulate, a training step's forward
+    and backward 3 forward passes (the conv layers' MACs, `ARCH_MACS`, scaled by width^2)."""
+    forward = 2 * ARCH_MACS[arch] * width**2
+    return 3 * forward, forward
+
+
+def roofline_entry(config: TrainConfig, members: int = 1) -> Entry:
+    """The `ROOFLINE_GPU` estimate of `config`'s step and evaluated image (`members` networks: that many times the
+    work), at `ROOFLINE_EFFICIENCY` of the peak at its precision."""
+    train, evaluate = image_flops(config.arch, config.width)
+    rate = ROOFLINE_PEAK[config.precision] * ROOFLINE_EFFICIENCY
+    return Entry(config.arch, config.width, config.batch_size, config.precision, members,
+                 members * config.batch_size * train / rate, members * evaluate / rate)
+
+
+def roofline_table() -> Throughput:
+    """The table of estimates `initmem plan` uses for a GPU without its own (or `--device cuda` without a GPU)."""
+    return Throughput(f"{ROOFLINE_GPU} ({ROOFLINE_SOURCE})", "", [], "cuda", None, None, roofline=True)
+
+
+def cuda_name(device: str = "cuda") -> str | None:
+    """The name of CUDA device `device`, or None where torch is not installed or sees no GPU (never refuses)."""
+    if importlib.util.find_spec("torch") is None:
+        return None
+    import torch
+    return torch.cuda.get_device_name(torch.device(device)) if torch.cuda.is_available() else None
 
 
 def device_name(device: str = "auto") -> tuple[str, str]:
@@ -253,10 +293,13 @@ def plan_json(plans: list[SectionPlan], table: Throughput | None) -> dict[str, A
     total["seconds"] = math.fsum(known) if known and None not in known else None
     total["seconds_known"] = math.fsum(t["seconds_known"] for t in totals)
     dev = None if table is None else {"device": table.device, "kind": table.kind, "torch": table.torch,
-                                      "path": table.path}
+                                      "path": table.path, "estimate": ROOFLINE_SOURCE if table.roofline else None}
     if table is not None and table.kind == "cuda":
         for t in (*totals, total):
             t["gpu_hours"] = t["seconds_known"] / 3600
+            if table.roofline:
+                t["gpu_hours_source"] = (f"{ROOFLINE_SOURCE}: {ROOFLINE_GPU} at {ROOFLINE_EFFICIENCY:.0%} of its "
+                                         "dense peak")
     return {"throughput": dev, "sections": sections, "totals": total}
 
 
@@ -301,5 +344,6 @@ def _total_line(label: str, t: dict[str, Any]) -> str:
     time = _hms(t["seconds"]) if t["points_without_time"] == 0 else "no throughput" if t["points_without_time"] == t[
         "points"] else f"{_hms(t['seconds_known'])} + {plural(t['points_without_time'], 'point')} with no throughput"
     gpu = f", {t['gpu_hours']:.1f} GPU-hours" if "gpu_hours" in t else ""
+    gpu += f" ({t['gpu_hours_source']})" if "gpu_hours_source" in t else ""
     return (f"  {label}: {plural(t['runs'], 'run')}, {plural(t['steps'], 'step')}, "
             f"{plural(t['eval_images'], 'image')} evaluated, time {time}{gpu}")

@@ -1,0 +1,101 @@
+"""The planner on a GPU it has no table for, and from a machine without one: the roofline estimate from the FLOP
+count (labelled, never passed off as a measurement), the paper profile's cost by it, and calibration on a bare
+image (torch, numpy, pandas, yaml and tqdm only: no jupytext, papermill or matplotlib)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from initmem.cli.commands import main
+from initmem.config import TrainConfig
+from initmem.study import calibrate, plan
+
+REPO = Path(__file__).resolve().parents[1]
+PARAMS = sorted(str(p.relative_to(REPO)) for p in (REPO / "params").glob("*.yaml"))
+
+
+def test_the_roofline_is_the_flop_count_over_the_peak_at_the_runs_precision():
+    c = TrainConfig(arch="resnet9", width=0.5, batch_size=128, precision="tf32", device="cuda")
+    rate = plan.ROOFLINE_PEAK["tf32"] * plan.ROOFLINE_EFFICIENCY
+    forward = 2 * plan.ARCH_MACS["resnet9"] * 0.25  # 2 FLOPs a MAC, width^2
+    e = plan.roofline_entry(c)
+    assert e.train_step_s == pytest.approx(128 * 3 * forward / rate) and e.eval_image_s == pytest.approx(forward / rate)
+    k7 = plan.roofline_entry(c, 7)
+    assert (k7.members, k7.train_step_s, k7.eval_image_s) == (7, pytest.approx(7 * e.train_step_s),
+                                                               pytest.approx(7 * e.eval_image_s))
+    fp32 = plan.roofline_entry(c.replace(precision="fp32"))
+    assert fp32.train_step_s / e.train_step_s == pytest.approx(494.5 / 67)  # tensor cores against CUDA cores
+
+
+def test_plan_device_cuda_without_a_gpu_prints_a_labelled_estimate_within_15_h200_hours(tmp_path, monkeypatch,
+                                                                                        capsys):
+    """A user plans the cluster's cost from a laptop: `initmem plan params/*.yaml --profile paper --device cuda`."""
+    monkeypatch.setenv("INITMEM_CACHE", str(tmp_path / "empty-cache"))
+    monkeypatch.setattr(plan, "cuda_name", lambda device="cuda": None)  # as here: no GPU (torch may be absent too)
+    assert main(["plan", *PARAMS, "--profile", "paper", "--device", "cuda", "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["throughput"]["estimate"] == "roofline estimate" and doc["throughput"]["kind"] == "cuda"
+    points = [p for s in doc["sections"] for p in s["points"]]
+    assert len(points) == 34 and {p["time_source"] for p in points} == {"roofline estimate"}
+    assert {p["key"]["precision"] for p in points} == {"tf32"}  # the paper profiles' precision (docs/study.md)
+    total = doc["totals"]
+    assert total["points_without_time"] == 0 and total["gpu_hours"] <= 15, total
+    assert total["gpu_hours_source"].startswith("roofline estimate: NVIDIA H200")
+    flops = sum(p["steps"] * p["key"]["batch_size"] * plan.image_flops(p["key"]["arch"], p["key"]["width"])[0] +
+                p["eval_images"] * plan.image_flops(p["key"]["arch"], p["key"]["width"])[1] for p in points)
+    peak = plan.ROOFLINE_PEAK["tf32"] * plan.ROOFLINE_EFFICIENCY
+    assert total["gpu_hours"] == pytest.approx(flops / peak / 3600)  # the FLOP count, nothing else
+    assert main(["plan", *PARAMS, "--profile", "paper", "--device", "cuda"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("throughput: ESTIMATE, not a measurement (no GPU here: --device cuda)")
+    assert f"{total['gpu_hours']:.1f} GPU-hours (roofline estimate" in out.splitlines()[-1]
+
+
+def test_evaluating_a_train_subset_is_what_brings_the_paper_profile_under_15_hours(tmp_path, monkeypatch):
+    """The paper profiles evaluate train accuracy on 5,000 images: on all 45,000, the same estimate is over 15 h."""
+    table = plan.roofline_table()
+    now = sum(s.totals()["seconds"] for s in (plan.plan_section(p, "paper", table) for p in PARAMS))
+    full = 0.0
+    for path in PARAMS:
+        for p in plan.plan_section(path, "paper", table).points:
+            r, c = p.run, TrainConfig(**p.key, device="cuda")
+            extra = (45_000 - r["split"]["train_eval"]) * r["measured_epochs"] * plan.roofline_entry(c).eval_image_s
+            full += p.seconds + p.runs * extra
+    assert now / 3600 <= 15 < full / 3600
+
+
+@pytest.mark.parametrize("blocked", [("jupytext", "papermill", "nbformat", "nbclient", "matplotlib", "submitit",
+                                      "IPython", "ipykernel", "PIL", "scipy")])
+def test_calibrate_runs_on_a_bare_image(tmp_path, blocked):
+    """`initmem plan --calibrate` with params (it reads the notebooks' parameters cells) where only torch, numpy,
+    pandas, yaml and tqdm are installed: the rest cannot be imported in the child."""
+    out = tmp_path / "table.json"
+    code = (f"import sys\nfor m in {list(blocked)!r}:\n    sys.modules[m] = None\n"
+            "from initmem.cli.commands import main\n"
+            f"rc = main(['plan', '--calibrate', 'params/01_optimizers.yaml', '--profile', 'smoke', '--device', 'cpu', "
+            f"'--steps', '1', '--throughput', {str(out)!r}])\n"
+            "rc = rc or main(['plan', 'params/01_optimizers.yaml', '--profile', 'smoke', '--throughput', "
+            f"{str(out)!r}])\nsys.exit(rc)\n")
+    proc = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=600,
+                          env={**os.environ, "PYTHONPATH": str(REPO), "INITMEM_CACHE": str(tmp_path / "cache")})
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    table = plan.load_throughput(out)
+    assert table.kind == "cpu" and [(e.arch, e.width, e.batch_size) for e in table.entries] == [("resnet9", 0.0625,
+                                                                                                 128)]
+    assert "01_optimizers" in proc.stdout and "no throughput" not in proc.stdout
+
+
+def test_a_cuda_table_on_this_machine_is_used_before_the_estimate(tmp_path, monkeypatch):
+    monkeypatch.setenv("INITMEM_CACHE", str(tmp_path))
+    monkeypatch.setattr(plan, "cuda_name", lambda device="cuda": "NVIDIA H200")
+    entry = plan.Entry("resnet9", 1.0, 128, "tf32", 1, 0.01, 1e-5)
+    path = plan.default_table_path("NVIDIA H200")
+    plan.save_throughput(plan.Throughput("NVIDIA H200", "2.14", [entry], "cuda"), path)
+    table, note = calibrate.choose_table("cuda")
+    assert not table.roofline and table.entries == [entry] and "calibrated on this machine" in note
