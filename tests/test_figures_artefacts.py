@@ -77,7 +77,7 @@ def test_a_sigkill_mid_write_never_leaves_a_truncated_pdf(tmp_path, runs):
     stamp = artefacts.Stamp.of(runs, tmp_path / "cpu", ["01_optimizers"])
     pdf = artefacts.save_figure(plots.radial_memory_plot(runs), "F3", tmp_path, stamp, "t")[1]
     old = pdf.read_bytes()
-    child = ("import os, signal, sys\nfrom initmem import figures\n"
+    child = ("import os, signal, sys\nfrom initmem.figures import artefacts\n"
              "def half(f):\n    f.write(b'%PDF-1.4 half'); f.flush(); os.kill(os.getpid(), signal.SIGKILL)\n"
              "artefacts.atomic_write(sys.argv[1], half)\n")
     proc = subprocess.run([sys.executable, "-c", child, str(pdf)], capture_output=True, timeout=120)
@@ -213,8 +213,8 @@ def test_compute_is_apart_from_writing_and_imports_no_torch():
             "assert all(hasattr(f, n) for n in ('Stamp', 'save_table', 'save_figure', 'FigureBook', 'write_index'))\n")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
-    for name in ("plots", "plots_forgetting", "tables_forgetting", "point_report"):  # what they use of each other
-        text = (ROOT / "initmem" / f"{name}.py").read_text()  # is public
+    for name in ("plots", "instrument_plots", "instrument_tables", "point_report"):  # what they use of each other
+        text = (ROOT / "initmem" / "analysis" / f"{name}.py").read_text()  # is public
         assert not re.search(r"\b(tables|plots)\._", text), name
 
 
