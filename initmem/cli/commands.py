@@ -162,6 +162,12 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
     for section in sections:
         section.points(args.profile, args.results)  # an unknown profile in any file fails now
         sweep.refuse_older(section.results_for(args.profile, args.results), section.name)  # before any point trains
+    from initmem.study.preflight import preflight
+    if problems := preflight(sections, args.profile, args.results, args.executor):  # once, before any point starts
+        for line in problems:
+            print(f"initmem sweep: error: {line}", file=sys.stderr)
+        if not args.dry_run:
+            return 2
     counted: set = set()
     overall = None if args.dry_run else sweep.Progress(sum(sweep.points_to_run(s, args.profile, args.results, counted)
                                                            for s in sections))
@@ -169,7 +175,7 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
     seen: set = set()
     return max(sweep.run_sweep(s, profile=args.profile, results=args.results, executor=args.executor, jobs=args.jobs,
                                dry_run=args.dry_run, slurm=slurm, progress=not args.quiet, overall=overall,
-                               seen=seen).exit_code for s in sections)
+                               seen=seen).exit_code for s in sections) or (2 if problems else 0)
 
 
 def _add_figures(sub: argparse._SubParsersAction) -> None:

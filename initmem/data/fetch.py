@@ -265,7 +265,7 @@ def fetch_data(source: str | Path | None = None, dest: str | Path = "data", down
         if (found := present(dest)) is not None:
             return found
         replaced = ""
-    except DataError as exc:  # a corrupt or partial file: named, and replaced only from a source given now
+    except DataError:  # a corrupt or partial file: named, and replaced only from a source given now
         if source is None and not download:
             raise
         replaced = f"replaced {_remove_damaged(dest)}, which was corrupt or partial"

@@ -1,5 +1,6 @@
-"""CIFAR-10 from disk as uint8 CPU tensors, every source `load_cifar10` reads: `torchvision` (`cifar-10-batches-py`,
-read with numpy), `imagefolder` (`initmem.data.imagefolder`), `synthetic` (tests, smoke runs), `auto` (the first real)."""
+"""CIFAR-10 from disk as uint8 CPU tensors, every source `load_cifar10` reads: `torchvision`
+(`cifar-10-batches-py`, read with numpy), `imagefolder` (`initmem.data.imagefolder`), `synthetic` (tests, smoke
+runs), `auto` (the first real)."""
 
 import os
 import pickle
@@ -9,10 +10,10 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from initmem.data.cifar10 import CIFAR10_CLASSES, IMAGE_SHAPE, Cifar10, check_dataset
 from initmem.config import NUM_CLASSES, SOURCES
-from initmem.errors import ConfigError, DataError, check_int
+from initmem.data.cifar10 import CIFAR10_CLASSES, IMAGE_SHAPE, Cifar10, check_dataset
 from initmem.data.imagefolder import ARCHIVE_EXTS, archives, load_imagefolder
+from initmem.errors import ConfigError, DataError, check_int
 
 
 def _unpickle(path: Path) -> dict:
@@ -123,8 +124,9 @@ def find_source(base: Path, tried: list[str]) -> tuple[str, Path] | None:
 def load_cifar10(root: str | Path = "data", source: str = "auto", download: bool = False,
                  cache_dir: str | Path | None = None, progress: bool = False,
                  synthetic_sizes: tuple[int, int] = (2000, 500)) -> Cifar10:
-    """CIFAR-10 from `source` (SOURCES); `auto` looks under `root`, then `$INITMEM_DATA` (`find_source`), then downloads if
-    `download`; DataError when nothing is found. `synthetic_sizes`: the synthetic source's (train, test) sizes."""
+    """CIFAR-10 from `source` (SOURCES); `auto` looks under `root`, then `$INITMEM_DATA` (`find_source`), then
+    downloads if `download`; DataError when nothing is found. `synthetic_sizes`: the synthetic source's (train,
+    test) sizes."""
     if source not in SOURCES:
         raise ConfigError(f"source={source!r} is invalid: one of {SOURCES} is accepted")
     if source == "synthetic":

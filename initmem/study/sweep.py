@@ -27,6 +27,7 @@ from initmem.store.folders import RunFolders
 from initmem.store.results import load_runs, run_id
 from initmem.study.notebook import execute_notebook
 from initmem.study.params import Point, Section, load_section, params_files  # noqa: F401 - the CLI's, through here
+from initmem.study.preflight import section_problems
 
 SLURM_OPTIONS = ("partition", "gpus_per_node", "time", "mem_gb", "cpus_per_task", "array_parallelism", "extra")
 _SUBMITIT = {"partition": "slurm_partition", "array_parallelism": "slurm_array_parallelism",
@@ -273,6 +274,8 @@ def run_sweep(params_path: str | Path | Section, *, profile: str, results: str |
     out = section.results_for(profile, results)
     report = SweepReport(section.name, profile, out, executor)
     refuse_older(out, section.name)  # readable records: never moved aside nor trained again
+    if not dry_run and (problems := section_problems(section, profile, results, executor)):
+        raise SweepError("; ".join(problems) + " (nothing was run)")
     for line in RunFolders(out, section.name).tidy_copies(dry_run=dry_run):  # copies and renamed run folders
         print(line, flush=True)
     tasks, plan = _plan(section, points, out, dry_run, progress)
