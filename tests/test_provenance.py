@@ -23,8 +23,8 @@ HAS_GIT = shutil.which("git") is not None
 
 
 @pytest.mark.parametrize("given, stored", [
-    (f"imagefolder-tar:{ROOT.parent}/shared/data/cifar10-jpeg.tar.gz",
-     "imagefolder-tar:../shared/data/cifar10-jpeg.tar.gz"),
+    (f"imagefolder-tar:{ROOT.parent}/datasets/cifar10-jpeg.tar.gz",
+     "imagefolder-tar:../datasets/cifar10-jpeg.tar.gz"),
     (f"imagefolder:{ROOT}/data/cifar10", "imagefolder:data/cifar10"),
     ("torchvision:/mnt/some/machine/datasets/cifar-10-batches-py", "torchvision:cifar-10-batches-py"),
     ("imagefolder-tar:data/x.tar.gz", "imagefolder-tar:data/x.tar.gz"),
@@ -52,7 +52,7 @@ def test_a_modified_tree_records_its_diff_and_the_training_paths_diff(tmp_path):
     (tmp_path / "notes.md").write_text("b\n")
     d = provenance.git_diff(tmp_path)
     assert d["sha256"] == hashlib.sha256(git("diff", "HEAD", "--no-color", "--no-ext-diff")).hexdigest()
-    assert d["files"] == ["initmem/engine/trainer.py", "notes.md"]
+    assert d["files"] == ["initmem/train.py", "notes.md"]
     assert "-lr = 0.1" in d["training_path"] and "+lr = 0.2" in d["training_path"] and "notes" not in d[
         "training_path"]
     assert d["training_path_sha256"] == hashlib.sha256(d["training_path"].encode()).hexdigest()
@@ -66,12 +66,12 @@ def test_migrate_relabels_an_older_record_keeping_every_number(tmp_path):
     shutil.copytree(src, run)
     rec = json.loads((run / "run.json").read_text())
     prov = {k: v for k, v in rec["provenance"].items() if k != "git_diff"}
-    prov.update(git_dirty=True, data_source=f"imagefolder-tar:{ROOT.parent}/shared/data/cifar10-jpeg.tar.gz")
+    prov.update(git_dirty=True, data_source=f"imagefolder-tar:{ROOT.parent}/datasets/cifar10-jpeg.tar.gz")
     (run / "run.json").write_text(json.dumps({**rec, "provenance": prov}, indent=2) + "\n")
     history = (run / "history.csv").read_bytes()
     assert migrate(tmp_path) == [run / "run.json"] and migrate(tmp_path) == []
     new = json.loads((run / "run.json").read_text())
-    assert new["provenance"]["data_source"] == "imagefolder-tar:../shared/data/cifar10-jpeg.tar.gz"
+    assert new["provenance"]["data_source"] == "imagefolder-tar:../datasets/cifar10-jpeg.tar.gz"
     assert new["provenance"]["git_diff"] == provenance.UNKNOWN_DIFF and str(ROOT.parent) not in (run / "run.json"
                                                                                                  ).read_text()
     assert {k: v for k, v in new.items() if k != "provenance"} == {k: v for k, v in rec.items() if k != "provenance"}
@@ -80,7 +80,7 @@ def test_migrate_relabels_an_older_record_keeping_every_number(tmp_path):
     assert not runs["git_diff_known"].iloc[0] and runs["data_hash"].iloc[0] == rec["provenance"]["data_hash"]
     caption = Stamp.of(runs, tmp_path / "cpu", ["01_optimizers"]).caption()
     assert "1 runs from a modified tree, its diff unknown" in caption
-    assert f"../shared/data/cifar10-jpeg.tar.gz sha256:{rec['provenance']['data_hash'][:12]}" in caption
+    assert f"../datasets/cifar10-jpeg.tar.gz sha256:{rec['provenance']['data_hash'][:12]}" in caption
 
 
 @pytest.mark.skipif(not HAS_GIT or not (ROOT / ".git").exists(), reason="needs a git checkout")

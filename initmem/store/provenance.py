@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 _PACKAGES = ("torch", "torchvision", "numpy", "pandas", "initmem")
-ROOT = Path(__file__).resolve().parent.parent  # the checkout holding the package
+ROOT = Path(__file__).resolve().parents[2]  # the checkout holding the package (initmem/store/provenance.py)
 TRAINING_PATH, MAX_DIFF = "initmem", 200_000  # what trains a run: its diff is kept whole up to MAX_DIFF characters
 UNKNOWN_DIFF = ("unknown: trained from a modified working tree of git_commit before initmem recorded the "
                 "modification; only the commit and that the tree was modified are known")
@@ -58,7 +58,7 @@ def git_diff(where: Path | None = None) -> dict | None:
 
 def portable_source(source: str | None) -> str | None:
     """A data source `<kind>:<path>` as a record names it: the path relative to the repository if in or beside it
-    (`../shared/data/x.tar.gz`), else the file name (`data_hash` names the content); one without a path is kept."""
+    (`../datasets/x.tar.gz`), else the file name (`data_hash` names the content); one without a path is kept."""
     if not isinstance(source, str) or ":" not in source or not os.path.isabs(path := source.split(":", 1)[1]):
         return source
     rel = os.path.relpath(path, ROOT) if os.path.splitdrive(path)[0] == os.path.splitdrive(str(ROOT))[0] else path
