@@ -57,7 +57,7 @@ sys.path[:0] = [str(REPO), str(Path(__file__).resolve().parent)]  # a checkout, 
 import device_steps as ds  # noqa: E402
 
 SCHEMA = 1
-ARCHIVES = (REPO.parent / "shared" / "data" / "cifar10-jpeg.tar.gz", REPO / "data" / "cifar10-jpeg.tar.gz")
+ARCHIVES = (REPO / "data" / "cifar10-jpeg.tar.gz",)  # where `initmem data` puts it
 # seconds: (cap on CUDA, cap with --tiny, minimum worth starting); "paper" takes what is left
 # The correctness steps first (they decide whether the GPU computes what the CPU does), the measurements after them,
 # the optional ones last; docs/gpu/README.md estimates each step's time on an H200 (the whole check: under 7 min).
@@ -426,8 +426,8 @@ def markdown(doc: dict[str, Any]) -> str:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--device", choices=("cuda", "cpu"), default="cuda")
-    ap.add_argument("--archive", default=None, help="CIFAR-10 .tar.gz (default: ../shared/data/cifar10-jpeg.tar.gz "
-                                                    "or data/cifar10-jpeg.tar.gz)")
+    ap.add_argument("--archive", default=None, help="CIFAR-10 .tar.gz (default: data/cifar10-jpeg.tar.gz, "
+                                                    "where `initmem data` puts it)")
     ap.add_argument("--tiny", action="store_true", help="seconds on a CPU: synthetic data, width 1/16, few steps")
     ap.add_argument("--out", default=None, help="output folder (default: docs/gpu/<date>-<gpu name>)")
     ap.add_argument("--budget-s", type=float, default=420.0, help="wall-clock budget of the whole check")
