@@ -7,7 +7,15 @@ from pathlib import Path
 
 from initmem.config import point_configs
 from initmem.errors import InitmemError
-from initmem.study.params import Section
+from initmem.store.folders import RunFolders
+from initmem.study.params import Point, Section
+
+
+def point_progress(section: Section, point: Point) -> tuple[int, int]:
+    """(complete runs, runs) of a point: the TrainConfigs its notebook builds (`config.point_configs`)."""
+    configs = point_configs(section.effective(point))
+    owner = RunFolders(section.root / point.parameters["results_dir"], section.name)  # an absolute one wins the join
+    return sum(owner.is_complete(c) for c in configs), len(configs)
 
 
 def _writable_problem(folder: Path) -> str | None:
@@ -43,7 +51,6 @@ def section_problems(section: Section, profile: str, results: str | Path | None,
                      pending_only: bool = True) -> list[str]:
     """The problems of one section's profile (see the module doc); `pending_only`: complete points need nothing."""
     from initmem.data.fetch import data_problem
-    from initmem.study.sweep import point_progress
 
     problems: list[str] = []
     out = section.results_for(profile, results)

@@ -27,18 +27,11 @@ from initmem.store.folders import RunFolders
 from initmem.store.results import load_runs, run_id
 from initmem.study.notebook import execute_notebook
 from initmem.study.params import Point, Section, load_section, params_files  # noqa: F401 - the CLI's, through here
-from initmem.study.preflight import section_problems
+from initmem.study.preflight import point_progress, section_problems
 
 SLURM_OPTIONS = ("partition", "gpus_per_node", "time", "mem_gb", "cpus_per_task", "array_parallelism", "extra")
 _SUBMITIT = {"partition": "slurm_partition", "array_parallelism": "slurm_array_parallelism",
              "extra": "slurm_additional_parameters"}  # submitit's names where they are not ours
-
-
-def point_progress(section: Section, point: Point) -> tuple[int, int]:
-    """(complete runs, runs) of a point: the TrainConfigs its notebook builds (`config.point_configs`)."""
-    configs = point_configs(section.effective(point))
-    owner = RunFolders(section.root / point.parameters["results_dir"], section.name)  # an absolute one wins the join
-    return sum(owner.is_complete(c) for c in configs), len(configs)
 
 
 @dataclass
