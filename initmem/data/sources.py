@@ -146,9 +146,9 @@ def load_cifar10(root: str | Path = "data", source: str = "auto", download: bool
             return _load_torchvision(path, False) if kind == "torchvision" else load_imagefolder(path, cache_dir,
                                                                                                  progress)
     if root.name.endswith(ARCHIVE_EXTS) and not root.exists():  # an archive was meant: say that first
-        raise DataError(f"CIFAR-10 archive {root} does not exist: `initmem data` puts the study's archive into data/ "
-                        "(--from PATH or --download); or --data-root <an existing .tar.gz of train/<class>/* and "
-                        "test/<class>/*> (or a folder holding one)")
+        raise DataError(f"CIFAR-10 archive {root} does not exist: --data-root <an existing .tar.gz of train/<class>/* "
+                        "and test/<class>/*> (or a folder holding one) is accepted; `initmem data --from PATH` puts "
+                        "the study's archive into data/")
     if download:
         return _load_torchvision(root, True)
     raise DataError(f"no CIFAR-10 data found; tried: {'; '.join(tried)}"
