@@ -269,8 +269,8 @@ def spread_pivot(runs: pd.DataFrame, index: str, columns: str) -> pd.DataFrame:
         k, n = counts[key]
         rows[key]["diverged"] = f"{k}/{n}" + ("" if key not in notes else " (" + "; ".join(
             f"{col} without " + ", ".join(f"σ_w={x:g}" for x in xs) for col, xs in notes[key]) + ")")
-    cells = [name(v) + s for v in values for s in (("", "_std") if multi else ("",))]
-    df = pd.DataFrame([rows[k] for k in order]).reindex(columns=[*lead, *cells, "diverged"])
+    value_columns = [name(v) + s for v in values for s in (("", "_std") if multi else ("",))]
+    df = pd.DataFrame([rows[k] for k in order]).reindex(columns=[*lead, *value_columns, "diverged"])
     df.attrs["narrowed"] = [(i, col) for i, key in enumerate(order) for col, _ in notes.get(key, ())]
     return finish(df, {name(v) + "*": "percent" for v in values})
 
