@@ -10,7 +10,7 @@ PYTEST_ARGS ?=
 LABSET  := $(VENV)/share/jupyter/lab/settings
 OVERRIDES := {"@jupyterlab/docmanager-extension:plugin": {"defaultViewers": {"python": "Jupytext Notebook"}}}
 
-.PHONY: help venv test lint figures smoke reproduce report bench device-check gpu-prepare lab clean
+.PHONY: help venv data test lint figures smoke reproduce report bench device-check gpu-prepare lab clean
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*##' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
@@ -25,6 +25,10 @@ $(VENV)/.installed: pyproject.toml
 	touch $@
 
 venv: $(VENV)/.installed  ## create .venv and install initmem with its dev tools
+
+# FROM=path/to/cifar10-jpeg.tar.gz (or a train/+test/ folder, or cifar-10-python.tar.gz); without it: downloaded
+data: venv  ## put CIFAR-10 into data/ (FROM=PATH imports a copy, else torchvision downloads it), checked by its hash
+	$(INITMEM) data $(if $(FROM),--from $(FROM),--download)
 
 test: venv  ## run the test suite (what CI runs): two pytest-xdist workers, each test file whole on one of them
 	$(VENV)/bin/ruff check .

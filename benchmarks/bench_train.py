@@ -48,7 +48,7 @@ from initmem.engine.trainer import train  # noqa: E402
 from initmem.store.provenance import portable_source  # noqa: E402
 
 SIGMA_GRID = (0.1, 0.25, 0.5, 1.0, 1.5, 2.0, 2.5)
-SHARED_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"  # the workspace beside the repo
+DATA = Path(__file__).resolve().parents[1] / "data"  # the repository's data/, where `initmem data` puts CIFAR-10
 
 
 class Cifar10Images(torch.utils.data.Dataset):
@@ -224,7 +224,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--precision", choices=("fp32", "tf32", "bf16"), default="fp32",
                     help="precision of a, b0/b2 and c (a16 is always bf16); tf32 is CUDA only")
     ap.add_argument("--compile", action="store_true", help="torch.compile the model, every contender")
-    ap.add_argument("--data-root", default=os.environ.get("INITMEM_DATA", str(SHARED_DATA)))
+    ap.add_argument("--data-root", default=os.environ.get("INITMEM_DATA", str(DATA)))
     ap.add_argument("--malloc", choices=("tuned", "default"), default="tuned",
                     help="glibc malloc for every contender: tuned (members.tune_malloc, what a population sets on "
                          "CPU) or default; process-wide, so the same for all")

@@ -45,7 +45,7 @@ OPTIMIZER_HPARAMS: dict[str, tuple[str, ...]] = {
     "muon": ("momentum", "weight_decay", "nesterov", "ns_steps", "betas", "eps", "muon_aux_lr"),
 }
 SCHEDULE_HPARAMS = {"step": ("step_milestones", "step_gamma")}  # used by that schedule only
-_OPT_FIELDS = ("lr", "momentum", "weight_decay")  # None → the optimiser's STUDY.md default
+_OPT_FIELDS = ("lr", "momentum", "weight_decay")  # None → the optimiser's default (docs/study.md)
 
 # Fields that cannot change a result beyond float rounding: not in the run id, so a rerun elsewhere is the same run.
 RUN_ID_EXCLUDE = frozenset({"device", "eval_batch_size", "checkpoint_every", "data_root", "channels_last", "compile",
@@ -61,7 +61,7 @@ def _f(default: Any, help: str, **meta: Any) -> Any:
 @dataclass(frozen=True)
 class TrainConfig:
     """Everything that defines one run. Validated on construction; `None` optimiser hyper-parameters are resolved
-    to the optimiser's STUDY.md default, so a stored config is always concrete."""
+    to the optimiser's default (docs/study.md), so a stored config is always concrete."""
 
     # model
     arch: str = _f("resnet9", "network: " + " | ".join(ARCHS))

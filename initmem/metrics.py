@@ -174,7 +174,7 @@ def lr_scale(optimizer: str, momentum: float) -> float:
 
 
 def forgetting_clocks(lrs: Sequence[float], batch_size: int, l2: float = 0.0) -> dict[str, float]:
-    """STUDY.md's clocks over steps of (scheduled) lr eta_k, exact to rounding: T_SGD = sum eta_k^2 / batch_size,
+    """The clocks of docs/study.md over steps of (scheduled) lr eta_k: T_SGD = sum eta_k^2 / batch_size,
     T_L2 = l2 * sum eta_k, T_adapt = sum eta_k (momentum not folded in: `lr_scale`; Muon's lr, not its AdamW's)."""
     acc = ClockAccumulator(batch_size, l2)  # validates batch_size and l2
     lrs = [float(lr) for lr in lrs]

@@ -16,9 +16,9 @@
 # %% [markdown]
 # # 01 — Optimisers: does SGD remember σ_w, and do adaptive methods forget it?
 #
-# Tests findings **1** and **2** of STUDY.md (and the clock side of **7**). ResNet-9 at batch size 128 is trained at
+# Tests [findings 1](../docs/study.md#finding-1-sgd-remembers) and [2](../docs/study.md#finding-2-adaptive-methods-forget) (and the clock side of [7](../docs/study.md#finding-7-clocks-not-epochs)). ResNet-9 at batch size 128 is trained at
 # every `sigma_w` of the grid, once per `optimizer` (`sgd`, `sgd_momentum`, `adam`, `adamw`, `muon`, each at its
-# STUDY.md default `lr`, `momentum` and `weight_decay`); everything else is held fixed. For one optimiser (one sweep
+# default (docs/study.md) `lr`, `momentum` and `weight_decay`); everything else is held fixed. For one optimiser (one sweep
 # point) the **spread** is the best minus the worst test accuracy across `sigma_w`, each read at the epoch with the
 # lowest validation loss. The paper reports 26.5 pp for low-lr SGD (every run interpolating) and about 4 pp for
 # Muon; the final weight norm should stay coupled to the initial one under SGD (`norm_ratio` varies with `sigma_w`)
@@ -36,7 +36,7 @@ sigma_ws = [0.1, 1.0, 2.5]  # the init scales the spread is taken across
 seeds = [0]
 population = True  # train the missing sigma_w x seed runs as one population (False: one by one)
 progress = True
-# what this section varies: the optimiser, at its STUDY.md hyper-parameters (None: the optimiser's default)
+# what this section varies: the optimiser, at its default hyper-parameters (docs/study.md) (None: the optimiser's default)
 optimizer = "sgd"  # sgd | sgd_momentum | adam | adamw | muon
 lr = None
 momentum = None

@@ -16,7 +16,7 @@
 # %% [markdown]
 # # 02 — Long training: does time alone make SGD forget?
 #
-# Tests finding **3** of STUDY.md (and the epoch-vs-clock contrast of **7**). Low-learning-rate plain SGD (`lr`
+# Tests [finding 3](../docs/study.md#finding-3-time-alone-is-not-enough) (and the epoch-vs-clock contrast of [7](../docs/study.md#finding-7-clocks-not-epochs)). Low-learning-rate plain SGD (`lr`
 # 0.01, constant) trains ResNet-9 for a long time — 5,000 `epochs` in the paper — at every `sigma_w`. The
 # test-accuracy **spread** across `sigma_w` is measured as if training had stopped at each of several epoch marks
 # (`epoch_marks`): at each mark, each run's test accuracy is read at its best-validation epoch so far. The paper
@@ -42,7 +42,7 @@ epochs = 3
 epoch_marks = [1, 2, 3]  # the spread is reported as if training stopped at each
 checkpoint_every = 0  # epochs between checkpoints (0: none); long runs want them: a killed run resumes
 optimizer = "sgd"
-lr = None  # None: the optimiser's STUDY.md default (sgd: 0.01)
+lr = None  # None: the optimiser's default (docs/study.md) (sgd: 0.01)
 
 # %%
 import initmem
@@ -54,7 +54,7 @@ runs = initmem.run_point(initmem.checked_parameters(globals()))  # a misspelt or
 initmem.show_point(runs)  # per sigma_w, the point's figure, per run, and its numbers
 
 # %% [markdown]
-# The spread at each epoch mark: finding 3 predicts it stays flat as training goes on, while `T_SGD` grows.
+# The spread at each epoch mark: [finding 3](../docs/study.md#finding-3-time-alone-is-not-enough) predicts it stays flat as training goes on, while `T_SGD` grows.
 
 # %%
 display.display_frame(tables.long_training_table(runs, marks=epoch_marks))  # T2, as figures/ writes it

@@ -16,7 +16,7 @@
 # %% [markdown]
 # # 03 — Learning rate and L2: do they make SGD forget?
 #
-# Tests finding **4** of STUDY.md (and **7**). Plain SGD (`optimizer`) on ResNet-9 (b = 128) over a grid of `lr` ×
+# Tests [finding 4](../docs/study.md#finding-4-regularisation-and-learning-rate-make-sgd-forget) (and [7](../docs/study.md#finding-7-clocks-not-epochs)). Plain SGD (`optimizer`) on ResNet-9 (b = 128) over a grid of `lr` ×
 # coupled L2 coefficient (`weight_decay`, including 1e-2); each grid point is trained at every `sigma_w`. A larger
 # learning rate raises `T_SGD = (1/b) sum eta_k^2` and L2 adds `T_L2 = lambda sum eta_k`, the norm-decay clock that
 # shrinks `||W||` towards a common scale; the paper finds that L2 at 1e-2 brings the spread across `sigma_w` to

@@ -16,7 +16,7 @@
 # %% [markdown]
 # # 04 — Batch size: do larger batches slow forgetting?
 #
-# Tests finding **5** of STUDY.md (and **7**). ResNet-9 trained with SGD and with Adam (`optimizer`) at batch sizes
+# Tests [finding 5](../docs/study.md#finding-5-batch-size) (and [7](../docs/study.md#finding-7-clocks-not-epochs)). ResNet-9 trained with SGD and with Adam (`optimizer`) at batch sizes
 # b in {16, 32, 64, 128, 256} (`batch_size`), each at every `sigma_w`, for the same number of epochs. At a fixed
 # learning rate (`lr`, the optimiser's default) and epoch count, a larger batch means fewer steps and a smaller
 # `T_SGD = (1/b) sum eta_k^2` (it falls as 1/b^2 per epoch), so SGD should forget less and its spread across
@@ -37,7 +37,7 @@ progress = True
 # what this section varies: the batch size, for SGD and Adam at their default learning rates
 batch_size = 128
 optimizer = "sgd"  # sgd | adam
-lr = None  # None: the optimiser's STUDY.md default
+lr = None  # None: the optimiser's default (docs/study.md)
 
 # %%
 import initmem

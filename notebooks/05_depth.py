@@ -16,7 +16,7 @@
 # %% [markdown]
 # # 05 — Depth: do deep ResNets fail to train instead of remembering?
 #
-# Tests finding **6** of STUDY.md. ResNet-9, ResNet-56 and ResNet-110 (He et al.'s CIFAR ResNets, option-A
+# Tests [finding 6](../docs/study.md#finding-6-depth). ResNet-9, ResNet-56 and ResNet-110 (He et al.'s CIFAR ResNets, option-A
 # shortcuts; `arch`) trained with SGD and with Adam (`optimizer`) at every `sigma_w`. In the deep networks bad
 # forgetting should show differently: at large `sigma_w` runs often fail to interpolate (never reach 99.5 % training
 # accuracy) rather than interpolating to a worse solution. Besides the spread, the notebook records which runs fail
@@ -50,7 +50,7 @@ runs = initmem.run_point(initmem.checked_parameters(globals()))  # a misspelt or
 initmem.show_point(runs)  # per sigma_w, the point's figure, per run, and its numbers
 
 # %% [markdown]
-# Which runs interpolate and which fail to (`failed_to_interpolate`): finding 6 predicts failures at large
+# Which runs interpolate and which fail to (`failed_to_interpolate`): [finding 6](../docs/study.md#finding-6-depth) predicts failures at large
 # `sigma_w` in the deep networks.
 
 # %%

@@ -10,11 +10,13 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
+NO_ARCHIVE = ("real CIFAR-10 not found: `initmem data --from <cifar10-jpeg.tar.gz>` puts it into data/ (or set "
+              "INITMEM_TEST_ARCHIVE)")
 
 
 def cifar10_archive_path() -> Path | None:
-    """The real CIFAR-10 JPEG archive: `$INITMEM_TEST_ARCHIVE`, else `../shared/data/cifar10-jpeg.tar.gz`."""
-    for p in (os.environ.get("INITMEM_TEST_ARCHIVE"), REPO.parent / "shared" / "data" / "cifar10-jpeg.tar.gz"):
+    """The real CIFAR-10 JPEG archive: `$INITMEM_TEST_ARCHIVE`, else `data/cifar10-jpeg.tar.gz` (`initmem data`)."""
+    for p in (os.environ.get("INITMEM_TEST_ARCHIVE"), REPO / "data" / "cifar10-jpeg.tar.gz"):
         if p and Path(p).is_file():
             return Path(p)
     return None
@@ -33,7 +35,7 @@ def cifar10_real(tmp_path_factory: pytest.TempPathFactory) -> RealCifar10:
     """The real archive decoded once per test session into a session-private cache (skips when absent)."""
     archive = cifar10_archive_path()
     if archive is None:
-        pytest.skip("CIFAR-10 archive not found (set INITMEM_TEST_ARCHIVE or put it at ../shared/data/)")
+        pytest.skip(NO_ARCHIVE)
     from initmem.data.splits import load_cifar10
 
     cache = tmp_path_factory.mktemp("initmem-cache")

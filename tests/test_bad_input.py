@@ -105,7 +105,7 @@ CASES = [
     Case("no-data-anywhere", [*DATA, "--data", "auto", "--data-root", "{tmp}/nothing"], "/nothing",
          "set INITMEM_DATA"),
     Case("torchvision-not-downloaded", [*DATA, "--data", "torchvision", "--data-root", "{tmp}/nothing"], TV,
-         "load_cifar10('{tmp}/nothing', download=True)\"` (README), or use an image archive: --data auto --data-root"),
+         "`initmem data --download` puts it into data/ (library: download=True), or use an image archive"),
     Case("cache-is-a-file", [*DATA, "--data", "imagefolder", "--data-root", "{data}/good.tar.gz"],
          "INITMEM_CACHE='{tmp}/a-file'", "is a file, not a folder: set INITMEM_CACHE to a writable folder",
          env={"INITMEM_CACHE": "{tmp}/a-file"}),

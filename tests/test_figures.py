@@ -412,6 +412,40 @@ def test_every_artefact_is_written_with_sidecar_and_index(made, results):
         assert "profile smoke" in (out / "tables" / f"{t}.md").read_text()
 
 
+def _warnings_in(notebook: Path) -> list[str]:
+    """Every warning line an executed notebook's cells printed (stderr streams and error outputs)."""
+    found = []
+    for cell in json.loads(notebook.read_text())["cells"]:
+        for o in cell.get("outputs", []):
+            text = "".join(o.get("text", "")) if o.get("output_type") == "stream" else ""
+            found += [ln for ln in text.splitlines() if "Warning" in ln]
+    return found
+
+
+def test_a_smoke_study_and_its_figures_print_no_warning(made, results):
+    """`make smoke` prints no warning: no section notebook of the smoke sweep and no figure notebook over it does
+    (a fragmented history frame once made pandas warn 132 times here)."""
+    out, _ = made
+    notebooks = sorted((out / ".executed").glob("*.ipynb")) + sorted(results.glob("*/notebooks/*.ipynb"))
+    assert len(notebooks) > 6
+    assert {nb.name: w for nb in notebooks if (w := _warnings_in(nb))} == {}
+
+
+def test_histories_are_one_consolidated_frame(tmp_path):
+    """load_histories of a tree with many per-layer columns: adding a column to it is silent even with pandas'
+    PerformanceWarning as an error (one block per column made every later insert warn)."""
+    import warnings
+
+    from initmem.store.results import load_histories
+    h = load_histories(REPO / "results" / "cpu")
+    assert h.shape[1] > 100 and h._mgr.nblocks < 10
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", pd.errors.PerformanceWarning)
+        for i in range(5):
+            h[f"extra{i}"] = 0.0
+        h.groupby(["run_id", "epoch"]).size()
+
+
 def test_every_png_decodes_to_a_non_blank_image(made):
     import matplotlib.image
 

@@ -19,7 +19,7 @@ from initmem.engine.models import (
 )
 from initmem.errors import ConfigError
 
-# exact counts measured at width 1, num_classes 10; STUDY.md / He et al. figures beside them
+# exact counts measured at width 1, num_classes 10; docs/study.md / He et al. figures beside them
 COUNTS = {"resnet9": (6_573_130, 6.57e6), "resnet20": (269_722, 0.27e6), "resnet56": (853_018, 0.85e6),
           "resnet110": (1_727_962, 1.7e6)}
 

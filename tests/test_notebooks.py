@@ -89,13 +89,16 @@ def test_params_profiles(name):
                 assert c.data == "synthetic" and c.epochs <= 2 and len(eff["sigma_ws"]) <= 3
                 assert c.width <= (0.0625 if c.arch == "resnet9" else 0.25)
             elif profile == "cpu":
-                assert c.data == "auto" and c.data_root == "../shared/data/cifar10-jpeg.tar.gz"
+                assert c.data == "auto" and c.data_root == "data"  # where `initmem data` puts it
                 assert c.n_train is not None and c.n_train <= 5000 and c.device == "cpu"
                 assert (c.arch == "resnet9" and c.width <= 0.25) or c.arch in ("resnet20", "resnet56")
             else:
                 assert c.width == 1.0 and c.n_train is None and c.n_val == 5000 and c.n_test is None
                 assert eff["sigma_ws"] == SIGMA_GRID and c.data == "auto"
                 assert c.epochs == (5000 if name == "02_long_training" else 200)
+    for profile in section.profiles:  # every profile reads the repository's data/, none a path outside it
+        assert {c.data_root for p in section.points(profile) for c in point_configs(section.effective(p))
+                if c.data != "synthetic"} <= {"data"}, profile
     paper = [section.effective(p) for p in section.points("paper")]
     grid = {k: sorted({str(p[k]) for p in paper}) for k in ("optimizer", "batch_size", "arch", "lr", "weight_decay")}
     expected = {"01_optimizers": {"optimizer": ["adam", "adamw", "muon", "sgd", "sgd_momentum"]},

@@ -16,6 +16,7 @@ from initmem.config import TrainConfig
 from initmem.engine.optim import lr_factor
 from initmem.metrics import forgetting_clocks
 from initmem.study import calibrate, plan
+from initmem.study.params import load_section
 
 REPO = Path(__file__).resolve().parent.parent
 OPT = str(REPO / "params" / "01_optimizers.yaml")
@@ -186,7 +187,7 @@ def test_a_fresh_clone_plans_every_cpu_point_with_the_reference_cpu_table(tmp_pa
     assert table is not None and table.path == str(calibrate.REFERENCE_CPU) and table.kind == "cpu"
     assert "reference CPU" in note and "initmem/study/throughput/reference-cpu.json" in note and "--calibrate" in note
     for params in sorted((REPO / "params").glob("*.yaml")):  # the shipped table times every cpu-scale point
-        for profile in ("cpu", "cpu_steps") if params.name == "01_optimizers.yaml" else ("cpu",):
+        for profile in ("cpu", "cpu_steps", "cpu_w025") if params.name == "01_optimizers.yaml" else ("cpu",):
             points = plan.plan_section(params, profile, table).points
             assert {p.time_source for p in points} == {"measured"}, (params.name, profile)
             assert all(p.seconds > 0 for p in points)
@@ -248,7 +249,9 @@ def test_bad_profile_and_bad_table_one_line(tmp_path, capsys):
     assert main(["plan", OPT]) == 2 and "--profile" in capsys.readouterr().err
 
 
-def test_sweep_dry_run_prints_sizes(tmp_path, capsys):
+def test_sweep_dry_run_prints_sizes(tmp_path, capsys, monkeypatch):
+    from initmem.data import fetch
+    monkeypatch.setattr(fetch, "data_problem", lambda *a: None)  # as if data/ held CIFAR-10 (test_data_fetch: without)
     assert main(["sweep", OPT, "--profile", "cpu", "--dry-run", "--results", str(tmp_path), "--quiet"]) == 0
     out = capsys.readouterr().out
     assert out.count("8 runs x 80 epochs x 12 steps = 7,680 steps") == 5
@@ -262,3 +265,28 @@ def test_sweep_dry_run_prints_sizes(tmp_path, capsys):
     assert "slurm: an array of 5 task(s)" in out
     for s in ("slurm_partition=gpu", "gpus_per_node=1", "timeout_min=90", "mem_gb=32.0", "cpus_per_task left"):
         assert s in out, s
+
+
+@pytest.mark.parametrize("profile", calibrate.COMMITTED_CPU)
+def test_the_reference_table_plans_each_committed_cpu_profile_within_35_percent_of_its_runs(profile):
+    """`initmem plan` of every section of a committed CPU profile against the sum of its runs' own wall_time_s."""
+    table = plan.load_throughput(calibrate.REFERENCE_CPU)
+    name = profile.split("/")[1]
+    plans = [plan.plan_section(p, name, table) for p in sorted((REPO / "params").glob("*.yaml"))
+             if name in load_section(p).profiles]
+    planned = sum(pt.seconds for s in plans for pt in s.points)
+    measured = sum(w for _, w in calibrate._committed([profile]))
+    assert measured > 3600 and 0.65 <= planned / measured <= 1.35, (profile, planned / 3600, measured / 3600)
+
+
+def test_the_reference_table_is_what_the_committed_runs_derive():
+    """The shipped table is `from_runs` of the committed CPU trees over the shipped calibration (docs/planner.md):
+    a committed run added or changed without regenerating it fails here."""
+    base = plan.load_throughput(calibrate.REFERENCE_CPU.with_name("calibrated-cpu.json"))
+    derived = calibrate.from_runs(list(calibrate.COMMITTED_CPU), base)
+    shipped = plan.load_throughput(calibrate.REFERENCE_CPU)
+    key = lambda e: (e.arch, e.width, e.batch_size)  # noqa: E731
+    assert [key(e) for e in sorted(derived.entries, key=key)] == [key(e) for e in shipped.entries]
+    for d, s in zip(sorted(derived.entries, key=key), shipped.entries, strict=True):
+        assert d.train_step_s == pytest.approx(s.train_step_s, rel=1e-9)
+        assert d.eval_image_s == pytest.approx(s.eval_image_s, rel=1e-9)

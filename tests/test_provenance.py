@@ -23,8 +23,8 @@ HAS_GIT = shutil.which("git") is not None
 
 
 @pytest.mark.parametrize("given, stored", [
-    (f"imagefolder-tar:{ROOT.parent}/shared/data/cifar10-jpeg.tar.gz",
-     "imagefolder-tar:../shared/data/cifar10-jpeg.tar.gz"),
+    (f"imagefolder-tar:{ROOT.parent}/datasets/cifar10-jpeg.tar.gz",
+     "imagefolder-tar:../datasets/cifar10-jpeg.tar.gz"),
     (f"imagefolder:{ROOT}/data/cifar10", "imagefolder:data/cifar10"),
     ("torchvision:/mnt/some/machine/datasets/cifar-10-batches-py", "torchvision:cifar-10-batches-py"),
     ("imagefolder-tar:data/x.tar.gz", "imagefolder-tar:data/x.tar.gz"),
@@ -66,12 +66,12 @@ def test_migrate_relabels_an_older_record_keeping_every_number(tmp_path):
     shutil.copytree(src, run)
     rec = json.loads((run / "run.json").read_text())
     prov = {k: v for k, v in rec["provenance"].items() if k != "git_diff"}
-    prov.update(git_dirty=True, data_source=f"imagefolder-tar:{ROOT.parent}/shared/data/cifar10-jpeg.tar.gz")
+    prov.update(git_dirty=True, data_source=f"imagefolder-tar:{ROOT.parent}/datasets/cifar10-jpeg.tar.gz")
     (run / "run.json").write_text(json.dumps({**rec, "provenance": prov}, indent=2) + "\n")
     history = (run / "history.csv").read_bytes()
     assert migrate(tmp_path) == [run / "run.json"] and migrate(tmp_path) == []
     new = json.loads((run / "run.json").read_text())
-    assert new["provenance"]["data_source"] == "imagefolder-tar:../shared/data/cifar10-jpeg.tar.gz"
+    assert new["provenance"]["data_source"] == "imagefolder-tar:../datasets/cifar10-jpeg.tar.gz"
     assert new["provenance"]["git_diff"] == provenance.UNKNOWN_DIFF and str(ROOT.parent) not in (run / "run.json"
                                                                                                  ).read_text()
     assert {k: v for k, v in new.items() if k != "provenance"} == {k: v for k, v in rec.items() if k != "provenance"}

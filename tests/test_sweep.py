@@ -161,11 +161,13 @@ def test_dry_run_lists_every_point_and_writes_nothing(tmp_path, capsys):
 
 # --- execution ---------------------------------------------------------------------------------------------
 def test_a_failing_point_is_reported_and_the_others_still_run(tmp_path, capsys):
-    # imagefolder data at a missing folder raises DataError inside the notebook, after planning succeeded
-    path = _repo(tmp_path, """\
+    # a corrupt archive (no known hash, so the preflight cannot tell) raises DataError inside the notebook, after
+    # planning succeeded; missing data would stop the sweep before any point (test_data_fetch)
+    (tmp_path / "bad.tar.gz").write_bytes(b"not a gzip file")
+    path = _repo(tmp_path, f"""\
         smoke:
-          fixed: {data_root: /nonexistent/cifar, width: 0.0625, epochs: 1, batch_size: 32, n_train: 64, n_val: 32,
-                  n_test: 32, sigma_ws: [0.5], device: cpu}
+          fixed: {{data_root: {tmp_path / 'bad.tar.gz'}, width: 0.0625, epochs: 1, batch_size: 32, n_train: 64,
+                  n_val: 32, n_test: 32, sigma_ws: [0.5], device: cpu}}
           grid:
             data: [synthetic, imagefolder]
         """)

@@ -132,7 +132,7 @@ def correlation_sentence(corr: pd.DataFrame | str) -> str:
     if not isinstance(corr, pd.DataFrame) or corr.empty:
         return ""
 
-    def part(kind: str) -> str:  # the STUDY.md clocks only: the `_eff` variants are in the table
+    def part(kind: str) -> str:  # the study's clocks only: the `_eff` variants are in the table
         return ", ".join(f"{MEASURED.get(r.x, r.x)} {signed(r.spearman)}" for r in corr[corr["kind"] == kind]
                          .itertuples() if r.x not in tables.EFF_CLOCKS)
 

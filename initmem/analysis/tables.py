@@ -31,7 +31,7 @@ ARCH_ORDER = ("resnet9", "resnet20", "resnet56", "resnet110")
 LABEL_PRIORITY = ("optimizer", "arch", "batch_size", "lr", "weight_decay", "momentum", "width", "epochs",
                   "schedule", "augment", "n_train")
 SHORT = {"batch_size": "b", "weight_decay": "wd", "momentum": "mom", "epochs": "ep", "n_train": "n"}
-# the paper's spreads (pp; STUDY.md findings 1 and 2) where it reports them: ResNet-9, b = 128, SGD without L2, Muon
+# the paper's spreads (pp; docs/study.md, findings 1, 2) where it reports them: ResNet-9, b = 128, SGD without L2, Muon
 PAPER_SPREADS = (({"optimizer": "sgd", "arch": "resnet9", "batch_size": 128, "weight_decay": 0.0}, 26.5),
                  ({"optimizer": "muon", "arch": "resnet9", "batch_size": 128}, 4.0))
 PAPER = "arXiv 2605.29152"

@@ -17,6 +17,26 @@ from initmem.study.notebook import check_parameters, notebook_parameters, run_no
 from initmem.study.params import REQUIRED, check_section_name, load_yaml, params_files, read_text, yaml_error_line
 
 
+def _add_data(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("data", help="put CIFAR-10 into data/, where every profile reads it (checked by its hash)",
+                       description="Put CIFAR-10 into the git-ignored data/ folder: copied from --from PATH (the "
+                       "study's cifar10-jpeg.tar.gz, checked by sha256; a train/+test/ folder of class folders, packed "
+                       "into one archive; or torchvision's cifar-10-python.tar.gz, checked by md5) or --download-ed by "
+                       "torchvision. A second run finds it and does nothing; a corrupt or partial file is named and "
+                       "never used.")
+    p.add_argument("--from", dest="source", metavar="PATH", help="archive or folder to import (default: none)")
+    p.add_argument("--download", action="store_true", help="download torchvision's CIFAR-10 (needs internet; "
+                   "default: off)")
+    p.add_argument("--dest", default="data", help="folder to put it in (default: %(default)s, what the profiles read)")
+    p.add_argument("--sha256", help="expected sha256 of a JPEG archive other than the study's (default: the study's)")
+
+
+def _cmd_data(args: argparse.Namespace) -> int:
+    from initmem.data.fetch import fetch_data
+    print(fetch_data(source=args.source, dest=args.dest, download=args.download, sha256=args.sha256).line())
+    return 0
+
+
 def _add_train(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("train", help="train one run and write its folder", description="Train one run and write "
                        "<out>/<section>/<run_id>/{history.csv,run.json}. Every TrainConfig field has a flag; unset "
@@ -143,6 +163,12 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
     for section in sections:
         section.points(args.profile, args.results)  # an unknown profile in any file fails now
         sweep.refuse_older(section.results_for(args.profile, args.results), section.name)  # before any point trains
+    from initmem.study.preflight import preflight
+    if problems := preflight(sections, args.profile, args.results, args.executor):  # once, before any point starts
+        for line in problems:
+            print(f"initmem sweep: error: {line}", file=sys.stderr)
+        if not args.dry_run:
+            return 2
     counted: set = set()
     overall = None if args.dry_run else sweep.Progress(sum(sweep.points_to_run(s, args.profile, args.results, counted)
                                                            for s in sections))
@@ -150,7 +176,7 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
     seen: set = set()
     return max(sweep.run_sweep(s, profile=args.profile, results=args.results, executor=args.executor, jobs=args.jobs,
                                dry_run=args.dry_run, slurm=slurm, progress=not args.quiet, overall=overall,
-                               seen=seen).exit_code for s in sections)
+                               seen=seen).exit_code for s in sections) or (2 if problems else 0)
 
 
 def _add_figures(sub: argparse._SubParsersAction) -> None:
@@ -271,7 +297,7 @@ def build_parser() -> Parser:
     """The `initmem` argument parser, one subparser per subcommand."""
     parser = Parser(prog="initmem", description="Do deep networks forget initialization?")
     sub = parser.add_subparsers(dest="command", required=True)
-    for add in (_add_train, _add_run, _add_sweep, _add_figures, _add_report, _add_plan, _add_migrate):
+    for add in (_add_data, _add_train, _add_run, _add_sweep, _add_figures, _add_report, _add_plan, _add_migrate):
         add(sub)
     return parser
 

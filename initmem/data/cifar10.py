@@ -1,5 +1,5 @@
-"""CIFAR-10 as the readers in `initmem.data.sources` and `initmem.data.imagefolder` return it: `Cifar10` (uint8 CPU tensors and
-the class names) and `check_dataset`, the one check every source's output passes before it is used."""
+"""CIFAR-10 as the readers in `initmem.data.sources` and `initmem.data.imagefolder` return it: `Cifar10` (uint8 CPU
+tensors and the class names) and `check_dataset`, the one check every source's output passes before it is used."""
 
 from dataclasses import dataclass
 

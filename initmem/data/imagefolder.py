@@ -16,8 +16,8 @@ from pathlib import Path, PurePosixPath
 import numpy as np
 import torch
 
-from initmem.data.cifar10 import Cifar10, check_dataset
 from initmem.config import NUM_CLASSES
+from initmem.data.cifar10 import Cifar10, check_dataset
 from initmem.errors import DataError
 from initmem.store.files import ensure_writable
 

@@ -1,5 +1,6 @@
-"""CIFAR-10 from disk as uint8 CPU tensors, every source `load_cifar10` reads: `torchvision` (`cifar-10-batches-py`,
-read with numpy), `imagefolder` (`initmem.data.imagefolder`), `synthetic` (tests, smoke runs), `auto` (the first real)."""
+"""CIFAR-10 from disk as uint8 CPU tensors, every source `load_cifar10` reads: `torchvision`
+(`cifar-10-batches-py`, read with numpy), `imagefolder` (`initmem.data.imagefolder`), `synthetic` (tests, smoke
+runs), `auto` (the first real)."""
 
 import os
 import pickle
@@ -9,10 +10,10 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from initmem.data.cifar10 import CIFAR10_CLASSES, IMAGE_SHAPE, Cifar10, check_dataset
 from initmem.config import NUM_CLASSES, SOURCES
 from initmem.checks import check_int
 from initmem.errors import ConfigError, DataError
+from initmem.data.cifar10 import CIFAR10_CLASSES, IMAGE_SHAPE, Cifar10, check_dataset
 from initmem.data.imagefolder import ARCHIVE_EXTS, archives, load_imagefolder
 
 
@@ -52,10 +53,9 @@ def _load_torchvision(root: Path, download: bool) -> Cifar10:
                         "--data-root <an existing cifar10 .tar.gz> reads an archive")
     if not folder.is_dir():
         if not download:
-            raise DataError(f"torchvision CIFAR-10 folder {folder} not found: download it once with `python -c "
-                            f"\"from initmem.data.splits import load_cifar10; load_cifar10('{folder.parent}', "
-                            f"download=True)\"` (README), or use an image archive: --data auto --data-root "
-                            f"<cifar10 .tar.gz> (library: download=True)")
+            raise DataError(f"torchvision CIFAR-10 folder {folder} not found: `initmem data --download` puts it into "
+                            f"data/ (library: download=True), or use an image archive: --data auto --data-root "
+                            f"<cifar10 .tar.gz>")
         try:
             import torchvision
 
@@ -102,7 +102,7 @@ def make_synthetic(n_train: int = 2000, n_test: int = 500, seed: int = 0) -> Cif
     return Cifar10(train_x, train_y, test_x, test_y, CIFAR10_CLASSES, f"synthetic:{n_train}+{n_test}:seed{seed}")
 
 
-def _find(base: Path, tried: list[str]) -> tuple[str, Path] | None:
+def find_source(base: Path, tried: list[str]) -> tuple[str, Path] | None:
     """The first real source under `base` (`cifar-10-batches-py/`, `train/`+`test/`, `base` as a .tar.gz, one
     `*.tar.gz` in it); every path looked at is appended to `tried`."""
     tried.append(str(base / "cifar-10-batches-py"))
@@ -125,8 +125,9 @@ def _find(base: Path, tried: list[str]) -> tuple[str, Path] | None:
 def load_cifar10(root: str | Path = "data", source: str = "auto", download: bool = False,
                  cache_dir: str | Path | None = None, progress: bool = False,
                  synthetic_sizes: tuple[int, int] = (2000, 500)) -> Cifar10:
-    """CIFAR-10 from `source` (SOURCES); `auto` looks under `root`, then `$INITMEM_DATA` (`_find`), then downloads if
-    `download`; DataError when nothing is found. `synthetic_sizes`: the synthetic source's (train, test) sizes."""
+    """CIFAR-10 from `source` (SOURCES); `auto` looks under `root`, then `$INITMEM_DATA` (`find_source`), then
+    downloads if `download`; DataError when nothing is found. `synthetic_sizes`: the synthetic source's (train,
+    test) sizes."""
     if source not in SOURCES:
         raise ConfigError(f"source={source!r} is invalid: one of {SOURCES} is accepted")
     if source == "synthetic":
@@ -141,15 +142,16 @@ def load_cifar10(root: str | Path = "data", source: str = "auto", download: bool
     tried: list[str] = []
     env = os.environ.get("INITMEM_DATA")
     for base in [root] + ([Path(env).expanduser()] if env else []):
-        if (hit := _find(base, tried)) is not None:
+        if (hit := find_source(base, tried)) is not None:
             kind, path = hit
             return _load_torchvision(path, False) if kind == "torchvision" else load_imagefolder(path, cache_dir,
                                                                                                  progress)
     if root.name.endswith(ARCHIVE_EXTS) and not root.exists():  # an archive was meant: say that first
         raise DataError(f"CIFAR-10 archive {root} does not exist: --data-root <an existing .tar.gz of train/<class>/* "
-                        "and test/<class>/*> (or a folder holding one) is accepted")
+                        "and test/<class>/*> (or a folder holding one) is accepted; `initmem data --from PATH` puts "
+                        "the study's archive into data/")
     if download:
         return _load_torchvision(root, True)
     raise DataError(f"no CIFAR-10 data found; tried: {'; '.join(tried)}"
-                    f"{'' if env else ' (INITMEM_DATA is unset)'}. Put the data there, set INITMEM_DATA, pass "
-                    f"download=True to fetch it with torchvision, or use source='synthetic' (tests only)")
+                    f"{'' if env else ' (INITMEM_DATA is unset)'}. `initmem data` puts it into data/ (--from PATH "
+                    f"or --download), or set INITMEM_DATA, or use source='synthetic' (tests only)")

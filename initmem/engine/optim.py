@@ -189,7 +189,7 @@ def _resolve(name: str, lr: float | None, hparams: dict) -> dict:
 
 def build_optimizer(name: str, model: nn.Module, lr: float | None = None, members: int = 1,
                     **hparams) -> torch.optim.Optimizer:
-    """The optimiser `name` over `model`'s parameters, STUDY.md's default for a hyper-parameter left None (one `name`
+    """The optimiser `name` over `model`'s parameters, the study's default for a hyperparameter left None (one `name`
     does not use only at its neutral value). weight_decay: coupled L2 for sgd, sgd_momentum and adam, decoupled for
     adamw and muon; muon's AdamW part (BatchNorm, biases, the head) runs at muon_aux_lr. Groups keep `initial_lr`."""
     hp = _resolve(name, lr, hparams)

@@ -60,7 +60,7 @@ def git_diff(where: Path | None = None) -> dict | None:
 
 def portable_source(source: str | None) -> str | None:
     """A data source `<kind>:<path>` as a record names it: the path relative to the repository if in or beside it
-    (`../shared/data/x.tar.gz`), else the file name (`data_hash` names the content); one without a path is kept."""
+    (`../datasets/x.tar.gz`), else the file name (`data_hash` names the content); one without a path is kept."""
     if not isinstance(source, str) or ":" not in source or not os.path.isabs(path := source.split(":", 1)[1]):
         return source
     rel = os.path.relpath(path, ROOT) if os.path.splitdrive(path)[0] == os.path.splitdrive(str(ROOT))[0] else path

@@ -121,8 +121,10 @@ def load_histories(path: str | Path, *, damaged: str = "raise") -> pd.DataFrame:
         h = h.rename(columns={"lr": "lr_epoch"})
         meta = {"run_id": rec["run_id"], "section": rec["section"]}
         meta.update({k: rec["config"].get(k) for k in HISTORY_CONFIG_COLUMNS})
-        frames.append(h.assign(**meta)[[*meta, *h.columns]])
-    df = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=[
+        frames.append(pd.concat([pd.DataFrame(meta, index=h.index), h], axis=1))  # one insert, not one per column
+    # consolidated (copy): hundreds of per-layer columns must not leave one block each, or every later column
+    # added (by the analysis) warns that the frame is fragmented
+    df = pd.concat(frames, ignore_index=True).copy() if frames else pd.DataFrame(columns=[
         "run_id", "section", *HISTORY_CONFIG_COLUMNS, *("lr_epoch" if c == "lr" else c for c in HISTORY_COLUMNS)])
     df.attrs["damaged"] = bad
     return df

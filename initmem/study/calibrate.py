@@ -10,10 +10,10 @@ from initmem.config import TrainConfig
 from initmem.study import plan
 from initmem.study.plan import KEY_FIELDS, Entry, SectionPlan, Throughput, device_name
 
-# `initmem plan --calibrate` of the cpu profiles' configurations on a 2-core AMD EPYC (the committed runs: 2-core Xeon
-# or EPYC machines, one torch thread a run; docs/planner.md). No GPU table yet.
+# The committed CPU runs' own cost: `from_runs(COMMITTED_CPU, <an --calibrate table>)` (docs/planner.md). No GPU table.
 _REFERENCE = "initmem/study/throughput/reference-cpu.json"  # in the repository: how the line names it, in every clone
 REFERENCE_CPU = Path(__file__).resolve().parents[2] / _REFERENCE
+COMMITTED_CPU = ("results/cpu", "results/cpu_steps", "results/cpu_w025")  # the trees the reference table reproduces
 
 
 def choose_table(device: str = "auto", path: str | Path | None = None) -> tuple[plan.Throughput | None, str]:
@@ -28,10 +28,10 @@ def choose_table(device: str = "auto", path: str | Path | None = None) -> tuple[
         return plan.load_throughput(cached), f"throughput: {name}, calibrated on this machine ({cached})"
     if kind == "cpu" and REFERENCE_CPU.is_file():
         table = plan.load_throughput(REFERENCE_CPU)
-        when = f", measured {table.created[:10]}" if table.created else ""
-        return table, (f"throughput: the reference CPU's table ({table.device}, 2 cores, one torch thread a run{when}; "
-                       f"{_REFERENCE}): times are for that machine; `initmem plan --calibrate --device cpu` measures "
-                       f"this one ({name})")
+        when = f", {table.created[:10]}" if table.created else ""
+        return table, (f"throughput: the reference CPU table ({_REFERENCE}{when}): what the committed CPU runs took "
+                       "on 2-core machines, one torch thread a run, two or three side by side; `initmem plan "
+                       f"--calibrate --device cpu` measures this one ({name})")
     if kind == "cuda":
         here = f"no table for {name}: {cached}" if name else f"no GPU here: --device {device}"
         peaks = ", ".join(f"{p} {v / 1e12:g}" for p, v in plan.ROOFLINE_PEAK.items())
@@ -94,3 +94,33 @@ def calibrate(keys: list[tuple[str, float, int, str]], device: str = "auto", ste
             say(f"  {plan._describe(entries[-1])}: {step_s * 1e3:.2f} ms/step, {k * eval_s * 1e6:.2f} us/eval image")
     return Throughput(name, torch.__version__, entries, kind, None,
                       datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"))
+
+
+def _committed(trees: list[str | Path]) -> list[tuple[TrainConfig, float]]:
+    """(config, wall_time_s) of every finished run under `trees` (run.json records; relative to the repository)."""
+    import json
+
+    root, found = REFERENCE_CPU.parents[3], []
+    for tree in trees:
+        for rec in sorted((root / tree).glob("*/*/run.json")):
+            doc = json.loads(rec.read_text())
+            cfg = {k: tuple(v) if isinstance(v, list) else v for k, v in doc["config"].items()}
+            found.append((TrainConfig(**cfg), float(doc["summary"]["wall_time_s"])))
+    return found
+
+
+def from_runs(trees: list[str | Path], base: Throughput, created: str | None = None) -> Throughput:
+    """A table that times runs as the committed ones in `trees` took: per key, `base`'s entry for it (or its
+    estimate, `plan.lookup`) scaled by one factor, so that the planned seconds of those runs add up to their recorded
+    `wall_time_s` (training, evaluation and the machine's load as it was; base's step/eval split is kept)."""
+    by_key: dict[tuple, list[tuple[dict, float]]] = {}
+    for config, wall in _committed(trees):
+        by_key.setdefault(tuple(getattr(config, k) for k in KEY_FIELDS), []).append((plan.run_plan(config), wall))
+    entries = []
+    for key, runs in by_key.items():
+        entry, _ = plan.lookup(base, TrainConfig(**dict(zip(KEY_FIELDS, key, strict=True))))
+        planned = sum(r["steps"] * entry.train_step_s + r["eval_images"] * entry.eval_image_s for r, _ in runs)
+        f = sum(w for _, w in runs) / planned
+        entries.append(Entry(*key, 1, entry.train_step_s * f, entry.eval_image_s * f))
+    return Throughput("CPU, 2 cores (the committed runs)", base.torch, entries, "cpu", None,
+                      created or datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"))

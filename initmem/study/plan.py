@@ -309,7 +309,7 @@ def plural(n: int, word: str, many: str | None = None) -> str:
 
 
 LEGEND = ("columns: runs = sigma_w x seed runs of the point; T_SGD = sum eta^2 / b, T_L2 = weight_decay x sum eta, "
-          "T_adapt = sum eta (the forgetting clocks one run reaches, STUDY.md); eval img/run = images one run "
+          "T_adapt = sum eta (the forgetting clocks one run reaches, docs/study.md); eval img/run = images one run "
           "evaluates (train-eval + val + test at each measured epoch); time = the point's runs one after another")
 
 

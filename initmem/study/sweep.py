@@ -28,17 +28,11 @@ from initmem.store.folders import RunFolders
 from initmem.store.results import load_runs, run_id
 from initmem.study.notebook import execute_notebook
 from initmem.study.params import Point, Section, load_section, params_files  # noqa: F401 - the CLI's, through here
+from initmem.study.preflight import point_progress, section_problems
 
 SLURM_OPTIONS = ("partition", "gpus_per_node", "time", "mem_gb", "cpus_per_task", "array_parallelism", "extra")
 _SUBMITIT = {"partition": "slurm_partition", "array_parallelism": "slurm_array_parallelism",
              "extra": "slurm_additional_parameters"}  # submitit's names where they are not ours
-
-
-def point_progress(section: Section, point: Point) -> tuple[int, int]:
-    """(complete runs, runs) of a point: the TrainConfigs its notebook builds (`config.point_configs`)."""
-    configs = point_configs(section.effective(point))
-    owner = RunFolders(section.root / point.parameters["results_dir"], section.name)  # an absolute one wins the join
-    return sum(owner.is_complete(c) for c in configs), len(configs)
 
 
 @dataclass
@@ -278,6 +272,8 @@ def run_sweep(params_path: str | Path | Section, *, profile: str, results: str |
     out = section.results_for(profile, results)
     report = SweepReport(section.name, profile, out, executor)
     refuse_older(out, section.name)  # readable records: never moved aside nor trained again
+    if not dry_run and (problems := section_problems(section, profile, results, executor)):
+        raise SweepError("; ".join(problems) + " (nothing was run)")
     for line in RunFolders(out, section.name).tidy_copies(dry_run=dry_run):  # copies and renamed run folders
         print(line, flush=True)
     tasks, plan = _plan(section, points, out, dry_run, progress)

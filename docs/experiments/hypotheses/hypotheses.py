@@ -1,4 +1,4 @@
-"""The hypothesis runs of issue 22 (docs/findings.md, "Which small protocol shows the contrast?"): each job is
+"""The hypothesis runs (docs/findings.md, "Which small protocol shows the contrast?"): each job is
 `candidate:optimizer:sigma_w:seed[:lr=...]`, trained run by run on one torch thread through `point.train_point`
 (the path a notebook takes), into `results/hypotheses/<candidate>/01_optimizers/` (w025, the winning protocol: into
 `results/cpu_w025/01_optimizers/`, the tree of its params profile `cpu_w025`, whose run ids it shares). From the
@@ -6,10 +6,10 @@ repository root:
 
     python docs/experiments/hypotheses/hypotheses.py w025:adam:2.5:0 w025:adam:0.1:0
 
-The protocol every candidate shares (`BASE`) is the one of the issue's outside data point: ResNet-9, 2,000 training
+The protocol every candidate shares (`BASE`) is the study's outside data point: ResNet-9, 2,000 training
 images, 1,000 validation, 2,000 test, b = 32, 60 epochs, constant lr, no augmentation, every optimiser at its
-STUDY.md default, plus `drop_last` (the partial last minibatch is the tau_interp artefact). A job skips a run that is
-already complete, so re-running the command trains nothing new.
+default (docs/study.md), plus `drop_last` (the partial last minibatch is the tau_interp artefact). A job skips a run
+that is already complete, so re-running the command trains nothing new.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ import torch
 from initmem.config import point_configs
 from initmem.study.point import train_point
 
-BASE = dict(data="auto", data_root="../shared/data/cifar10-jpeg.tar.gz", arch="resnet9", batch_size=32, epochs=60,
+BASE = dict(data="auto", data_root="data", arch="resnet9", batch_size=32, epochs=60,
             n_train=2000, n_val=1000, n_test=2000, train_eval_size=1000, drop_last=True, checkpoint_every=10,
             device="cpu", schedule="constant")
 CANDIDATES = {

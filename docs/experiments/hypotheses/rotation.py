@@ -1,4 +1,4 @@
-"""Rotation-matched learning rates (issue 22, candidate d): the whole network's mean per-step angle (the engine's
+"""Rotation-matched learning rates (candidate d): the whole network's mean per-step angle (the engine's
 `step_angle` instrument, radians) over the first 20 steps, per optimiser, at widths 0.125, 0.25 and 1, sigma_w
 2.5, the hypotheses' data and batch size (real CIFAR-10, b = 32, 640 images). One JSON line per (optimizer, width):
 
@@ -23,7 +23,7 @@ def main(optimizers: list[str]) -> None:
     torch.set_num_threads(1)
     for opt in optimizers:
         for width in (0.125, 0.25, 1.0):
-            c = TrainConfig(data="auto", data_root="../shared/data/cifar10-jpeg.tar.gz", arch="resnet9", width=width,
+            c = TrainConfig(data="auto", data_root="data", arch="resnet9", width=width,
                             sigma_w=2.5, optimizer=opt, batch_size=32, epochs=1, n_train=640, n_val=10, n_test=10,
                             train_eval_size=10, drop_last=True, device="cpu", seed=0)
             h = train(c, progress=False).history.iloc[-1]

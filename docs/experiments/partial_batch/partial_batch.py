@@ -1,4 +1,4 @@
-"""Where does the gap between eval-mode and running training accuracy come from (issue 22, tau_interp)?
+"""Where does the gap between eval-mode and running training accuracy come from (tau_interp)?
 
 The cpu_steps protocol of params/01_optimizers.yaml (ResNet-9 width 0.125, 5,000 images, b = 32, so every epoch
 ends with a step on 5,000 mod 32 = 8 images), one run, written as a plain loop so that each epoch's end can be
@@ -11,7 +11,7 @@ running minibatch accuracy (`running`); val/test the same way.
     python docs/experiments/partial_batch/partial_batch.py sgd 0.1 0 keep 20 > keep.jsonl   # partial batch kept
     python docs/experiments/partial_batch/partial_batch.py sgd 0.1 0 drop 20 > drop.jsonl   # dropped
 
-(from the repository root, with the CIFAR-10 archive at ../shared/data/cifar10-jpeg.tar.gz; ~15 min each on one
+(from the repository root, with CIFAR-10 in data/ (`initmem data`); ~15 min each on one
 core). What the two files show is in docs/findings.md ("The tau_interp artefact").
 """
 
@@ -71,7 +71,7 @@ def recalibrated(net, bns, sp, evals) -> list[float]:
 def main(opt_name: str, sigma_w: float, seed: int, drop_last: bool, epochs: int, batch_size: int = 32,
          width: float = 0.125) -> None:
     torch.set_num_threads(1)
-    data = load_cifar10("../shared/data/cifar10-jpeg.tar.gz", "auto", progress=False)
+    data = load_cifar10("data", "auto", progress=False)
     sp = D.make_splits(data, 1000, 5000, 2000, 0, "cpu", 1000)
     ex, ey = sp.train_x[sp.train_eval_idx], sp.train_y[sp.train_eval_idx]
     torch.manual_seed(seed)
