@@ -219,7 +219,7 @@ def test_compute_is_apart_from_writing_and_imports_no_torch():
 
 
 def test_the_stamp_names_the_data_by_what_it_is_and_a_modified_tree_only_when_true(runs):
-    assert artefacts.data_name("imagefolder-tar:../shared/data/cifar10-jpeg.tar.gz") == "CIFAR-10 (JPEG archive)"
+    assert artefacts.data_name("imagefolder-tar:../datasets/cifar10-jpeg.tar.gz") == "CIFAR-10 (JPEG archive)"
     assert artefacts.data_name("torchvision:/home/me/data") == "CIFAR-10 (torchvision)"
     assert artefacts.data_name("synthetic:2000+500:seed0") == "synthetic:2000+500:seed0"
     assert artefacts.data_name("elsewhere:/home/me/x.npz") == "elsewhere"  # never a path of the machine

@@ -10,11 +10,11 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from initmem.config import NUM_CLASSES, SOURCES
 from initmem.checks import check_int
-from initmem.errors import ConfigError, DataError
+from initmem.config import NUM_CLASSES, SOURCES
 from initmem.data.cifar10 import CIFAR10_CLASSES, IMAGE_SHAPE, Cifar10, check_dataset
 from initmem.data.imagefolder import ARCHIVE_EXTS, archives, load_imagefolder
+from initmem.errors import ConfigError, DataError
 
 
 def _unpickle(path: Path) -> dict:

@@ -9,11 +9,11 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from initmem.data.cifar10 import CIFAR10_CLASSES, Cifar10
 from initmem.checks import check_int
-from initmem.errors import ConfigError
+from initmem.data.cifar10 import CIFAR10_CLASSES, Cifar10
 from initmem.data.imagefolder import default_cache_dir
 from initmem.data.sources import load_cifar10, make_synthetic
+from initmem.errors import ConfigError
 
 __all__ = ["CIFAR10_CLASSES", "Cifar10", "Splits", "augment_batch", "batches", "channel_stats", "default_cache_dir",
            "load_cifar10", "make_splits", "make_synthetic", "resolve_device", "steps_per_epoch", "stratified_indices"]
