@@ -58,10 +58,10 @@ def test_notebook_structure(name):
     # uses: one call, no hand-written TrainConfig(...) to keep in step with the parameters cell
     code = [c.source for c in nb.cells if c.cell_type == "code"][1:]
     calls = [n for src in code for n in ast.walk(ast.parse(src)) if isinstance(n, ast.Call)]
-    names = [getattr(n.func, "id", None) for n in calls]
+    names = [getattr(n.func, "id", None) or getattr(n.func, "attr", None) for n in calls]  # initmem.run_point(...)
     assert names.count("run_point") == 1 and names.count("checked_parameters") == 1 and "TrainConfig" not in names
-    (run,) = [n for n in calls if getattr(n.func, "id", None) == "run_point"]
-    assert ast.unparse(run) == "run_point(checked_parameters(globals()))"
+    (run,) = [n for n in calls if getattr(n.func, "attr", None) == "run_point"]
+    assert ast.unparse(run) == "initmem.run_point(initmem.checked_parameters(globals()))"  # the top-level API
     # the cell: the notebook-level names, then the TrainConfig fields this section's narrative discusses (each one
     # named in its markdown), nothing else; every other field is accepted from papermill without a line here
     notebook_level = ["results_dir", "section", "sigma_ws", "seeds", "population", "progress"]
