@@ -107,14 +107,14 @@ def radial_memory_plot(runs: pd.DataFrame) -> Figure:
 
 
 def spread_vs_batch_size(runs: pd.DataFrame) -> Figure:
-    """F4: spread (pp) against batch size, a line per optimiser (± std over seeds)."""
+    """F4: spread (pp) against batch size, a line per optimiser (95 % seed-resampled interval, `cells.spread_cells`)."""
     cs = tables.config_spreads(runs)
     fig, (ax,) = new_figure(width=4.6, height=3.4)
     others = [c for c in dict.fromkeys(["optimizer", *tables.label_columns(cs)])
               if c != "batch_size" and c in cs.columns]
     for key, g in cs.groupby(others, sort=False):  # a list of columns: every key is a tuple
         g = g.sort_values("batch_size")
-        ax.errorbar(g["batch_size"], g["spread_pp"], yerr=g["spread_pp_std"].fillna(0), marker="o", capsize=2,
+        ax.errorbar(g["batch_size"], g["spread_pp"], yerr=cells.interval_err(g), marker="o", capsize=2,
                     label=" ".join(tables.fmt_value(k) for k in key))
     sizes = sorted(cs["batch_size"].unique())
     ax.set_xscale("log", base=2)
@@ -209,9 +209,9 @@ def spread_vs_clocks(runs: pd.DataFrame) -> Figure:
 
 
 def config_points(ax, cs: pd.DataFrame, x: str) -> None:
-    """Each `with_markers` row at (its `x`, its spread ± seed std): colour = section, marker = configuration."""
+    """Each `with_markers` row at (its `x`, its spread with its 95 % seed-resampled interval): colour = section, marker = configuration."""
     for r in cs.itertuples():
-        ax.errorbar(getattr(r, x), r.spread_pp, yerr=0 if math.isnan(r.spread_pp_std) else r.spread_pp_std,
+        ax.errorbar(getattr(r, x), r.spread_pp, yerr=cells.interval_err(pd.DataFrame([r._asdict()])),
                     fmt=r.marker, capsize=2, color=SECTION_COLORS.get(r.section[:2], "C7"), markersize=5.5,
                     markeredgecolor="white", markeredgewidth=0.4, label=config_label(r))
 

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 _PACKAGES = ("torch", "torchvision", "numpy", "pandas", "initmem")
-ROOT = Path(__file__).resolve().parent.parent  # the checkout holding the package
+ROOT = Path(__file__).resolve().parents[2]  # the checkout holding the package
 TRAINING_PATH, MAX_DIFF = "initmem", 200_000  # what trains a run: its diff is kept whole up to MAX_DIFF characters
 UNKNOWN_DIFF = ("unknown: trained from a modified working tree of git_commit before initmem recorded the "
                 "modification; only the commit and that the tree was modified are known")
