@@ -312,7 +312,8 @@ def spread_resamples(groups: Sequence[Sequence[float]], n_boot: int = BOOT_RESAM
                      seed: int = BOOT_SEED) -> tuple[np.ndarray, str]:
     """The seed-resampled distribution of `spread` over σ_w of the seed-mean accuracies (`groups`: one list of per-seed
     accuracies per σ_w, NaN dropped). Seeds are resampled with replacement within each σ_w; exact enumeration of all
-    resamples when there are at most `n_boot` of them, else `n_boot` draws from a fixed RNG. Returns (spreads, method)."""
+    resamples when there are at most `n_boot` of them, else `n_boot` draws from a fixed RNG.
+    Returns (spreads, method)."""
     vals = [a[~np.isnan(a)] for a in (np.asarray(g, dtype=float) for g in groups)]
     vals = [v for v in vals if len(v)]
     if len(vals) < 2:

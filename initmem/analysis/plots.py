@@ -209,7 +209,7 @@ def spread_vs_clocks(runs: pd.DataFrame) -> Figure:
 
 
 def config_points(ax, cs: pd.DataFrame, x: str) -> None:
-    """Each `with_markers` row at (its `x`, its spread with its 95 % seed-resampled interval): colour = section, marker = configuration."""
+    """Each `with_markers` row at (`x`, spread, its 95 % seed interval): colour = section, marker = configuration."""
     for r in cs.itertuples():
         ax.errorbar(getattr(r, x), r.spread_pp, yerr=cells.interval_err(pd.DataFrame([r._asdict()])),
                     fmt=r.marker, capsize=2, color=SECTION_COLORS.get(r.section[:2], "C7"), markersize=5.5,

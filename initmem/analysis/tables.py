@@ -273,8 +273,8 @@ def spread_pivot(runs: pd.DataFrame, index: str, columns: str) -> pd.DataFrame:
         k, n = counts[key]
         rows[key]["diverged"] = f"{k}/{n}" + ("" if key not in notes else " (" + "; ".join(
             f"{col} without " + ", ".join(f"σ_w={x:g}" for x in xs) for col, xs in notes[key]) + ")")
-    cells = [name(v) + s for v in values for s in (("", "_std") if multi else ("",))]
-    df = pd.DataFrame([rows[k] for k in order]).reindex(columns=[*lead, *cells, "diverged"])
+    shown = [name(v) + s for v in values for s in (("", "_lo", "_hi") if multi else ("",))]
+    df = pd.DataFrame([rows[k] for k in order]).reindex(columns=[*lead, *shown, "diverged"])
     df.attrs["narrowed"] = [(i, col) for i, key in enumerate(order) for col, _ in notes.get(key, ())]
     return finish(df, {name(v) + "*": "percent" for v in values})
 
@@ -309,3 +309,21 @@ def depth_table(runs: pd.DataFrame) -> pd.DataFrame:
         rows.append({**row, "interpolated": f"{int(g['tau_interp'].notna().sum())}/{len(g)}",
                      "diverged": diverged_count(g), **spread_cells(g, multi)})
     return finish(pd.DataFrame(rows))
+
+
+def readme_block(runs: pd.DataFrame) -> str:
+    """The README's result block: T1's spread per optimiser with its 95 % interval and seeds, then the contrast row
+    and a caption naming the statistic (tests/test_readme_numbers.py keeps README.md equal to it)."""
+    t, confs = optimizer_table(runs), configurations(runs)
+    pct = lambda v: display.number(v, "percent")  # noqa: E731
+    column = cells.spread_column(confs)
+    lines = ["| optimiser | spread (pp) | 95 % interval (pp) | seeds |", "|---|---|---|---|"]
+    for r in t.to_dict("records"):
+        name = r["optimizer"]
+        n = confs["seed"].nunique() if name == CONTRAST else confs.loc[confs["optimizer"] == name, "seed"].nunique()
+        lines.append(f"| {name} | {pct(r['spread_pp'])} | {pct(r['spread_pp_lo'])}–{pct(r['spread_pp_hi'])} | {n} |")
+    what = ("all 10,000 test images" if column == cells.FULL_TEST else "the 2,000-image test subset")
+    lines += ["", f"Spread: max − min over σ_w of the seed-mean test accuracy ({what}) at the lowest-validation-loss "
+              "epoch; interval: the same statistic with seeds resampled within each σ_w (`metrics.spread_resamples`, "
+              "percentile 95 %; crude with 2 seeds)."]
+    return "\n".join(lines)
