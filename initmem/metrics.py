@@ -290,3 +290,59 @@ def point_summary(df: pd.DataFrame) -> dict:
         "n_interpolated": int(df["interpolated"].eq(True).sum()),
         **{f"n_{status}": int((df["status"] == status).sum()) for status in ("diverged", "complete")},
     }
+
+
+BOOT_RESAMPLES = 2000  # bootstrap draws where the exact enumeration of seed resamples would be larger
+BOOT_SEED = 0  # fixed, so every table built from the same runs is byte-identical
+INTERVAL_LEVEL = 0.95
+
+
+def _resample_means(values: np.ndarray, n: int, rng: np.random.Generator | None) -> np.ndarray:
+    """Means of resamples (with replacement) of one σ_w's seed values: all n^n index tuples when `rng` is None (each
+    equally likely: the exact bootstrap distribution), else `n` random ones."""
+    k = len(values)
+    if rng is None:
+        idx = np.array(np.meshgrid(*[np.arange(k)] * k, indexing="ij")).reshape(k, -1).T
+    else:
+        idx = rng.integers(0, k, size=(n, k))
+    return values[idx].mean(axis=1)
+
+
+def spread_resamples(groups: Sequence[Sequence[float]], n_boot: int = BOOT_RESAMPLES,
+                     seed: int = BOOT_SEED) -> tuple[np.ndarray, str]:
+    """The seed-resampled distribution of `spread` over σ_w of the seed-mean accuracies (`groups`: one list of per-seed
+    accuracies per σ_w, NaN dropped). Seeds are resampled with replacement within each σ_w; exact enumeration of all
+    resamples when there are at most `n_boot` of them, else `n_boot` draws from a fixed RNG.
+    Returns (spreads, method)."""
+    vals = [a[~np.isnan(a)] for a in (np.asarray(g, dtype=float) for g in groups)]
+    vals = [v for v in vals if len(v)]
+    if len(vals) < 2:
+        raise ConfigError(f"spread_resamples got {len(vals)} σ_w with values: at least 2 are accepted")
+    exact = math.prod(len(v) ** len(v) for v in vals) <= n_boot
+    rng = None if exact else np.random.default_rng(seed)
+    means = [_resample_means(v, n_boot, rng) for v in vals]
+    if exact:  # every combination of the σ_w's resamples: the cartesian product
+        grids = np.meshgrid(*means, indexing="ij")
+        means = [g.ravel() for g in grids]
+    stacked = np.vstack(means)
+    return 100.0 * (stacked.max(axis=0) - stacked.min(axis=0)), "exact" if exact else f"bootstrap {n_boot}"
+
+
+def interval(samples: np.ndarray, level: float = INTERVAL_LEVEL) -> tuple[float, float]:
+    """The percentile interval of `samples` at `level` (0.95: the 2.5th and 97.5th percentiles)."""
+    a = _floats("interval samples", samples)
+    if not 0 < level < 1:
+        raise ConfigError(f"level={level!r} is invalid: a number in (0, 1) is accepted")
+    q = 100 * (1 - level) / 2
+    return float(np.percentile(a, q)), float(np.percentile(a, 100 - q))
+
+
+def contrast_resamples(first: np.ndarray, others: Sequence[np.ndarray], n_boot: int = BOOT_RESAMPLES,
+                       seed: int = BOOT_SEED) -> np.ndarray:
+    """Resampled `first − max(others)` (pp): each configuration's resampled spreads (`spread_resamples`) drawn
+    independently (configurations are separate runs), `n_boot` draws from a fixed RNG."""
+    if not others:
+        raise ConfigError("contrast_resamples got no other configurations: at least one is accepted")
+    rng = np.random.default_rng(seed)
+    pick = [np.asarray(s)[rng.integers(0, len(s), n_boot)] for s in (first, *others)]
+    return pick[0] - np.max(np.vstack(pick[1:]), axis=0)

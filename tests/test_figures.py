@@ -74,13 +74,13 @@ def test_configurations_order_labels_and_ids(two_optimizers):
         tables.configurations(two_optimizers.iloc[:0])
 
 
-def test_optimizer_table_spread_of_seed_means_with_seed_std(two_optimizers):
+def test_optimizer_table_spread_of_seed_means_with_interval(two_optimizers):
     t = tables.optimizer_table(two_optimizers).set_index("optimizer")
     assert list(t.index) == ["sgd", "adam"]
     assert t.loc["sgd", "spread_pp"] == pytest.approx(24.5)
-    assert t.loc["sgd", "spread_pp_std"] == pytest.approx(math.sqrt(8.0))  # sample std of (25, 29)
-    assert t.loc["adam", "spread_pp"] == pytest.approx(1.0) and t.loc["adam", "spread_pp_std"] == pytest.approx(
-        math.sqrt(2.0))
+    lo, hi = t.loc["sgd", "spread_pp_lo"], t.loc["sgd", "spread_pp_hi"]  # the same statistic, seeds resampled
+    assert lo <= t.loc["sgd", "spread_pp"] <= hi and lo < hi
+    assert "spread_pp_std" not in t.columns  # one definition: no second statistic under the spread
     assert t.loc["sgd", "sigma_w=0.5"] == pytest.approx(55.0) and t.loc["sgd", "sigma_w=0.5_std"] == pytest.approx(
         math.sqrt(50.0))
     assert t.loc["sgd", "interpolated"] == "4/6" and t.loc["adam", "interpolated"] == "6/6"
@@ -90,7 +90,9 @@ def test_optimizer_table_spread_of_seed_means_with_seed_std(two_optimizers):
         6.0)
     headers, rows = display.display_rows(t.reset_index())
     assert headers[:4] == ["optimizer", "σ_w=0.5", "σ_w=1", "σ_w=2"] and "spread (pp)" in headers
-    assert rows[0][headers.index("spread (pp)")] == "24.5 ± 2.8"
+    lo_col = next(h for h in headers if "lo" in h and "spread" in h)
+    assert rows[0][headers.index("spread (pp)")] == "24.5" and rows[0][headers.index(lo_col)] == display.number(
+        lo, "percent")
 
 
 def test_single_seed_tables_have_no_std_columns(two_optimizers):
@@ -286,7 +288,7 @@ def test_text_formats_escape_and_stamp(tmp_path, two_optimizers):
     paths = artefacts.save_table(tables.optimizer_table(runs), "T1_optimizers", tmp_path / "out", stamp, "Title")
     assert [p.name for p in paths] == [f"T1_optimizers.{x}" for x in ("md", "tex", "csv", "json")]
     tex = paths[1].read_text()
-    assert r"\toprule" in tex and r"\bottomrule" in tex and "24.5 $\\pm$ 2.8" in tex and stamp.caption()[:20] in tex
+    assert r"\toprule" in tex and r"\bottomrule" in tex and "& 24.5 &" in tex and stamp.caption()[:20] in tex
     side = json.loads(paths[3].read_text())
     assert {"caption", "profile", "n_runs", "data_sources", "git_commits", "results_dir"} <= set(side)
     assert "generated_at" not in side  # the same results give the same bytes

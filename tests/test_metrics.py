@@ -7,6 +7,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from initmem import metrics
 from initmem.errors import ConfigError
 from initmem.metrics import (
     DEFAULT_RULE,
@@ -264,3 +265,36 @@ def test_summarize_diverged_history():
     assert s["interpolated"] is False and s["tau_interp"] is None and s["repair_gap"] is None
     assert s["final_weight_norm"] is None and s["norm_ratio"] is None
     json.dumps(s, allow_nan=False)
+
+
+def test_spread_resamples_exact_enumeration_of_two_seeds():
+    # two σ_w with two seeds each: 2^2 resamples per σ_w, 16 in all, enumerated (each mean: a, b or their average)
+    s, method = metrics.spread_resamples([[0.50, 0.60], [0.70, 0.70]])
+    assert method == "exact" and len(s) == 16
+    assert sorted(set(np.round(s, 6))) == pytest.approx([10.0, 15.0, 20.0])
+    assert (np.round(s, 6) == 15.0).sum() == 8  # the mixed resample (a, b) or (b, a) is half of them
+    assert metrics.interval(s) == pytest.approx((10.0, 20.0))
+
+
+def test_spread_resamples_bootstrap_is_seeded_and_stable():
+    groups = [list(np.linspace(0.4, 0.5, 6)), list(np.linspace(0.6, 0.7, 6))]  # 6^6 per σ_w: too many to enumerate
+    a, method = metrics.spread_resamples(groups)
+    b, _ = metrics.spread_resamples(groups)
+    assert method == f"bootstrap {metrics.BOOT_RESAMPLES}" and len(a) == metrics.BOOT_RESAMPLES
+    assert np.array_equal(a, b)
+    lo, hi = metrics.interval(a)
+    assert lo < 20.0 < hi
+
+
+def test_spread_resamples_and_interval_reject_bad_input():
+    with pytest.raises(ConfigError, match="at least 2"):
+        metrics.spread_resamples([[0.5, 0.6], [np.nan]])
+    with pytest.raises(ConfigError, match="level=1.5"):
+        metrics.interval(np.array([1.0, 2.0]), level=1.5)
+    with pytest.raises(ConfigError, match="at least one"):
+        metrics.contrast_resamples(np.array([1.0]), [])
+
+
+def test_contrast_resamples_subtracts_the_largest_other():
+    c = metrics.contrast_resamples(np.array([20.0, 22.0]), [np.array([3.0]), np.array([5.0, 7.0])])
+    assert set(np.unique(c)) <= {13.0, 15.0, 17.0} and len(c) == metrics.BOOT_RESAMPLES

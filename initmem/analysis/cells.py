@@ -66,10 +66,63 @@ def sigmas_in_spread(g: pd.DataFrame) -> list[float]:
     return sorted(float(s) for s in acc.groupby(g["sigma_w"]).mean().dropna().index)
 
 
+FULL_TEST = "test_acc_full_at_best"  # the selected network on all 10,000 test images, where the runs have it
+SUBSET_TEST = "test_acc_at_best"
+
+
+def spread_column(g: pd.DataFrame) -> str:
+    """The accuracy a spread is over: `FULL_TEST` where every run of `g` has it, else the subset `SUBSET_TEST`."""
+    if FULL_TEST in g.columns and pd.to_numeric(g[FULL_TEST], errors="coerce").notna().all():
+        return FULL_TEST
+    return SUBSET_TEST
+
+
+def seed_groups(g: pd.DataFrame, column: str | None = None) -> list[np.ndarray]:
+    """Per σ_w (ascending) the per-seed accuracies of `column` (default `spread_column`) of one configuration."""
+    acc = pd.to_numeric(g[column or spread_column(g)], errors="coerce")
+    return [acc[g["sigma_w"] == s].to_numpy(dtype=float) for s in sorted(g["sigma_w"].unique())]
+
+
+def spread_resamples(g: pd.DataFrame) -> np.ndarray | None:
+    """`metrics.spread_resamples` of one configuration; None below two seeds in every σ_w or two σ_w with values."""
+    groups = [a[~np.isnan(a)] for a in seed_groups(g)]
+    if sum(len(a) > 0 for a in groups) < 2 or max(len(a) for a in groups) < 2:
+        return None
+    return metrics.spread_resamples(groups)[0]
+
+
 def spread_cells(g: pd.DataFrame, multi: bool) -> dict:
-    """A configuration's `spread_pp` cell (and its seed-to-seed `spread_pp_std` when `multi`)."""
-    m, sd = point_spread(g)
-    return {"spread_pp": m, "spread_pp_std": sd} if multi else {"spread_pp": m}
+    """A configuration's `spread_pp` (the spread over σ_w of the seed-mean accuracies, `metrics.point_summary`) and,
+    when `multi`, its 95 % seed-resampled interval `spread_pp_lo`–`spread_pp_hi` of the same statistic."""
+    m = point_spread(g.assign(test_acc_at_best=g[spread_column(g)]))[0]
+    if not multi:
+        return {"spread_pp": m}
+    samples = spread_resamples(g)
+    lo, hi = (math.nan, math.nan) if samples is None else metrics.interval(samples)
+    return {"spread_pp": m, "spread_pp_lo": lo, "spread_pp_hi": hi}
+
+
+def interval_err(rows: pd.DataFrame) -> np.ndarray:
+    """Matplotlib's asymmetric `yerr` (2 × n) of rows' `spread_pp` to `spread_pp_lo`/`_hi` (0 where there is none)."""
+    m = rows["spread_pp"].to_numpy(dtype=float)
+    lo = np.nan_to_num(m - rows.get("spread_pp_lo", pd.Series(np.nan, rows.index)).to_numpy(dtype=float))
+    hi = np.nan_to_num(rows.get("spread_pp_hi", pd.Series(np.nan, rows.index)).to_numpy(dtype=float) - m)
+    return np.vstack([np.maximum(lo, 0), np.maximum(hi, 0)])
+
+
+def contrast_cells(confs: pd.DataFrame, first: str = "sgd",
+                   others: Sequence[str] = ("adam", "adamw", "muon")) -> dict | None:
+    """`first` − max(`others`) of the spreads (pp) with its 95 % interval, each configuration's seeds resampled
+    independently (`metrics.contrast_resamples`); None unless each optimiser is exactly one multi-seed configuration."""
+    by = {o: confs[confs["optimizer"] == o] for o in (first, *others)} if "optimizer" in confs.columns else {}
+    if not by or any(b.empty or b["config"].nunique() != 1 for b in by.values()):
+        return None
+    samples = {o: spread_resamples(b) for o, b in by.items()}
+    if any(s is None for s in samples.values()):
+        return None
+    centre = {o: spread_cells(b, False)["spread_pp"] for o, b in by.items()}
+    lo, hi = metrics.interval(metrics.contrast_resamples(samples[first], [samples[o] for o in others]))
+    return {"spread_pp": centre[first] - max(centre[o] for o in others), "spread_pp_lo": lo, "spread_pp_hi": hi}
 
 
 def lead_cells(g: pd.DataFrame, columns: list[str]) -> dict:

@@ -78,12 +78,13 @@ def paper_note(runs: pd.DataFrame) -> str:
             "Muon about 4 pp), none of these configurations, so none is drawn")
 
 
-def mean_line(ax, x, mean, std, **kw) -> str:
-    """A line of means with markers, and ± `std` whiskers only where a std exists (one seed: none, none in the
-    legend either); returns the line's colour."""
-    std = pd.Series(std, dtype=float)
-    if std.notna().any():
-        return ax.errorbar(x, mean, yerr=std.fillna(0).to_numpy(), marker="o", capsize=2, **kw).lines[0].get_color()
+def mean_line(ax, x, mean, err, **kw) -> str:
+    """A line of means with markers, and whiskers only where there is an error to show (one seed: none, none in the
+    legend either): `err` a ± std per point, or matplotlib's 2 × n (below, above) of an interval
+    (`cells.interval_err`); returns the line's colour."""
+    err = np.nan_to_num(np.asarray(err, dtype=float))
+    if err.any():
+        return ax.errorbar(x, mean, yerr=err, marker="o", capsize=2, **kw).lines[0].get_color()
     return ax.plot(x, mean, marker="o", **kw)[0].get_color()
 
 
@@ -137,14 +138,14 @@ def radial_memory_plot(runs: pd.DataFrame) -> Figure:
 
 
 def spread_vs_batch_size(runs: pd.DataFrame) -> Figure:
-    """F4: spread (pp) against batch size, a line per optimiser (± std over seeds)."""
+    """F4: spread (pp) against batch size, a line per optimiser (95 % seed-resampled interval, `cells.spread_cells`)."""
     cs = tables.config_spreads(runs)
     fig, (ax,) = new_figure(width=4.6, height=3.4)
     others = [c for c in dict.fromkeys(["optimizer", *tables.label_columns(cs)])
               if c != "batch_size" and c in cs.columns]
     for key, g in cs.groupby(others, sort=False):  # a list of columns: every key is a tuple
         g = g.sort_values("batch_size")
-        mean_line(ax, g["batch_size"], g["spread_pp"], g["spread_pp_std"],
+        mean_line(ax, g["batch_size"], g["spread_pp"], cells.interval_err(g),
                   label=" ".join(tables.fmt_value(k) for k in key))
     sizes = sorted(cs["batch_size"].unique())
     ax.set_xscale("log", base=2)
@@ -240,14 +241,15 @@ def spread_vs_clocks(runs: pd.DataFrame) -> Figure:
 
 
 def config_points(ax, cs: pd.DataFrame, x: str) -> None:
-    """Each `with_markers` row at (its `x`, its spread ± seed std): colour = section, marker = configuration."""
+    """Each `with_markers` row at (`x`, spread, its 95 % seed interval): colour = section, marker = configuration."""
     for r in cs.itertuples():
         look = {"color": getattr(r, "color", SECTION_COLORS.get(r.section[:2], "C7")), "markersize": 5.5,
                 "markeredgecolor": "white", "markeredgewidth": 0.4, "label": config_label(r)}
-        if math.isnan(r.spread_pp_std):  # one seed: no whisker, and none in the legend
+        err = cells.interval_err(pd.DataFrame([r._asdict()]))
+        if not err.any():  # one seed: no whisker, and none in the legend
             ax.plot(getattr(r, x), r.spread_pp, r.marker, **look)
         else:
-            ax.errorbar(getattr(r, x), r.spread_pp, yerr=r.spread_pp_std, fmt=r.marker, capsize=2, **look)
+            ax.errorbar(getattr(r, x), r.spread_pp, yerr=err, fmt=r.marker, capsize=2, **look)
 
 
 LEGEND_COLS = 4  # configurations a row under the panels (F7, F11, F12)

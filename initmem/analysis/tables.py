@@ -35,6 +35,7 @@ SHORT = {"batch_size": "b", "weight_decay": "wd", "momentum": "mom", "epochs": "
 PAPER_SPREADS = (({"optimizer": "sgd", "arch": "resnet9", "batch_size": 128, "weight_decay": 0.0}, 26.5),
                  ({"optimizer": "muon", "arch": "resnet9", "batch_size": 128}, 4.0))
 PAPER = "arXiv 2605.29152"
+CONTRAST = "sgd − max(adaptive)"  # T1's last row: SGD's spread minus the largest of Adam's, AdamW's and Muon's
 
 
 def paper_spread(config: dict | pd.Series) -> float:
@@ -143,6 +144,9 @@ def optimizer_table(runs: pd.DataFrame) -> pd.DataFrame:
                      "tau_interp": float(tau.median()) if len(tau) else math.nan,
                      "norm_ratio_min": float(ratio.min()), "norm_ratio_max": float(ratio.max()),
                      "radial_slope": radial_slope(g)})
+    contrast = cells.contrast_cells(confs)
+    if contrast is not None:  # the study's central contrast, its interval from both sides' seeds resampled
+        rows.append({lead[0]: CONTRAST, **contrast})
     return finish(pd.DataFrame(rows))
 
 
@@ -192,7 +196,8 @@ def long_training_table(runs: pd.DataFrame, histories: pd.DataFrame | None = Non
         # `test_at_best(history, upto=m)` at every mark; NaN where no epoch up to m has a finite validation loss
         acc = {r: metrics.test_at_best_by_epoch(by_run[r]).reindex(at_marks, method="ffill") for r in g["run_id"]}
         for m in at_marks:
-            at = g.assign(test_acc_at_best=[acc[r][m] for r in g["run_id"]])
+            at = g.drop(columns=cells.FULL_TEST, errors="ignore").assign(  # per-epoch test: the subset's
+                test_acc_at_best=[acc[r][m] for r in g["run_id"]])
             rows.append({**lead_cells(g, lead), "epoch": m, **sigma_cells(at, sigmas, multi), **spread_cells(at, multi),
                          **{c: float(np.mean([by_run[r].loc[by_run[r]["epoch"] <= m, c].iloc[-1] for r in g["run_id"]]))
                             for c in ("T_SGD", "T_adapt") if c in h.columns}})
@@ -207,12 +212,11 @@ def config_spreads(runs: pd.DataFrame) -> pd.DataFrame:
     key = [c for c in _config_key() if c in confs.columns]
     rows = []
     for cid, g in confs.groupby("config", sort=True):
-        m, sd = cells.point_spread(g)
         gap = 100 * g["repair_gap"].dropna().astype(float)  # NaN mean, min and max when none interpolated
         rows.append({"section": g["section"].iloc[0], "config": cid, "label": g["label"].iloc[0],
                      **{c: g[c].iloc[0] for c in key},
                      "n_runs": len(g), "n_sigma": g["sigma_w"].nunique(), "n_seeds": g["seed"].nunique(),
-                     "spread_pp": m, "spread_pp_std": sd, "n_sigma_in_spread": len(cells.sigmas_in_spread(g)),
+                     **spread_cells(g, True), "n_sigma_in_spread": len(cells.sigmas_in_spread(g)),
                      "diverged": diverged_count(g), "n_diverged": int(diverged_runs(g).sum()),
                      **{c: run_median(g, c) for c in (*CLOCKS, *EFF_CLOCKS)},
                      "angle_range_deg": _sigma_range(g, "angle_at_best"), "Theta_final": run_median(g, "Theta_final"),
@@ -259,7 +263,7 @@ def spread_pivot(runs: pd.DataFrame, index: str, columns: str) -> pd.DataFrame:
                                "needs one per cell")
         row[col] = r["spread_pp"]
         if multi:
-            row[col + "_std"] = r["spread_pp_std"]
+            row[col + "_lo"], row[col + "_hi"] = r["spread_pp_lo"], r["spread_pp_hi"]
         k, n = counts.get(key, (0, 0))
         counts[key] = (k + r["n_diverged"], n + r["n_runs"])
         if missing[r["config"]]:
@@ -269,8 +273,8 @@ def spread_pivot(runs: pd.DataFrame, index: str, columns: str) -> pd.DataFrame:
         k, n = counts[key]
         rows[key]["diverged"] = f"{k}/{n}" + ("" if key not in notes else " (" + "; ".join(
             f"{col} without " + ", ".join(f"σ_w={x:g}" for x in xs) for col, xs in notes[key]) + ")")
-    spread_cols = [name(v) + s for v in values for s in (("", "_std") if multi else ("",))]
-    df = pd.DataFrame([rows[k] for k in order]).reindex(columns=[*lead, *spread_cols, "diverged"])
+    shown = [name(v) + s for v in values for s in (("", "_lo", "_hi") if multi else ("",))]
+    df = pd.DataFrame([rows[k] for k in order]).reindex(columns=[*lead, *shown, "diverged"])
     df.attrs["narrowed"] = [(i, col) for i, key in enumerate(order) for col, _ in notes.get(key, ())]
     return finish(df, {name(v) + "*": "percent" for v in values})
 
@@ -305,3 +309,21 @@ def depth_table(runs: pd.DataFrame) -> pd.DataFrame:
         rows.append({**row, "interpolated": f"{int(g['tau_interp'].notna().sum())}/{len(g)}",
                      "diverged": diverged_count(g), **spread_cells(g, multi)})
     return finish(pd.DataFrame(rows))
+
+
+def readme_block(runs: pd.DataFrame) -> str:
+    """The README's result block: T1's spread per optimiser with its 95 % interval and seeds, then the contrast row
+    and a caption naming the statistic (tests/test_readme_numbers.py keeps README.md equal to it)."""
+    t, confs = optimizer_table(runs), configurations(runs)
+    pct = lambda v: display.number(v, "percent")  # noqa: E731
+    column = cells.spread_column(confs)
+    lines = ["| optimiser | spread (pp) | 95 % interval (pp) | seeds |", "|---|---|---|---|"]
+    for r in t.to_dict("records"):
+        name = r["optimizer"]
+        n = confs["seed"].nunique() if name == CONTRAST else confs.loc[confs["optimizer"] == name, "seed"].nunique()
+        lines.append(f"| {name} | {pct(r['spread_pp'])} | {pct(r['spread_pp_lo'])}–{pct(r['spread_pp_hi'])} | {n} |")
+    what = ("all 10,000 test images" if column == cells.FULL_TEST else "the 2,000-image test subset")
+    lines += ["", f"Spread: max − min over σ_w of the seed-mean test accuracy ({what}) at the lowest-validation-loss "
+              "epoch; interval: the same statistic with seeds resampled within each σ_w (`metrics.spread_resamples`, "
+              "percentile 95 %; crude with 2 seeds)."]
+    return "\n".join(lines)
