@@ -1,6 +1,6 @@
 """What the forgetting instruments cost: the engine's step time with the per-step angle accumulation against the same
 engine with it switched off (before_step/after_step made no-ops) and with the per-layer implementation it replaced
-(issue 32: a reshape copy and ~10 ops per layer, `PerLayer` below), alternated so that machine load hits all alike.
+(before: a reshape copy and ~10 ops per layer, `PerLayer` below), alternated so that machine load hits all alike.
 
     .venv/bin/python benchmarks/bench_instruments.py [--arch resnet9] [--width 0.125] [--batch-size 128] [--repeats 5]
 

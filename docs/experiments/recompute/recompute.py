@@ -1,5 +1,5 @@
-"""Recomputes numbers issue 33 questions from the committed results (run from the repository root:
-`python docs/experiments/issue33/recompute.py > docs/experiments/issue33/recompute.txt`)."""
+"""Recomputes numbers a review questioned, from the committed results (run from the repository root:
+`python docs/experiments/recompute/recompute.py > docs/experiments/recompute/recompute.txt`)."""
 
 from pathlib import Path
 
