@@ -274,9 +274,12 @@ def test_the_reference_table_plans_each_committed_cpu_profile_within_35_percent_
     name = profile.split("/")[1]
     plans = [plan.plan_section(p, name, table) for p in sorted((REPO / "params").glob("*.yaml"))
              if name in load_section(p).profiles]
-    planned = sum(pt.seconds for s in plans for pt in s.points)
-    measured = sum(w for _, w in calibrate._committed([profile]))
-    assert measured > 3600 and 0.65 <= planned / measured <= 1.35, (profile, planned / 3600, measured / 3600)
+    committed = calibrate._committed([profile])
+    planned_runs = sum(pt.runs for s in plans for pt in s.points)
+    # per run where the profile asks more seeds than are committed (cpu_w025: five asked, two committed so far)
+    planned = sum(pt.seconds for s in plans for pt in s.points) * len(committed) / planned_runs
+    measured = sum(w for _, w in committed)
+    assert len(committed) <= planned_runs and measured > 3600 and 0.65 <= planned / measured <= 1.35, (profile, planned / 3600, measured / 3600)
 
 
 def test_the_reference_table_is_what_the_committed_runs_derive():

@@ -119,7 +119,7 @@ def test_yaml_1e_3_is_the_float_it_looks_like(tmp_path):
     ("smoke:\n  grid: {lr: []}\n", "smoke", "grid 'lr' must be a non-empty list"),
     ("smoke:\n  fixed: {results_dir: x}\n", "smoke", "'results_dir' is set by the sweep"),
     ("smoke:\n  fixed: {lr: 0.1}\n  grid: {lr: [0.2]}\n", "smoke", "both fixed and in the grid"),
-    ("smoke:\n  fixd: {lr: 0.1}\n", "smoke", "a profile holds only ('fixed', 'grid')"),
+    ("smoke:\n  fixd: {lr: 0.1}\n", "smoke", "a profile holds only ('fixed', 'grid', 'points')"),
 ])
 def test_bad_profiles_raise_sweep_errors(tmp_path, profiles, profile, message):
     path = _repo(tmp_path, profiles)

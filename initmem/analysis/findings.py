@@ -171,6 +171,8 @@ BUILDERS = {"01_optimizers": (optimizers, ("T1_optimizers",)),
 def of(section: str, tables: dict, up: int = 2) -> Found:
     """What `section` found, from its figure notebook's `tables` (name -> DataFrame, or a placeholder message: then
     the message); `up`: the notebook's depth below the repository root (figure notebooks: 2)."""
+    if section not in BUILDERS:  # a section of the user's own (not one of the study's): nothing committed to quote
+        return Found(section, f"the study has no section {section!r} to compare with.", pd.DataFrame(), up)
     build, names = BUILDERS[section]
     got = [tables.get(n, f"no {n}") for n in names]
     if msgs := [t for t in got if isinstance(t, str)]:
