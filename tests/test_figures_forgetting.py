@@ -231,7 +231,8 @@ def test_a_diverged_sigma_is_shown_in_every_spread_table(diverged_tree):
     assert cs.loc["wd=0.01", "diverged"] == "2/6"
 
     t3 = tables.lr_l2_table(runs)
-    assert list(t3.columns) == ["lr", "wd=0", "wd=0_std", "wd=0.01", "wd=0.01_std", "diverged"]  # two seeds
+    assert list(t3.columns) == ["lr", "wd=0", "wd=0_lo", "wd=0_hi", "wd=0.01", "wd=0.01_lo", "wd=0.01_hi",
+                                "diverged"]  # two seeds: each spread with its interval
     assert t3.loc[0, "diverged"] == "2/12 (wd=0.01 without σ_w=2.5)" and t3.attrs["narrowed"] == [(0, "wd=0.01")]
     f5 = plots.spread_heatmap(runs).axes[0]
     assert sorted(t.get_text() for t in f5.texts) == ["10.0*", "30.0"] and "fewer σ_w" in f5.get_xlabel()

@@ -279,7 +279,8 @@ def test_the_reference_table_plans_each_committed_cpu_profile_within_35_percent_
     # per run where the profile asks more seeds than are committed (cpu_w025: five asked, two committed so far)
     planned = sum(pt.seconds for s in plans for pt in s.points) * len(committed) / planned_runs
     measured = sum(w for _, w in committed)
-    assert len(committed) <= planned_runs and measured > 3600 and 0.65 <= planned / measured <= 1.35, (profile, planned / 3600, measured / 3600)
+    assert len(committed) <= planned_runs and measured > 3600 and 0.65 <= planned / measured <= 1.35, (
+        profile, planned / 3600, measured / 3600)
 
 
 def test_the_reference_table_is_what_the_committed_runs_derive():

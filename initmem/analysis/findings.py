@@ -11,6 +11,7 @@ from pathlib import Path
 import pandas as pd
 
 from initmem.analysis import display
+from initmem.analysis.tables import CONTRAST
 
 FINDINGS = Path(__file__).resolve().parents[2] / "docs" / "findings.md"
 FINDINGS_LINK = "docs/findings.md"
@@ -67,7 +68,7 @@ def _pp(v: float) -> str:
 
 def optimizers(t1: pd.DataFrame) -> Found:
     """Section 01 from T1: SGD's spread against the other optimisers'."""
-    t = t1.set_index("optimizer")
+    t = t1.set_index("optimizer").drop(index=CONTRAST, errors="ignore")  # the contrast row is not an optimiser
     sgd = float(t.at["sgd", "spread_pp"]) if "sgd" in t.index else math.nan
     others = t.drop(index="sgd", errors="ignore")["spread_pp"].astype(float).dropna()
     if math.isnan(sgd) or others.empty:
@@ -77,7 +78,8 @@ def optimizers(t1: pd.DataFrame) -> Found:
         sentence = (f"plain SGD's test-accuracy spread across σ_w is {_pp(sgd)}, {rank}; the other optimisers' "
                     f"range from {_pp(others.min())} ({others.idxmin()}) to {_pp(others.max())} ({others.idxmax()}), "
                     f"{others.min() / sgd:.0%}–{others.max() / sgd:.0%} of SGD's.")
-    return Found("01_optimizers", sentence, _rows(t1, ["optimizer", "spread_pp", "paper_spread_pp", "radial_slope"]))
+    return Found("01_optimizers", sentence, _rows(t1, ["optimizer", "spread_pp", "spread_pp_lo", "spread_pp_hi",
+                                                       "paper_spread_pp", "radial_slope"]))
 
 
 def long_training(t2: pd.DataFrame) -> Found:
