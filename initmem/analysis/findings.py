@@ -99,7 +99,7 @@ def long_training(t2: pd.DataFrame) -> Found:
 
 def lr_l2(t3: pd.DataFrame) -> Found:
     """Section 03 from T3: SGD's spread at the smallest and at the largest learning rate × weight decay."""
-    cells = [c for c in t3.columns if c.startswith("wd=") and not c.endswith("_std")]
+    cells = [c for c in t3.columns if c.startswith("wd=") and not c.endswith(("_std", "_lo", "_hi"))]
     lo, hi = t3.iloc[0], t3.iloc[-1]
     a, b = float(lo[cells[0]]), float(hi[cells[-1]])
     sentence = (f"SGD's spread falls from {_pp(a)} (lr {lo['lr']:g}, {cells[0]}) to {_pp(b)} "

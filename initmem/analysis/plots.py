@@ -160,8 +160,9 @@ def spread_vs_batch_size(runs: pd.DataFrame) -> Figure:
 def spread_heatmap(runs: pd.DataFrame, table: pd.DataFrame | str | None = None) -> Figure:
     """F5: T3's grid (`table`, else `tables.lr_l2_table(runs)`) as a heatmap of its spreads with their numbers."""
     t = table if isinstance(table, pd.DataFrame) else tables.lr_l2_table(runs)
-    cells = [c for c in t.columns if c.startswith("wd=") and not c.endswith("_std")]
-    lead = [c for c in t.columns if c not in cells and not c.endswith("_std") and c != "diverged"]
+    aside = ("_std", "_lo", "_hi")  # a cell's spread and beside it its interval: only the spread is drawn
+    cells = [c for c in t.columns if c.startswith("wd=") and not c.endswith(aside)]
+    lead = [c for c in t.columns if c not in cells and not c.endswith(aside) and c != "diverged"]
     z = t[cells].to_numpy(dtype=float)
     fig, (ax,) = new_figure(width=1.2 * len(cells) + 2.4, height=0.45 * len(t) + 1.8)
     im = ax.imshow(z, cmap="magma_r", aspect="auto", vmin=0, vmax=max(1.0, float(np.nanmax(z)) if z.size else 1))
