@@ -92,8 +92,8 @@ def test_relative_paths_are_the_shells_and_another_tree_writes_beside_its_result
     monkeypatch.chdir(tmp_path)
     for _ in range(2):
         assert main(["figures", "--results", "smoke", "--notebooks", "03_lr_l2", "--no-progress"]) == 0
-    assert handed == [("03_lr_l2", {"results_dir": str(tmp_path / "smoke"),
-                                    "out_dir": str(tmp_path / "smoke" / "figures")})] * 2
+    assert handed == [("03_lr_l2_figures", {"results_dir": str(tmp_path / "smoke"),
+                                            "out_dir": str(tmp_path / "smoke" / "figures")})] * 2
     assert f"index: {tmp_path / 'smoke' / 'figures' / 'README.md'}" in capsys.readouterr().out
     assert (tmp_path / "smoke" / "figures" / "README.md").read_text().startswith(artefacts.INDEX_HEAD)
     assert _snapshot(ROOT / "figures") == before
@@ -129,7 +129,7 @@ def _fake_notebook(calls: list | None = None, interrupt_at: str | None = None):
     """An `execute_notebook` that writes one artefact per notebook (its png and sidecar, as `save_figure` does) and
     raises KeyboardInterrupt (Ctrl-C) after the png of `interrupt_at`, before its sidecar."""
     def run(nb, output, params, **kw):
-        out, stem = Path(params["out_dir"]), Path(nb).stem
+        out, stem = Path(params["out_dir"]), Path(nb).stem.removesuffix("_figures")  # the section
         (out / f"{stem}.png").write_bytes(b"png")
         if stem == interrupt_at:
             raise KeyboardInterrupt
