@@ -39,11 +39,13 @@ def cluster(request):
 
 def test_slurm_sweep_runs_every_point_as_an_array_task(cluster, tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("SLURM_CONF", cluster.env["SLURM_CONF"])
-    # two points that train, and two that fail inside their notebook (imagefolder data at a missing folder)
+    # two points that train, and two that fail inside their notebook (imagefolder data from a corrupt archive: no
+    # known hash, so the sweep's preflight cannot tell; missing data would stop the sweep before any point)
+    (tmp_path / "bad.tar.gz").write_bytes(b"not a gzip file")
     params = faults.mini_project(
         tmp_path, "01_optimizers.py",
         fixed=dict(width=0.0625, epochs=1, batch_size=32, n_train=64, n_val=32, n_test=32, sigma_ws=[0.5, 2.0],
-                   data_root="/nonexistent", device="cpu"),
+                   data_root=str(tmp_path / "bad.tar.gz"), device="cpu"),
         grid=dict(data=["synthetic", "imagefolder"], optimizer=["sgd", "adam"]))
     out = tmp_path / "results"
     section = load_section(params)
