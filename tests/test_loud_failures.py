@@ -177,25 +177,33 @@ def _papermill(nb: Path, out: Path, *args: str) -> subprocess.CompletedProcess:
                           capture_output=True, text=True, env=faults.env(), cwd=nb.parent, timeout=300)
 
 
-def test_plain_papermill_ends_with_the_one_line_refusal_and_warns_only_for_fields_the_cell_does_not_list(tmp_path):
+def test_plain_papermill_refuses_in_one_line_and_keeps_a_bugs_traceback(tmp_path):
     nb = _notebook(tmp_path / "nb.py", SECTION_TINY)
     proc = _papermill(nb, tmp_path / "bad.ipynb", "-p", "lr", "0.1", "-p", "eval_evry", "2")
-    assert proc.returncode != 0
-    last = proc.stderr.strip().splitlines()[-1]  # papermill's own frames come first: the refusal is the last line
+    assert proc.returncode == 1
+    # initmem's papermill.engine entry point (study/papermill_hook.py): no traceback of papermill's frames
+    assert "Traceback" not in proc.stderr and "PapermillExecutionError" not in proc.stderr, proc.stderr
+    last = proc.stderr.strip().splitlines()[-1]
     assert re.fullmatch(r"ConfigError: papermill parameters: unknown parameter 'eval_evry' \(did you mean "
                         r"'eval_every'\?\); accepted: [^\n]+ and every TrainConfig field but sigma_w, seed "
-                        r"\(docs/fields\.md\)", last), last
+                        r"\(docs/fields\.md\) \(papermill: the notebook stopped at In \[\d+\]; the executed notebook "
+                        r"holds its cells\)", last), last
     (error,) = [o for c in nbformat.read(tmp_path / "bad.ipynb", as_version=4).cells if c.cell_type == "code"
                 for o in c.get("outputs", []) if o.output_type == "error"]
-    assert error.ename == "ConfigError" and error.traceback == [last]  # the notebook shows that one line, too
-    # YAML 1.1 injects "1e-3", a str; eval_every is no line of the cell: papermill warns, the notebook accepts it
+    assert error.ename == "ConfigError" and last.startswith(error.traceback[0])  # the notebook shows that one line
+    # YAML 1.1 injects "1e-3", a str; eval_every is no line of the cell: the notebook accepts it, and papermill's
+    # "Passed unknown parameter" warning is dropped, as under `initmem run`
     proc = _papermill(nb, tmp_path / "ok.ipynb", "-y", "lr: 1e-3\neval_every: 2\nepochs: 3")
     assert proc.returncode == 0, proc.stderr
-    assert "Passed unknown parameter: eval_every" in proc.stderr  # papermill's, documented in the README
-    assert "Passed unknown parameter: lr" not in proc.stderr  # the cell's own names parse (no annotations)
+    assert "Passed unknown parameter" not in proc.stderr
     text = "".join(o.get("text", "") for c in nbformat.read(tmp_path / "ok.ipynb", as_version=4).cells
                    if c.cell_type == "code" for o in c.get("outputs", []))
     assert "lr 0.001 eval_every 2 data synthetic" in text
+    # an error that is not initmem's is a bug: its reader gets papermill's whole traceback, as before
+    bug = _notebook(tmp_path / "bug.py", "# %%\nraise RuntimeError('a bug in a cell')\n")
+    proc = _papermill(bug, tmp_path / "bug.ipynb")
+    assert proc.returncode == 1 and "Traceback (most recent call last)" in proc.stderr
+    assert proc.stderr.strip().splitlines()[-1] == "RuntimeError: a bug in a cell"
 
 
 @pytest.mark.parametrize("args, line", [
@@ -389,3 +397,15 @@ def test_a_run_whose_checkpoint_hits_a_full_disk_resumes_after_it(tmp_path, monk
     assert result.status == "complete" and result.summary["epochs_run"] == 3
     reference = train(config, out_dir=tmp_path / "reference", section="s", progress=False)
     assert faults.history(result.path).equals(faults.history(reference.path))  # the resume is exact
+
+
+@pytest.mark.parametrize("orig_argv, papermill", [
+    (["python", "/venv/bin/papermill", "in.ipynb", "out.ipynb"], True),  # the console script
+    (["python", "-X", "dev", "-m", "papermill", "in.ipynb"], True),
+    (["python", "-m", "initmem.cli", "run", "nb.py"], False),  # initmem's own commands print their own line
+    (["python", "job.py", "-m", "papermill"], False),  # a program that imports papermill keeps its traceback
+    (["python", "-c", "import papermill"], False),
+])  # fmt: skip
+def test_the_one_line_hook_is_installed_in_the_papermill_program_only(orig_argv, papermill):
+    from initmem.study.papermill_hook import is_papermill_program
+    assert is_papermill_program(orig_argv) is papermill

@@ -18,6 +18,7 @@ from typing import Any, NamedTuple
 
 from initmem.config import MEMBER_FIELDS, TrainConfig, point_configs
 from initmem.errors import ConfigError, InitmemError, NotebookError, ResultsError
+from initmem.study.papermill_hook import known_parameters
 
 # Kernel start-up failures worth a retry: parallel kernels can race for the same ports.
 _RETRYABLE = ("address already in use", "zmqerror", "kernel didn't respond", "kernel died before replying",
@@ -246,11 +247,6 @@ def _environ(values: dict[str, str]):
                 os.environ[k] = v
 
 
-def _known_parameters(record: logging.LogRecord) -> bool:
-    """Drops papermill's "Passed unknown parameter" warning: `check_parameters` has accepted the name already."""
-    return not record.getMessage().startswith("Passed unknown parameter")
-
-
 def _is_retryable(exc: BaseException) -> bool:
     from nbclient.exceptions import DeadKernelError
     # a kernel that died mid-cell (e.g. out of memory) would die again
@@ -264,7 +260,7 @@ def execute_notebook(path: str | Path, output_path: str | Path, parameters: dict
     it); a kernel start is retried on port clashes; the kernel gets `env` and `INITMEM_PROGRESS=lines`."""
     import papermill
     from papermill.exceptions import PapermillExecutionError
-    logging.getLogger("papermill").addFilter(_known_parameters)  # once: addFilter skips a filter it holds
+    logging.getLogger("papermill").addFilter(known_parameters)  # once: addFilter skips a filter it holds
     path, output_path = Path(path), Path(output_path)
     parameters = check_parameters(dict(parameters or {}), notebook_parameters(path), f"{path.name}: ")
     if cwd is not None and not Path(cwd).is_dir():
