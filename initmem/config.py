@@ -98,6 +98,11 @@ class TrainConfig:
                          "fast-moving network (docs/findings.md, tau_interp)", id_default=False)
     train_eval_size: int | None = _f(None, "clean eval-mode train accuracy on a fixed stratified subset of this "
                                            "size; None: the whole split")
+    exact_tau: bool = _f(False, "with train_eval_size, tau_interp of the whole train split all the same: the whole "
+                                "split is evaluated too at each epoch where the subset's accuracy is high enough for "
+                                "the whole split to have interpolated (metrics.subset_bound), until it has (history "
+                                "column train_acc_full, NaN elsewhere): a few whole-split evaluations a run; without "
+                                "train_eval_size, does nothing", id_default=False)
     eval_every: int = _f(1, "measure train/val/test every N epochs (and at the last): tau_interp and the best "
                             "epoch are then read on that grid", id_default=1)
     full_test: bool = _f(False, "at every epoch a selection rule can pick (metrics.selectable), also evaluate the "
@@ -257,7 +262,7 @@ def _check_data_and_engine(c: TrainConfig, check: _Check) -> None:
     check.integer("n_val", NUM_CLASSES, hi=10**7)
     check.integer("n_test", NUM_CLASSES, optional=True, hi=10**7)
     check.integer("split_seed", 0)
-    check.flag("augment", "drop_last", "full_test")
+    check.flag("augment", "drop_last", "full_test", "exact_tau")
     check.integer("train_eval_size", NUM_CLASSES, optional=True, hi=10**7)
     check.integer("eval_every", 1, hi=c.epochs)
     check.integer("batch_size", 1, hi=10**7)

@@ -17,6 +17,9 @@ EXTRA_CLOCKS = ("T_SGD_eff", "T_L2_eff", "T_adapt_eff")
 DIAGNOSTIC_KEYS = ("angle_at_best", "angle_final", "Theta_final", *EXTRA_CLOCKS, "test_acc_full_at_best")
 # History columns of TrainConfig.full_test (the whole test set at the epochs `selectable` marks); absent without it.
 FULL_TEST_COLUMNS = ("test_loss_full", "test_acc_full")
+# History column of TrainConfig.exact_tau (the whole train split where the subset could hide tau_interp).
+WHOLE_TRAIN_COLUMN = "train_acc_full"
+THRESHOLD = 0.995  # train accuracy at which a network has interpolated (tau_interp), docs/study.md
 
 
 def _floats(name: str, values) -> np.ndarray:
@@ -26,10 +29,25 @@ def _floats(name: str, values) -> np.ndarray:
     return a
 
 
-def interpolation_epoch(train_acc: Sequence[float], threshold: float = 0.995) -> int | None:
+def interpolation_epoch(train_acc: Sequence[float], threshold: float = THRESHOLD) -> int | None:
     """tau_interp = min{i + 1 : train_acc[i] >= threshold} (1-based epoch), None if never reached (NaN never)."""
     hit = np.flatnonzero(np.asarray(train_acc, dtype=float) >= threshold)
     return int(hit[0]) + 1 if hit.size else None
+
+
+def tau_accuracies(history: pd.DataFrame) -> np.ndarray:
+    """The train accuracies tau_interp reads: `WHOLE_TRAIN_COLUMN` where the history holds one (exact_tau: it is
+    measured at every epoch where the whole split can have reached the threshold, so it decides alone), else
+    train_acc. An exact_tau run with none of it never came near the threshold, and train_acc says the same."""
+    if WHOLE_TRAIN_COLUMN in history.columns and history[WHOLE_TRAIN_COLUMN].notna().any():
+        return history[WHOLE_TRAIN_COLUMN].to_numpy(dtype=float)
+    return history["train_acc"].to_numpy(dtype=float)
+
+
+def subset_bound(n_train: int, n_eval: int, threshold: float = THRESHOLD) -> float:
+    """The lowest accuracy of an `n_eval`-image subset of the `n_train`-image split at which the whole split can be at
+    `threshold`: its at most (1 - threshold) * n_train errors all in the subset. Below it, the whole split is not."""
+    return 1.0 - (1.0 - threshold) * n_train / n_eval
 
 
 # Which epoch a researcher reports: name -> (the column read, what it picks); "last" needs a finite val_loss there.
@@ -112,7 +130,7 @@ def _new_best(values: np.ndarray, larger: bool) -> np.ndarray:
     return out
 
 
-def selectable(history: pd.DataFrame, final: bool = True, threshold: float = 0.995) -> np.ndarray:
+def selectable(history: pd.DataFrame, final: bool = True, threshold: float = THRESHOLD) -> np.ndarray:
     """Per row of `history` (epoch order), whether a selection rule can pick it, reading only the rows up to it (so a
     run can decide online, and a resumed one decides the same): a new lowest val_loss or highest val_acc
     (`SELECTION_RULES`, first on ties, epochs >= 1), the last row if `final` (the "last" rule; when its val_loss is
@@ -123,7 +141,7 @@ def selectable(history: pd.DataFrame, final: bool = True, threshold: float = 0.9
     t = h[trained]
     vl, va = _rule_values(t, DEFAULT_RULE), _rule_values(t, "val_acc")
     pick = _new_best(vl, larger=False) | _new_best(va, larger=True)
-    tau = interpolation_epoch(t["train_acc"].to_numpy(dtype=float), threshold)
+    tau = interpolation_epoch(tau_accuracies(t), threshold)
     if tau is not None:
         pick[tau - 1:] |= _new_best(vl[tau - 1:], larger=False)
     if final and len(pick):
@@ -150,10 +168,10 @@ def _last_finite(h: pd.DataFrame) -> pd.Series:
     return h[ok].iloc[-1] if ok.any() else h.iloc[-1]
 
 
-def repair_gap(history: pd.DataFrame, threshold: float = 0.995) -> float | None:
+def repair_gap(history: pd.DataFrame, threshold: float = THRESHOLD) -> float | None:
     """val_acc(last finite epoch) - val_acc(tau_interp), as a fraction; None if the run never interpolated."""
     h = _trained(history)
-    tau = interpolation_epoch(h["train_acc"].to_numpy(), threshold)
+    tau = interpolation_epoch(tau_accuracies(h), threshold)
     return None if tau is None else float(_last_finite(h)["val_acc"] - h["val_acc"].iloc[tau - 1])
 
 
@@ -229,7 +247,7 @@ def _num(x) -> float | None:
     return None if x is None or not math.isfinite(x := float(x)) else x
 
 
-def summarize_history(history: pd.DataFrame, threshold: float = 0.995) -> dict:
+def summarize_history(history: pd.DataFrame, threshold: float = THRESHOLD) -> dict:
     """The run's summary (SUMMARY_KEYS, DIAGNOSTIC_KEYS): the best epoch (default rule) and tau_interp over epochs >= 1,
     the diagnostics at the best and last finite epochs (None without their column), finals from the last row,
     diverged_epoch the first non-finite train_loss. Python int/float/bool/None; a non-finite float is None."""
@@ -239,7 +257,7 @@ def summarize_history(history: pd.DataFrame, threshold: float = 0.995) -> dict:
     vl = trained["val_loss"].to_numpy(dtype=float)
     best = None if np.isnan(vl).all() else best_epoch(vl) - 1  # NaN loss: a diverged run still gets a summary
     at_best = (lambda col: None) if best is None else (lambda col: _num(trained[col].iloc[best]))
-    tau = interpolation_epoch(trained["train_acc"].to_numpy(dtype=float), threshold)
+    tau = interpolation_epoch(tau_accuracies(trained), threshold)
     bad = trained[~np.isfinite(trained["train_loss"].to_numpy(dtype=float))]
     w0 = _num(init["weight_norm"].iloc[0]) if len(init) else None
     w1 = _num(last["weight_norm"])

@@ -105,7 +105,16 @@ class Loop:
     def columns(self) -> list[str]:
         """The history's columns, in order."""
         return [*record.HISTORY_COLUMNS, *metrics.EXTRA_CLOCKS, *(f"norm:{n}" for n in self.pop.layers),
-                *self.instruments.columns(), *(metrics.FULL_TEST_COLUMNS if self.full_eval is not None else ())]
+                *self.instruments.columns(), *self.sparse_columns()]
+
+    def exact_tau(self) -> bool:
+        """Whether tau_interp needs the whole train split beside the subset (exact_tau with train_eval_size)."""
+        return self.cfg.exact_tau and self.splits.train_eval_idx is not None
+
+    def sparse_columns(self) -> tuple[str, ...]:
+        """The last columns, measured at some epochs only (`whole_train`, `full_test`), NaN at the others."""
+        return (*((metrics.WHOLE_TRAIN_COLUMN,) if self.exact_tau() else ()),
+                *(metrics.FULL_TEST_COLUMNS if self.full_eval is not None else ()))
 
     def elapsed(self) -> float:
         """Seconds of training and evaluation so far (this process's and those before it)."""
@@ -243,18 +252,36 @@ class Loop:
         values = self.readings(sums).tolist()  # the one host sync of a measured epoch
         wall = self.elapsed()  # after the sync: on a GPU the queued work has run only now
         columns, rows = self.columns(), []
-        full = metrics.FULL_TEST_COLUMNS if self.full_eval is not None else ()
+        later = self.sparse_columns()
         for i, v in enumerate(values):
             row = dict(epoch=self.epoch, step=self.step, lr=lr, train_loss=v[0], train_acc_running=v[1],
                        train_acc=v[3], val_loss=v[4], val_acc=v[5], test_loss=v[6], test_acc=v[7],
                        weight_norm=v[8], **self.clocks[i].totals(), wall_time=wall)
-            row.update(zip(columns[len(row):len(columns) - len(full)], v[9:], strict=True))
-            rows.append({**row, **dict.fromkeys(full, math.nan)})
-        if self.full_test(rows):
+            row.update(zip(columns[len(row):len(columns) - len(later)], v[9:], strict=True))
+            rows.append({**row, **dict.fromkeys(later, math.nan)})
+        if self.whole_train(rows) | self.full_test(rows):  # both run: whole_train first, selectable reads it
             wall = self.elapsed()  # the whole test set's evaluation counts in this epoch's time
             for row in rows:
                 row["wall_time"] = wall
         return rows
+
+    @torch.no_grad()
+    def whole_train(self, rows: list[dict]) -> bool:
+        """With exact_tau, each alive member's accuracy on the whole train split in its row while the subset's is at
+        least `metrics.subset_bound` and the whole split has not reached the threshold yet: where the whole split
+        can have interpolated, it is measured, so tau_interp is the whole split's. Reads no generator (see
+        `full_test`). Whether it evaluated."""
+        if not self.exact_tau():
+            return False
+        bound = metrics.subset_bound(self.n, len(self.splits.train_eval_idx))
+        pick = [j for j in self.alive if rows[j]["train_acc"] >= bound - 1e-12 and not any(
+            r[metrics.WHOLE_TRAIN_COLUMN] >= metrics.THRESHOLD for r in self.histories[j])]  # NaN: not reached
+        if pick:
+            self.pop.model.eval()
+            values = self._evaluate(self.splits.train_x, self.splits.train_y).tolist()
+            for j in pick:
+                rows[j][metrics.WHOLE_TRAIN_COLUMN] = values[j][1]
+        return bool(pick)
 
     @torch.no_grad()
     def full_test(self, rows: list[dict]) -> bool:

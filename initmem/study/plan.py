@@ -41,6 +41,13 @@ DEFAULT_SET = tuple(("resnet9", 1.0, b, "fp32") for b in (16, 32, 64, 128, 256))
     ("resnet56", 1.0, 128, "fp32"), ("resnet110", 1.0, 128, "fp32"))
 
 
+# The evaluations made at some epochs only, estimated (docs/planner.md): full_test evaluates the whole test set at
+# the epochs a selection rule can pick, on average 29 %, 35 % and 54 % of the measured epochs of the committed
+# cpu_w025, cpu and cpu_steps runs; exact_tau the whole train split at the epochs around tau_interp, 5 of 26 in
+# docs/experiments/train_eval_subset (exact.jsonl).
+SELECTABLE_SHARE = 0.35
+EXACT_TAU_EPOCHS = 5
+
 # --------------------------------------------------------------------------------------------- sizes and clocks
 def split_sizes(config: TrainConfig) -> dict[str, int]:
     """Images in the train split, validation, test and the train-eval subset, as `train` makes them."""
@@ -85,9 +92,19 @@ def run_plan(config: TrainConfig) -> dict[str, Any]:
     clocks = {"T_SGD": s2 / b, "T_L2": l2 * s1, "T_adapt": s1,  # as metrics.ClockAccumulator.totals
               "T_SGD_eff": c * c * s2 / b, "T_L2_eff": c * l2 * s1, "T_adapt_eff": c * s1}
     per_eval = sizes["train_eval"] + sizes["val"] + sizes["test"]
+    sparse = sparse_eval_images(config, sizes)
     return {"split": sizes, "epochs": config.epochs, "steps_per_epoch": per_epoch, "steps": total,
             "warmup_steps": warmup, "clocks": clocks, "eval_images_per_epoch": per_eval,
-            "measured_epochs": measured_epochs(config), "eval_images": per_eval * measured_epochs(config)}
+            "measured_epochs": measured_epochs(config), "sparse_eval_images": sparse,
+            "eval_images": per_eval * measured_epochs(config) + sparse}
+
+
+def sparse_eval_images(config: TrainConfig, sizes: dict[str, int]) -> int:
+    """Images full_test and exact_tau evaluate in one run, estimated (`SELECTABLE_SHARE`, `EXACT_TAU_EPOCHS`)."""
+    whole_test = SYNTHETIC_TEST if config.data == "synthetic" else CIFAR_TEST
+    full = SELECTABLE_SHARE * measured_epochs(config) * whole_test if config.full_test else 0
+    exact = EXACT_TAU_EPOCHS * sizes["train"] if config.exact_tau and config.train_eval_size is not None else 0
+    return round(full + exact)
 
 
 # ---------------------------------------------------------------------------------------------- throughput
@@ -310,7 +327,8 @@ def plural(n: int, word: str, many: str | None = None) -> str:
 
 LEGEND = ("columns: runs = sigma_w x seed runs of the point; T_SGD = sum eta^2 / b, T_L2 = weight_decay x sum eta, "
           "T_adapt = sum eta (the forgetting clocks one run reaches, docs/study.md); eval img/run = images one run "
-          "evaluates (train-eval + val + test at each measured epoch); time = the point's runs one after another")
+          "evaluates (train-eval + val + test at each measured epoch, plus full_test's and exact_tau's at their "
+          "measured shares, docs/planner.md); time = the point's runs one after another")
 
 
 def _hms(s: float | None) -> str:
