@@ -102,6 +102,17 @@ def spread_cells(g: pd.DataFrame, multi: bool) -> dict:
     return {"spread_pp": m, "spread_pp_lo": lo, "spread_pp_hi": hi}
 
 
+def interval_note(table: pd.DataFrame, title: str) -> str:
+    """What a table's caption says of its spreads' intervals, where its title does not: none with one seed per σ_w,
+    else the 95 % seed-resampled interval (`spread_cells`)."""
+    if "spread_pp" not in table.columns or "interval" in title:
+        return ""
+    if "spread_pp_lo" not in table.columns:
+        return "; one seed per σ_w, so the spread has no seed interval"
+    return ("; spread_pp_lo–hi: the spread's 95 % interval with seeds resampled with replacement within each σ_w "
+            "(metrics.spread_resamples)")
+
+
 def interval_err(rows: pd.DataFrame) -> np.ndarray:
     """Matplotlib's asymmetric `yerr` (2 × n) of rows' `spread_pp` to `spread_pp_lo`/`_hi` (0 where there is none)."""
     m = rows["spread_pp"].to_numpy(dtype=float)

@@ -14,7 +14,7 @@ import matplotlib
 import pandas as pd
 from matplotlib.figure import Figure
 
-from initmem.analysis import display, style
+from initmem.analysis import cells, display, style
 from initmem.checks import RESULTS_ROOT
 from initmem.errors import ConfigError, NoResults, ResultsError
 from initmem.figures.paths import (  # re-exported: figures.COMMITTED_SETS is what `make figures` makes
@@ -239,6 +239,7 @@ class FigureBook:
     def table(self, name: str, build: Callable[[], pd.DataFrame], title: str) -> pd.DataFrame | str:
         """Build and save table `name` (`save_table`); returns the DataFrame (or the placeholder message)."""
         df, msg = self._build(name, build)
+        title += "" if msg is not None else cells.interval_note(df, title)
         self.written += save_table(df, name, self.out_dir, self.stamp, title, message=msg)
         self.tables[name] = df if msg is None else msg
         self._titles[name] = title
