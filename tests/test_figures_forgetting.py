@@ -7,6 +7,7 @@ the diverged σ_w made visible in every table that shows a spread, and one point
 from __future__ import annotations
 
 import math
+from pathlib import Path
 from types import SimpleNamespace
 
 import numpy as np
@@ -285,7 +286,7 @@ def test_unfolding_table_reads_each_epoch_under_each_rule():
         assert by == {"val_loss": pytest.approx([10, 20, 20]), "val_acc": pytest.approx([10, 10, 10]),
                       "last": pytest.approx([10, 20, 30])}
         one = c[c["rule"] == "val_loss"]
-        assert one["epoch"].tolist() == [1, 2, 3] and one["spread_pp_std"].tolist() == pytest.approx([0, 0, 0])
+        assert one["epoch"].tolist() == [1, 2, 3] and (one["spread_pp_hi"] >= one["spread_pp_lo"]).all()
         assert one["T_SGD"].tolist() == pytest.approx([1e-4, 2e-4, 3e-4]) and (one["T_L2"] == 0).all()
         assert one["T_adapt"].tolist() == pytest.approx([10 * lr, 20 * lr, 30 * lr])
         assert one["Theta_slowest"].tolist() == pytest.approx([0.55, 1.05, 1.55])  # σ_w 2.0's seed mean
@@ -322,8 +323,9 @@ def test_unfolding_table_is_point_summarys_spread_of_the_restricted_selection(di
 
     for r in t.itertuples():
         g = confs[confs["config"] == r.config]
-        want = cells.point_spread(g.assign(test_acc_at_best=[at(x, r.epoch, r.rule) for x in g["run_id"]]))
-        assert [r.spread_pp, r.spread_pp_std] == pytest.approx(list(want), nan_ok=True), r
+        want = cells.spread_cells(g.assign(test_acc_at_best=[at(x, r.epoch, r.rule) for x in g["run_id"]]), True)
+        assert [r.spread_pp, r.spread_pp_lo, r.spread_pp_hi] == pytest.approx(
+            [want["spread_pp"], want["spread_pp_lo"], want["spread_pp_hi"]], nan_ok=True), r
     wd = t[t["label"] == "wd=0.01"]
     assert (wd["n_sigma_in_spread"] == 2).all() and (wd["n_sigma"] == 3).all()
     final = t[(t["rule"] == "val_loss") & (t["epoch"] == 3)].set_index("label")["spread_pp"]
@@ -455,6 +457,21 @@ def test_show_point_shows_each_view_under_the_line_that_says_what_it_is(diverged
     assert table.equals(point_report.point_table(point)) and isinstance(fig, Figure)
     assert len(runs_table) == len(point) and summary.equals(point_report.summary_table(point))
     s = metrics.point_summary(point)
-    assert summary.loc["spread across σ_w (pp)", "value"] == display.with_std(s["spread_pp"], s["spread_seed_std_pp"],
-                                                                               "percent")
+    c = cells.spread_cells(point, multi=True)  # T1's definition and interval, not the std of per-seed spreads
+    shown_spread = summary.loc["spread across σ_w (pp)", "value"]
+    assert shown_spread.startswith(display.number(c["spread_pp"], "percent"))
+    assert shown_spread.endswith("(one seed: no interval)" if point.groupby("sigma_w")["seed"].nunique().max() < 2
+                                 else f"[{display.number(c['spread_pp_lo'], 'percent')}, "
+                                      f"{display.number(c['spread_pp_hi'], 'percent')}] (95 %)")
     assert summary.loc["runs diverged", "value"] == f"{s['n_diverged']}/{s['n_runs']}"
+
+
+def test_a_points_spread_is_shown_with_t1s_interval_where_it_has_seeds():
+    from initmem.store.results import load_runs
+    runs = load_runs(Path(__file__).resolve().parents[1] / "results" / "cpu_w025")
+    sgd = runs[runs["optimizer"] == "sgd"]
+    t1 = cells.spread_cells(sgd, multi=True)
+    assert point_report.summary_table(sgd).loc["spread across σ_w (pp)", "value"] == (
+        f"{t1['spread_pp']:.1f} [{t1['spread_pp_lo']:.1f}, {t1['spread_pp_hi']:.1f}] (95 %)")
+    assert point_report.summary_table(sgd[sgd["seed"] == 0]).loc["spread across σ_w (pp)", "value"].endswith(
+        "(one seed: no interval)")

@@ -172,8 +172,8 @@ def unfolding_table(runs: pd.DataFrame, histories: pd.DataFrame | None = None,
                                columns=epochs)
             frames.append(pd.DataFrame({**base, "rule": rule, "epoch": epochs, **_spreads(acc, g)}))
     out = pd.concat(frames, ignore_index=True)
-    cols = ["section", "config", "label", "rule", "epoch", "spread_pp", "spread_pp_std", "n_sigma_in_spread",
-            "n_sigma", "T_SGD", "T_L2", "T_adapt", "Theta_slowest"]
+    cols = ["section", "config", "label", "rule", "epoch", "spread_pp", "spread_pp_lo", "spread_pp_hi",
+            "n_sigma_in_spread", "n_sigma", "T_SGD", "T_L2", "T_adapt", "Theta_slowest"]
     return cells.finish(out[cols], {"T_*": "clock", "Theta_slowest": "clock"})
 
 
@@ -187,14 +187,17 @@ def _at_epochs(hs: list[pd.DataFrame], column: str, epochs: list[int]) -> pd.Dat
 
 
 def _spreads(acc: pd.DataFrame, g: pd.DataFrame) -> dict:
-    """`metrics.point_summary`'s spread, seed std and σ_w count for each epoch (column) of `acc` (runs × epochs)."""
-    sigma, seed = g["sigma_w"].to_numpy(), g["seed"].to_numpy()
+    """For each epoch (column) of `acc` (runs × epochs), T1's spread (`metrics.point_summary`: over σ_w of the seed
+    means), its 95 % seed-resampled interval (`metrics.spread_resamples`; NaN below two seeds) and its σ_w count."""
+    sigma = g["sigma_w"].to_numpy()
     by_sigma = acc.groupby(sigma).mean()
-    per_seed = acc.groupby(seed).max() - acc.groupby(seed).min()
-    per_seed = per_seed.where(acc.notna().groupby(seed).sum() >= 2)
-    std = per_seed.std(axis=0, ddof=1).where(per_seed.notna().sum(axis=0) > 1)
-    return {"spread_pp": 100 * (by_sigma.max(axis=0) - by_sigma.min(axis=0)).to_numpy(),
-            "spread_pp_std": 100 * std.to_numpy(), "n_sigma_in_spread": by_sigma.notna().sum(axis=0).to_numpy()}
+    lo, hi = np.full(acc.shape[1], math.nan), np.full(acc.shape[1], math.nan)
+    for i, e in enumerate(acc.columns):
+        groups = [a[~np.isnan(a)] for a in (acc.loc[sigma == s, e].to_numpy(float) for s in np.unique(sigma))]
+        if sum(len(a) > 0 for a in groups) >= 2 and max(len(a) for a in groups) >= 2:
+            lo[i], hi[i] = metrics.interval(metrics.spread_resamples(groups)[0])
+    return {"spread_pp": 100 * (by_sigma.max(axis=0) - by_sigma.min(axis=0)).to_numpy(), "spread_pp_lo": lo,
+            "spread_pp_hi": hi, "n_sigma_in_spread": by_sigma.notna().sum(axis=0).to_numpy()}
 
 
 def collapse_table(unfold: pd.DataFrame, per_decade: int = 4) -> pd.DataFrame:

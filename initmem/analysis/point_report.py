@@ -144,7 +144,10 @@ def point_figure(runs: pd.DataFrame, histories: pd.DataFrame | None = None) -> F
 def summary_table(runs: pd.DataFrame) -> pd.DataFrame:
     """`metrics.point_summary` as a small two-column table a person reads (not a raw dict)."""
     s = metrics.point_summary(runs)
-    spread = display.with_std(s["spread_pp"], s["spread_seed_std_pp"], "percent")
+    c = cells.spread_cells(runs, multi=True)  # T1's definition: the spread of seed means, its seed-resampled interval
+    spread = display.number(c["spread_pp"], "percent") + (
+        " (one seed: no interval)" if math.isnan(c["spread_pp_lo"]) else
+        f" [{display.number(c['spread_pp_lo'], 'percent')}, {display.number(c['spread_pp_hi'], 'percent')}] (95 %)")
     sig = (lambda v: "–" if v is None else f"{v:g}")
     rows = {"spread across σ_w (pp)": spread, "best σ_w": sig(s["best_sigma_w"]),
             "worst σ_w": sig(s["worst_sigma_w"]), "σ_w × seeds": f"{len(s['sigma_ws'])} × {len(s['seeds'])}",
