@@ -46,7 +46,11 @@ def test_long_training_paper_5000_epochs_by_hand():
     assert c["T_SGD"] == pytest.approx(1_760_000 * 0.01**2 / 128, rel=1e-15)  # 1.375
     assert c["T_adapt"] == pytest.approx(1_760_000 * 0.01, rel=1e-15) and c["T_L2"] == 0.0
     assert (c["T_SGD_eff"], c["T_adapt_eff"]) == (c["T_SGD"], c["T_adapt"])  # plain sgd: no momentum
-    assert r["measured_epochs"] == 5001 and r["eval_images"] == 20_000 * 5001
+    assert r["measured_epochs"] == 5001
+    # exact_tau (paper profile): the whole 45,000-image train split at EXACT_TAU_EPOCHS epochs, on top of the
+    # 20,000 images (5,000 train-eval + 5,000 val + 10,000 test) every measured epoch evaluates
+    assert r["sparse_eval_images"] == plan.EXACT_TAU_EPOCHS * 45_000
+    assert r["eval_images"] == 20_000 * 5001 + plan.EXACT_TAU_EPOCHS * 45_000
 
 
 def test_long_training_5000_epochs_cosine_warmup_matches_stepwise_sum():
