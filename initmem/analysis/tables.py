@@ -227,6 +227,28 @@ def config_spreads(runs: pd.DataFrame) -> pd.DataFrame:
     return out
 
 
+def effective_lr_table(runs: pd.DataFrame) -> pd.DataFrame:
+    """The matched-learning-rate control: per configuration its lr, momentum, effective lr (lr / (1 − β) for heavy-ball
+    SGD, `metrics.lr_scale`), momentum-aware T_SGD_eff, seeds, spread (pp) with its 95 % seed-resampled interval on
+    the accuracy every run has (`cells.SUBSET_TEST` unless all have `FULL_TEST`), and how many selected epochs come
+    at or after the run's τ_interp (a network that had interpolated when it was selected)."""
+    common = cells.FULL_TEST if cells.spread_column(runs) == cells.FULL_TEST else cells.SUBSET_TEST
+    confs = configurations(runs.drop(columns=[cells.FULL_TEST] if common != cells.FULL_TEST and cells.FULL_TEST
+                                     in runs.columns else []))
+    rows = []
+    for _, g in confs.groupby("config", sort=True):
+        r = g.iloc[0]
+        beta = float(r["momentum"]) if r["optimizer"] == "sgd_momentum" else 0.0
+        after = (pd.to_numeric(g["best_epoch"]) >= pd.to_numeric(g["tau_interp"])).fillna(False)
+        rows.append({"optimizer": r["optimizer"], "lr": float(r["lr"]), "momentum": beta,
+                     "effective_lr": float(r["lr"]) * metrics.lr_scale(r["optimizer"], beta),
+                     "T_SGD_eff": run_median(g, "T_SGD_eff"), "seeds": int(g["seed"].nunique()),
+                     **spread_cells(g, True), "selected_after_tau": f"{int(after.sum())}/{len(g)}"})
+    out = finish(pd.DataFrame(rows).sort_values(["effective_lr", "optimizer"], kind="stable").reset_index(drop=True))
+    out.attrs["accuracy"] = common
+    return out
+
+
 def run_median(g: pd.DataFrame, column: str) -> float:
     """Median of a numeric column's values (NaN when the column or every value is missing)."""
     x = pd.to_numeric(g[column], errors="coerce").dropna() if column in g.columns else ()
