@@ -53,10 +53,25 @@ def test_a_mix_of_whole_and_subset_test_accuracies_uses_the_subset_for_every_row
     assert t["spread_pp"].tolist() == pytest.approx(tables.effective_lr_table(w025)["spread_pp"].tolist())
 
 
-def test_the_figure_draws_one_labelled_series_per_optimiser(w025):
+def test_the_last_epoch_spread_is_the_range_of_the_seed_mean_final_accuracies(w025):
+    t = tables.effective_lr_table(w025)
+    for r in t.itertuples():
+        g = w025[w025["optimizer"] == r.optimizer]
+        by_sigma = g.groupby("sigma_w")["final_test_acc"].mean()
+        assert r.last_spread_pp == pytest.approx(100 * (by_sigma.max() - by_sigma.min()))
+        assert r.last_spread_pp_lo <= r.last_spread_pp <= r.last_spread_pp_hi
+    # a change to the last epoch's accuracies moves the last-epoch spread and leaves the selected one
+    shifted = w025.assign(final_test_acc=w025["final_test_acc"] + 0.05 * (w025["sigma_w"] == 0.1))
+    u = tables.effective_lr_table(shifted)
+    assert u["spread_pp"].tolist() == pytest.approx(t["spread_pp"].tolist())
+    assert u["last_spread_pp"].tolist() != pytest.approx(t["last_spread_pp"].tolist())
+
+
+def test_the_figure_draws_both_selection_rules_per_optimiser(w025):
     fig = plots.spread_vs_effective_lr(w025)
     (ax,) = fig.axes
-    assert ax.get_legend_handles_labels()[1] == ["sgd", "sgd_momentum"]
+    assert ax.get_legend_handles_labels()[1] == ["sgd (lr 0.01), selected epoch", "sgd, last epoch",
+                                                 "sgd_momentum (lr 0.01), selected epoch", "sgd_momentum, last epoch"]
     assert ax.get_xscale() == "log"
 
 

@@ -25,6 +25,9 @@ _FINE_DIGITS = 4
 # headers of the tables (T1-T5), of T6 and T7 (`tables_forgetting`) and of a run a row (`point_report`)
 _HEADERS = {"sigma_w": "σ_w", "tau_interp": "τ_interp", "weight_decay": "wd", "batch_size": "b",
             "spread_pp": "spread (pp)", "spread_pp_lo": "95 % low (pp)", "spread_pp_hi": "95 % high (pp)",
+            "last_spread_pp": "last-epoch spread (pp)", "last_spread_pp_lo": "last 95 % low (pp)",
+            "last_spread_pp_hi": "last 95 % high (pp)", "effective_lr": "effective lr",
+            "selected_after_tau": "selected after τ_interp",
             "paper_spread_pp": "paper spread (pp)", "norm_ratio_min": "norm ratio min",
             "norm_ratio_max": "norm ratio max", "radial_slope": "radial slope", "predicted": "predicted (rad/step)",
             "ratio_min": "measured/predicted min", "ratio_max": "measured/predicted max",

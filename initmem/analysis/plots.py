@@ -323,22 +323,24 @@ def training_curves(runs: pd.DataFrame, histories: pd.DataFrame, sigma_w: float 
 
 def spread_vs_effective_lr(runs: pd.DataFrame) -> Figure:
     """The matched-learning-rate control: each configuration's spread (pp, 95 % seed interval) against its effective
-    lr (`tables.effective_lr_table`), one marker and colour per optimiser name: memory that follows the effective lr
-    puts both names on one curve; memory that follows the name keeps them apart."""
+    lr (`tables.effective_lr_table`), one marker and colour per optimiser name, filled at the selected epoch and
+    hollow at the last (where every network has interpolated): memory that follows the effective lr puts both names
+    on one curve; memory that follows the name keeps them apart."""
     t = tables.effective_lr_table(runs)
     fig, (ax,) = new_figure(width=4.8, height=3.0)
     for k, (name, g) in enumerate(t.groupby("optimizer", sort=False)):
         g = g.sort_values("effective_lr")
         x = g["effective_lr"] * 1.05 ** (k - 0.5)  # dodged apart (±2.5 %) so that equal effective lrs both show
+        lrs = ", ".join(f"{v:g}" for v in g["lr"])  # the nominal lrs, in the legend: labels at the markers collide
         ax.errorbar(x, g["spread_pp"], yerr=cells.interval_err(g), marker=MARKERS[k], capsize=2,
-                    linestyle=":", linewidth=0.8, color=f"C{k}", label=name)
-        for xk, r in zip(x, g.itertuples(), strict=True):  # the first name's labels left, the next's right
-            ax.annotate(f"lr {r.lr:g}", (xk, r.spread_pp), xytext=(6 if k else -6, 0), textcoords="offset points",
-                        fontsize=6, color=f"C{k}", ha="left" if k else "right", va="center")
+                    linestyle=":", linewidth=0.8, color=f"C{k}", label=f"{name} (lr {lrs}), selected epoch")
+        last = g.rename(columns=lambda c: c.removeprefix("last_") if c.startswith("last_spread") else "_" + c)
+        ax.errorbar(x * 1.1, last["spread_pp"], yerr=cells.interval_err(last), marker=MARKERS[k], capsize=2,
+                    linestyle="none", color=f"C{k}", markerfacecolor="white", label=f"{name}, last epoch")
     log_axis(ax, "x")
     ax.set_xlim(min(t["effective_lr"]) / 2, max(t["effective_lr"]) * 2)
     ax.set_ylim(bottom=0)
     ax.set_xlabel("effective learning rate (lr / (1 − β) for SGD+momentum)")
     ax.set_ylabel("test-accuracy spread across σ_w (pp)")
-    legend(ax, title="optimiser", loc="upper right")
+    legend(ax, title="optimiser", loc="lower left")
     return fig

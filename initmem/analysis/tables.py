@@ -230,8 +230,9 @@ def config_spreads(runs: pd.DataFrame) -> pd.DataFrame:
 def effective_lr_table(runs: pd.DataFrame) -> pd.DataFrame:
     """The matched-learning-rate control: per configuration its lr, momentum, effective lr (lr / (1 − β) for heavy-ball
     SGD, `metrics.lr_scale`), momentum-aware T_SGD_eff, seeds, spread (pp) with its 95 % seed-resampled interval on
-    the accuracy every run has (`cells.SUBSET_TEST` unless all have `FULL_TEST`), and how many selected epochs come
-    at or after the run's τ_interp (a network that had interpolated when it was selected)."""
+    the accuracy every run has (`cells.SUBSET_TEST` unless all have `FULL_TEST`), how many selected epochs come
+    at or after the run's τ_interp (a network that had interpolated when it was selected), and the same spread and
+    interval at the last epoch (`last_spread_pp*`, on the test subset: every network there has trained as long)."""
     common = cells.FULL_TEST if cells.spread_column(runs) == cells.FULL_TEST else cells.SUBSET_TEST
     confs = configurations(runs.drop(columns=[cells.FULL_TEST] if common != cells.FULL_TEST and cells.FULL_TEST
                                      in runs.columns else []))
@@ -243,7 +244,9 @@ def effective_lr_table(runs: pd.DataFrame) -> pd.DataFrame:
         rows.append({"optimizer": r["optimizer"], "lr": float(r["lr"]), "momentum": beta,
                      "effective_lr": float(r["lr"]) * metrics.lr_scale(r["optimizer"], beta),
                      "T_SGD_eff": run_median(g, "T_SGD_eff"), "seeds": int(g["seed"].nunique()),
-                     **spread_cells(g, True), "selected_after_tau": f"{int(after.sum())}/{len(g)}"})
+                     **spread_cells(g, True), "selected_after_tau": f"{int(after.sum())}/{len(g)}",
+                     **{f"last_{k}": v for k, v in spread_cells(g.assign(**{common: g["final_test_acc"]}),
+                                                                True).items()}})
     out = finish(pd.DataFrame(rows).sort_values(["effective_lr", "optimizer"], kind="stable").reset_index(drop=True))
     out.attrs["accuracy"] = common
     return out
