@@ -35,6 +35,20 @@ def interpolation_epoch(train_acc: Sequence[float], threshold: float = THRESHOLD
     return int(hit[0]) + 1 if hit.size else None
 
 
+COLLAPSE_DROP = 0.2  # a fall in train accuracy that counts as a fitted network's collapse (docs/findings.md)
+
+
+def collapse_epoch(train_acc: Sequence[float], tau_interp: int | None, drop: float = COLLAPSE_DROP) -> int | None:
+    """The first epoch at or after `tau_interp` whose train accuracy is `drop` or more below its best since then: a
+    network that had fitted its training set losing the fit (Adam's late loss spikes). None if it never did, or
+    never interpolated."""
+    if tau_interp is None or pd.isna(tau_interp):
+        return None
+    after = np.asarray(train_acc, dtype=float)[int(tau_interp) - 1:]
+    hit = np.flatnonzero(after <= np.fmax.accumulate(after) - drop)
+    return int(tau_interp) + int(hit[0]) if hit.size else None
+
+
 def tau_accuracies(history: pd.DataFrame) -> np.ndarray:
     """The train accuracies tau_interp reads: `WHOLE_TRAIN_COLUMN` where the history holds one (exact_tau: it is
     measured at every epoch where the whole split can have reached the threshold, so it decides alone), else

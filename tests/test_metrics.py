@@ -61,6 +61,16 @@ def test_interpolation_epoch():
     assert interpolation_epoch([]) is None
 
 
+def test_collapse_epoch_is_the_first_fall_of_drop_below_the_best_since_tau_interp():
+    acc = [0.5, 0.9, 0.996, 1.0, 0.85, 0.79, 1.0, 0.2]
+    assert metrics.collapse_epoch(acc, 3) == 6  # 0.79 <= 1.0 - 0.2; 0.85 is not a collapse
+    assert metrics.collapse_epoch(acc, 3, drop=0.1) == 5
+    assert metrics.collapse_epoch(acc[:5], 3) is None
+    assert metrics.collapse_epoch(acc, None) is None
+    assert metrics.collapse_epoch([1.0, 0.5, 0.6, 1.0], 3) is None  # a fall before tau_interp is not a collapse
+    assert metrics.collapse_epoch([1.0, float("nan"), 0.7], 1) == 3  # a missing epoch neither counts nor resets
+
+
 def test_best_epoch():
     assert best_epoch([3.0, 1.0, 2.0, 1.0]) == 2  # first of the ties
     assert best_epoch([nan, 5.0, nan, 4.0]) == 4

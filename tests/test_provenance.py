@@ -23,8 +23,10 @@ HAS_GIT = shutil.which("git") is not None
 
 
 @pytest.mark.parametrize("given, stored", [
-    (f"imagefolder-tar:{ROOT.parent}/datasets/cifar10-jpeg.tar.gz",
-     "imagefolder-tar:../datasets/cifar10-jpeg.tar.gz"),
+    (f"imagefolder-tar:{ROOT.parent}/datasets/cifar10-jpeg.tar.gz", "imagefolder-tar:cifar10-jpeg.tar.gz"),
+    ("imagefolder-tar:../elsewhere/data/cifar10-jpeg.tar.gz", "imagefolder-tar:cifar10-jpeg.tar.gz"),
+    (f"imagefolder-tar:{ROOT}/../sweep/data/c.tar.gz", "imagefolder-tar:c.tar.gz"),
+    (f"imagefolder-tar:{ROOT}/data/../data/c.tar.gz", "imagefolder-tar:data/c.tar.gz"),
     (f"imagefolder:{ROOT}/data/cifar10", "imagefolder:data/cifar10"),
     ("torchvision:/mnt/some/machine/datasets/cifar-10-batches-py", "torchvision:cifar-10-batches-py"),
     ("imagefolder-tar:data/x.tar.gz", "imagefolder-tar:data/x.tar.gz"),
@@ -33,6 +35,12 @@ HAS_GIT = shutil.which("git") is not None
 def test_a_data_source_is_stored_without_the_machines_path(given, stored):
     assert provenance.portable_source(given) == stored
     assert provenance.portable({"git_dirty": False, "data_source": given})["data_source"] == stored
+
+
+@pytest.mark.parametrize("given, stored", [("data", "data"), ("../elsewhere/data/c.tar.gz", "c.tar.gz"),
+                                           (f"{ROOT}/data/x.tar.gz", "data/x.tar.gz"), ("/mnt/d/x.tar.gz", "x.tar.gz")])
+def test_a_records_data_root_names_no_place_outside_the_repository(given, stored):
+    assert provenance.portable_config({"data_root": given, "lr": 0.1}) == {"data_root": stored, "lr": 0.1}
 
 
 @pytest.mark.skipif(not HAS_GIT, reason="needs git")
@@ -67,14 +75,17 @@ def test_migrate_relabels_an_older_record_keeping_every_number(tmp_path):
     rec = json.loads((run / "run.json").read_text())
     prov = {k: v for k, v in rec["provenance"].items() if k != "git_diff"}
     prov.update(git_dirty=True, data_source=f"imagefolder-tar:{ROOT.parent}/datasets/cifar10-jpeg.tar.gz")
-    (run / "run.json").write_text(json.dumps({**rec, "provenance": prov}, indent=2) + "\n")
+    config = {**rec["config"], "data_root": f"{ROOT.parent}/datasets/cifar10-jpeg.tar.gz"}
+    (run / "run.json").write_text(json.dumps({**rec, "config": config, "provenance": prov}, indent=2) + "\n")
     history = (run / "history.csv").read_bytes()
     assert migrate(tmp_path) == [run / "run.json"] and migrate(tmp_path) == []
     new = json.loads((run / "run.json").read_text())
-    assert new["provenance"]["data_source"] == "imagefolder-tar:../datasets/cifar10-jpeg.tar.gz"
+    assert new["provenance"]["data_source"] == "imagefolder-tar:cifar10-jpeg.tar.gz"
+    assert new["config"] == {**rec["config"], "data_root": "cifar10-jpeg.tar.gz"}
     assert new["provenance"]["git_diff"] == provenance.UNKNOWN_DIFF and str(ROOT.parent) not in (run / "run.json"
                                                                                                  ).read_text()
-    assert {k: v for k, v in new.items() if k != "provenance"} == {k: v for k, v in rec.items() if k != "provenance"}
+    keep = {"provenance", "config"}
+    assert {k: v for k, v in new.items() if k not in keep} == {k: v for k, v in rec.items() if k not in keep}
     assert (run / "history.csv").read_bytes() == history
     runs = load_runs(tmp_path)
     assert not runs["git_diff_known"].iloc[0] and runs["data_hash"].iloc[0] == rec["provenance"]["data_hash"]
@@ -88,6 +99,7 @@ def test_no_committed_file_holds_the_absolute_path_of_this_checkout():
     found = subprocess.run(["git", "grep", "-l", "-F", str(ROOT.parent) + "/", "--", ".", ":!tests/test_provenance.py"],
                            cwd=ROOT, capture_output=True, text=True)
     assert found.returncode == 1 and found.stdout == "", found.stdout  # 1: nothing found
-    for rec in (ROOT / "results").rglob("run.json"):
-        source = json.loads(rec.read_text())["provenance"]["data_source"]
-        assert not source.split(":", 1)[1].startswith("/"), (rec, source)
+    for rec in (ROOT / "results").rglob("run.json"):  # nor a place outside it: a path inside, or a file name
+        record = json.loads(rec.read_text())
+        for path in (record["provenance"]["data_source"].split(":", 1)[1], record["config"]["data_root"]):
+            assert not path.startswith("/") and ".." not in Path(path).parts, (rec, path)

@@ -6,6 +6,7 @@ import math
 import pandas as pd
 from matplotlib import ticker
 from matplotlib.figure import Figure
+from matplotlib.lines import Line2D
 
 from initmem import metrics
 from initmem.analysis import instrument_tables, plots, style, tables
@@ -150,3 +151,33 @@ def _unfold_panel(ax, t: pd.DataFrame, cs: pd.DataFrame, clock: str, collapse: p
         text += f"\nwith Θ only: {collapse['ratio_theta_configs']:.2f}"
     ax.text(0.98, 0.97, text, transform=ax.transAxes, ha="right", va="top", fontsize=6, color="0.3", zorder=5,
             bbox={"boxstyle": "square,pad=0.15", "facecolor": "white", "edgecolor": "none", "alpha": 0.8})
+
+
+def spike_curves(runs: pd.DataFrame, histories: pd.DataFrame, drop: float = metrics.COLLAPSE_DROP) -> Figure:
+    """Train accuracy (eval mode) of every run over epochs, a panel per configuration, a line per run coloured by σ_w,
+    × where it collapses after τ_interp (`metrics.collapse_epoch`) and ● at its selected epoch: whether a late spike
+    comes, when, and whether selection reads the network after it."""
+    confs = tables.configurations(runs)
+    sigmas = sorted(confs["sigma_w"].unique())
+    colors = style.sigma_colors(sigmas)
+    ids = sorted(confs["config"].unique())
+    fig, axes = style.new_figure(ncols=len(ids), width=2.3 * len(ids) + 0.9, height=2.4, sharey=True)
+    collapsed = False
+    for ax, cid in zip(axes, ids, strict=True):
+        g = confs[confs["config"] == cid]
+        for r in g.sort_values(["sigma_w", "seed"]).itertuples():
+            h = histories[(histories["run_id"] == r.run_id) & (histories["epoch"] >= 1)].sort_values("epoch")
+            acc = pd.Series(100 * h["train_acc"].to_numpy(float), index=h["epoch"].to_numpy())
+            ax.plot(acc.index, acc.to_numpy(), color=colors[r.sigma_w], linewidth=0.9)
+            if (e := metrics.collapse_epoch(h["train_acc"], r.tau_interp, drop)) is not None:
+                ax.plot(e, acc[e], "x", color="0.15", markersize=6, markeredgewidth=1.4)
+                collapsed = True
+            ax.plot(r.best_epoch, acc[int(r.best_epoch)], "o", color=colors[r.sigma_w], markeredgecolor="0.15",
+                    markersize=4)
+        ax.set(title=g["label"].iloc[0], xlabel="epoch")
+    axes[0].set_ylabel("train accuracy, eval mode (%)")
+    cross = Line2D([], [], marker="x", color="0.15", linestyle="none", markeredgewidth=1.4, label="collapse")
+    proxies = [Line2D([], [], color=colors[s], label=f"σ_w={s:g}") for s in sigmas] + [cross] * collapsed + [
+        Line2D([], [], marker="o", color="0.6", markeredgecolor="0.15", linestyle="none", label="selected epoch")]
+    fig.legend(handles=proxies, loc="outside right center", frameon=False)
+    return fig

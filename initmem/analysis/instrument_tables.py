@@ -251,3 +251,26 @@ def collapse_sentence(collapse: pd.DataFrame | str, rule: str = metrics.DEFAULT_
         parts.append(part)
     return (f"collapse ratio under {metrics.SELECTION_RULES[rule][1]} selection (0 = one curve, 1 = the clock says "
             f"nothing; {n} configurations): " + ", ".join(parts))
+
+
+def spike_table(runs: pd.DataFrame, histories: pd.DataFrame, drop: float = metrics.COLLAPSE_DROP) -> pd.DataFrame:
+    """Late collapses per configuration (Adam's loss spikes, docs/findings.md): its seeds, how many runs lose their fit
+    after τ_interp (`metrics.collapse_epoch`: train accuracy `drop` or more below its best since), at which epochs,
+    how many are selected at or after their collapse, and the spread with its interval at the selected and the last
+    epoch (`tables.rule_spreads`, on the accuracy every run has)."""
+    common = tables.common_accuracy(runs)
+    confs = tables.configurations(runs)
+    lead = list(dict.fromkeys(c for s in confs["section"].unique() for c in confs.attrs["label_columns"][s]))
+    by_run = {rid: h[h["epoch"] >= 1].sort_values("epoch") for rid, h in histories.groupby("run_id")}
+    rows = []
+    for _, g in confs.groupby("config", sort=True):
+        hit = [(e, int(r.best_epoch)) for r in g.itertuples()
+               if (e := metrics.collapse_epoch(by_run[r.run_id]["train_acc"], r.tau_interp, drop)) is not None]
+        rows.append({**{c: g[c].iloc[0] for c in lead}, "seeds": int(g["seed"].nunique()),
+                     "collapsed": f"{len(hit)}/{len(g)}",
+                     "collapse_epochs": ", ".join(str(e) for e, _ in sorted(hit)) or "–",
+                     "selected_after_collapse": f"{sum(b >= e for e, b in hit)}/{len(g)}",
+                     **tables.rule_spreads(g, common)})
+    out = cells.finish(pd.DataFrame(rows))
+    out.attrs["accuracy"] = common
+    return out

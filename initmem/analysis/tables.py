@@ -229,27 +229,36 @@ def config_spreads(runs: pd.DataFrame) -> pd.DataFrame:
 
 def effective_lr_table(runs: pd.DataFrame) -> pd.DataFrame:
     """The matched-learning-rate control: per configuration its lr, momentum, effective lr (lr / (1 − β) for heavy-ball
-    SGD, `metrics.lr_scale`), momentum-aware T_SGD_eff, seeds, spread (pp) with its 95 % seed-resampled interval on
-    the accuracy every run has (`cells.SUBSET_TEST` unless all have `FULL_TEST`), how many selected epochs come
-    at or after the run's τ_interp (a network that had interpolated when it was selected), and the same spread and
-    interval at the last epoch (`last_spread_pp*`, on the test subset: every network there has trained as long)."""
-    common = cells.FULL_TEST if cells.spread_column(runs) == cells.FULL_TEST else cells.SUBSET_TEST
-    confs = configurations(runs.drop(columns=[cells.FULL_TEST] if common != cells.FULL_TEST and cells.FULL_TEST
-                                     in runs.columns else []))
+    SGD, `metrics.lr_scale`), momentum-aware T_SGD_eff, seeds, spread (pp) with its 95 % seed-resampled interval at
+    the selected and at the last epoch (`rule_spreads`), and how many selected epochs come at or after the run's
+    τ_interp (a network that had interpolated when it was selected)."""
+    common = common_accuracy(runs)
     rows = []
-    for _, g in confs.groupby("config", sort=True):
+    for _, g in configurations(runs).groupby("config", sort=True):
         r = g.iloc[0]
         beta = float(r["momentum"]) if r["optimizer"] == "sgd_momentum" else 0.0
         after = (pd.to_numeric(g["best_epoch"]) >= pd.to_numeric(g["tau_interp"])).fillna(False)
         rows.append({"optimizer": r["optimizer"], "lr": float(r["lr"]), "momentum": beta,
                      "effective_lr": float(r["lr"]) * metrics.lr_scale(r["optimizer"], beta),
                      "T_SGD_eff": run_median(g, "T_SGD_eff"), "seeds": int(g["seed"].nunique()),
-                     **spread_cells(g, True), "selected_after_tau": f"{int(after.sum())}/{len(g)}",
-                     **{f"last_{k}": v for k, v in spread_cells(g.assign(**{common: g["final_test_acc"]}),
-                                                                True).items()}})
+                     "selected_after_tau": f"{int(after.sum())}/{len(g)}", **rule_spreads(g, common)})
     out = finish(pd.DataFrame(rows).sort_values(["effective_lr", "optimizer"], kind="stable").reset_index(drop=True))
     out.attrs["accuracy"] = common
     return out
+
+
+def common_accuracy(runs: pd.DataFrame) -> str:
+    """The test accuracy every run of `runs` has: `cells.FULL_TEST` (all 10,000 images) where all have it, else the
+    subset's `cells.SUBSET_TEST`, so that rows of one table compare like with like."""
+    return cells.FULL_TEST if cells.spread_column(runs) == cells.FULL_TEST else cells.SUBSET_TEST
+
+
+def rule_spreads(g: pd.DataFrame, common: str) -> dict:
+    """A configuration's spread (pp) and 95 % seed interval on accuracy `common` at the selected epoch (`spread_pp*`)
+    and the same on the test subset at the last epoch (`last_spread_pp*`: every network there has trained as long)."""
+    g = g.assign(**{cells.SUBSET_TEST: g[common]}).drop(columns=[cells.FULL_TEST], errors="ignore")
+    last = g.assign(**{cells.SUBSET_TEST: g["final_test_acc"]})
+    return {**spread_cells(g, True), **{f"last_{k}": v for k, v in spread_cells(last, True).items()}}
 
 
 def run_median(g: pd.DataFrame, column: str) -> float:

@@ -20,7 +20,7 @@ from initmem.checks import RECORD
 from initmem.config import TrainConfig, run_id
 from initmem.errors import ConfigError, ResultsError
 from initmem.store.files import atomic_write, ensure_writable
-from initmem.store.provenance import portable, utcnow
+from initmem.store.provenance import portable, portable_config, utcnow
 from initmem.store.record import (
     SCHEMA,
     check_record,
@@ -303,7 +303,7 @@ class RunFolders:
             return None
         folder = self.folder(result.config)
         record = {"schema": SCHEMA, "run_id": result.run_id, "section": self.section, "status": result.status,
-                  "config": result.config.to_dict(), "summary": result.summary,
+                  "config": portable_config(result.config.to_dict()), "summary": result.summary,
                   "history": {"sha256": "0" * 64, "rows": 0, "columns": []},  # until history.csv is written
                   "provenance": portable(result.provenance), "started_at": result.started_at,
                   "finished_at": result.finished_at}

@@ -6,7 +6,7 @@ from initmem.config import TrainConfig
 from initmem.errors import ConfigError, ResultsError
 from initmem.store import record as rec
 from initmem.store.files import atomic_write
-from initmem.store.provenance import portable
+from initmem.store.provenance import portable, portable_config
 from initmem.store.record import SCHEMA, V1_KEYS, record_error, verify_record
 from initmem.store.results import find_runs
 
@@ -33,23 +33,25 @@ def _upgrade(record: dict, file: Path) -> dict:
         raise record_error(file, f"has an invalid config: {exc}") from None
     if changed := [k for k, v in config.items() if new_config[k] != v]:
         raise record_error(file, f"has config values TrainConfig would change: {changed}")
-    new = {**record, "schema": SCHEMA, "config": new_config, "history": rec.history_meta(file.parent),
-           "provenance": portable(record["provenance"])}
+    new = {**record, "schema": SCHEMA, "config": portable_config(new_config),
+           "history": rec.history_meta(file.parent), "provenance": portable(record["provenance"])}
     new = {k: new[k] for k in rec.RECORD_TYPES}  # the key order RunFolders.write writes
     verify_record(file.parent, new)
     return new
 
 
 def migrate(path: str | Path) -> list[Path]:
-    """Upgrade schema-1 run.json files under `path` and provenance to `portable`, in place (every number and
-    history.csv kept), all checked before any is written; the paths rewritten ([] the second time)."""
+    """Upgrade schema-1 run.json files under `path`, and provenance and data_root to `portable*`, in place (every
+    number and history.csv kept), all checked before any is written; the paths rewritten ([] the second time)."""
     plan = []
     for folder in find_runs(path):
         file = folder / "run.json"
         record = rec.parse_record(file)
         if record.get("schema") == SCHEMA:
-            if (prov := portable(record.get("provenance"))) != record.get("provenance"):  # as kept now; the rest as was
-                new = {**record, "provenance": prov}
+            new = {**record, "provenance": portable(record.get("provenance")),  # as kept now; the rest as was
+                   "config": portable_config(record["config"]) if isinstance(record.get("config"), dict) else
+                   record.get("config")}
+            if new != record:
                 verify_record(folder, new)
                 plan.append((file, new))
             continue

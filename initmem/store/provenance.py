@@ -58,14 +58,29 @@ def git_diff(where: Path | None = None) -> dict | None:
             "training_path": text if text is not None and len(text) <= MAX_DIFF else None}
 
 
+def portable_path(path: str) -> str:
+    """A path as a record stores it: relative to the repository when inside it (`data/cifar10-jpeg.tar.gz`), else
+    only its file name (`data_hash` names the content): no record names a place on the machine that wrote it."""
+    full = os.path.expanduser(path)
+    full = full if os.path.isabs(full) else os.path.join(ROOT, full)
+    same_drive = os.path.splitdrive(full)[0] == os.path.splitdrive(str(ROOT))[0]
+    rel = os.path.normpath(os.path.relpath(full, ROOT)) if same_drive else full
+    inside = not os.path.isabs(rel) and rel != ".." and not rel.startswith(".." + os.sep)
+    return Path(rel).as_posix() if inside else Path(path).name
+
+
 def portable_source(source: str | None) -> str | None:
-    """A data source `<kind>:<path>` as a record names it: the path relative to the repository if in or beside it
-    (`../datasets/x.tar.gz`), else the file name (`data_hash` names the content); one without a path is kept."""
-    if not isinstance(source, str) or ":" not in source or not os.path.isabs(path := source.split(":", 1)[1]):
+    """A data source `<kind>:<path>` with its path `portable_path`; one without a path (`synthetic:…`) is kept."""
+    if not isinstance(source, str) or ":" not in source:
         return source
-    rel = os.path.relpath(path, ROOT) if os.path.splitdrive(path)[0] == os.path.splitdrive(str(ROOT))[0] else path
-    name = Path(rel).as_posix() if not os.path.isabs(rel) and Path(rel).parts[:2].count("..") <= 1 else Path(path).name
-    return f"{source.split(':', 1)[0]}:{name}"
+    kind, path = source.split(":", 1)
+    return f"{kind}:{portable_path(path)}" if "/" in path or os.sep in path else source
+
+
+def portable_config(config: dict) -> dict:
+    """A run's config as a record stores it: `data_root` `portable_path` (it is no part of the run id)."""
+    root = config.get("data_root")
+    return {**config, "data_root": portable_path(root)} if isinstance(root, str) and root else config
 
 
 def portable(prov: Any) -> Any:

@@ -23,12 +23,22 @@ def run_folders(tree: Path) -> dict[str, Path]:
 def compare(a: Path, b: Path) -> str:
     ha, hb = pd.read_csv(a / "history.csv"), pd.read_csv(b / "history.csv")
     ca, cb = (json.loads((f / "run.json").read_text())["provenance"]["git_commit"][:10] for f in (a, b))
-    cols = [c for c in ha.columns if c != "wall_time"]
-    if list(ha.columns) != list(hb.columns) or ha.shape != hb.shape:
-        return f"{a.name}: {ca} vs {cb}: histories differ in shape or columns ({ha.shape} vs {hb.shape})"
+    cols = [c for c in ha.columns if c != "wall_time" and c in hb.columns]
+    only = sorted(set(ha.columns) ^ set(hb.columns))  # e.g. full_test's columns, recorded by one run only
+    extra = f" ({', '.join(only)} in one history only, not compared)" if only else ""
+    if len(ha) != len(hb):
+        return f"{a.name}: {ca} vs {cb}: histories differ in length ({len(ha)} vs {len(hb)} epochs)"
     diff = [c for c in cols if not ha[c].equals(hb[c])]
-    return (f"{a.name}: {ca} vs {cb}: {len(ha)} epochs x {len(cols)} columns "
-            + ("identical (every value bit for bit, wall_time aside)" if not diff else f"differ in {diff}"))
+    if not diff:
+        return (f"{a.name}: {ca} vs {cb}: {len(ha)} epochs x {len(cols)} shared columns identical (every value bit "
+                f"for bit, wall_time aside){extra}")
+    sa, sb = (json.loads((f / "run.json").read_text())["summary"] for f in (a, b))
+    first = int(ha["epoch"][~pd.concat([ha[c].eq(hb[c]) | (ha[c].isna() & hb[c].isna()) for c in diff],
+                                       axis=1).all(axis=1)].min())
+    return (f"{a.name}: {ca} vs {cb}: {len(ha)} epochs x {len(cols)} shared columns differ from epoch {first} in "
+            f"{len(diff)} columns ({', '.join(diff[:4])}, ...){extra}; selected epoch {sa['best_epoch']} vs "
+            f"{sb['best_epoch']}, test accuracy there {100 * sa['test_acc_at_best']:.2f} vs "
+            f"{100 * sb['test_acc_at_best']:.2f} %")
 
 
 def main(first: str, second: str) -> None:

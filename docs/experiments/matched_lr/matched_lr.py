@@ -5,7 +5,7 @@ cpu_w025 grid's SGD and SGD+momentum at their defaults (`results/cpu_w025`). Run
 
     python docs/experiments/matched_lr/matched_lr.py
 
-It writes matched_lr.md (the table; tests/test_matched_lr.py keeps it equal to a fresh computation) and
+It writes matched_lr.md (the table; tests/test_experiment_reports.py keeps it equal to a fresh computation) and
 F_matched_lr.png beside this script.
 """
 

@@ -44,10 +44,9 @@ def spikes(runs: pd.DataFrame, hist: pd.DataFrame) -> None:
         r = runs[runs["run_id"] == rid].iloc[0]
         if r["optimizer"] not in ("adam", "adamw") or pd.isna(r["tau_interp"]):
             continue
-        h = h.sort_values("epoch")
+        h = h[h["epoch"] >= 1].sort_values("epoch")
+        first = metrics.collapse_epoch(h["train_acc"], int(r["tau_interp"]))
         after = h[h["epoch"] >= r["tau_interp"]]
-        low = after[after["train_acc"] <= after["train_acc"].cummax() - 0.2]
-        first = int(low["epoch"].iloc[0]) if len(low) else None
         rows.append((r["optimizer"], r["sigma_w"], r["seed"], int(r["tau_interp"]), first,
                      None if first is None else round(100 * float(after.loc[after["epoch"] >= first,
                                                                             "train_acc"].min()), 1),

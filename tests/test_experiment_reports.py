@@ -1,0 +1,130 @@
+"""The reports of docs/experiments that docs/findings.md quotes, each kept equal to what the committed runs give: the
+matched-learning-rate control (its table reads the effective lr off each configuration) and Adam's late collapses
+against ε (the spike table counts what metrics.collapse_epoch finds in each run, the figure marks only what
+happened)."""
+
+import runpy
+from pathlib import Path
+from types import SimpleNamespace
+
+import pandas as pd
+import pytest
+
+from initmem.analysis import instrument_plots, instrument_tables, plots, tables
+from initmem.store.results import load_histories, load_runs
+
+ROOT = Path(__file__).resolve().parent.parent
+EXPERIMENTS = ROOT / "docs" / "experiments"
+
+
+def load_script(name: str) -> SimpleNamespace:
+    """docs/experiments/<name>/<name>.py's functions, without running its main()."""
+    return SimpleNamespace(**runpy.run_path(str(EXPERIMENTS / name / f"{name}.py")))
+
+
+@pytest.fixture(scope="module")
+def w025():
+    runs = load_runs(ROOT / "results" / "cpu_w025")
+    return runs[runs["optimizer"].isin(["sgd", "sgd_momentum"])].reset_index(drop=True)
+
+
+@pytest.fixture(scope="module")
+def adaptive():
+    runs = load_runs(ROOT / "results" / "cpu_w025")
+    runs = runs[runs["optimizer"].isin(["adam", "adamw"])].reset_index(drop=True)
+    hist = load_histories(ROOT / "results" / "cpu_w025")
+    return runs, hist[hist["run_id"].isin(runs["run_id"])].reset_index(drop=True)
+
+
+def test_the_effective_lr_folds_momentum_in_and_orders_the_rows(w025):
+    t = tables.effective_lr_table(w025)
+    assert list(t["optimizer"]) == ["sgd", "sgd_momentum"]  # effective 0.01, then 0.1
+    assert t["effective_lr"].tolist() == pytest.approx([0.01, 0.1])
+    assert t["momentum"].tolist() == [0.0, 0.9]
+    assert t["T_SGD_eff"].tolist() == pytest.approx([0.011625, 1.1625])  # 3,720 steps × η_eff² / 32
+    assert (t["spread_pp_lo"] <= t["spread_pp"]).all() and (t["spread_pp"] <= t["spread_pp_hi"]).all()
+    assert t.attrs["accuracy"] == "test_acc_at_best"  # the cpu_w025 runs have no whole-test accuracy
+
+
+def test_selected_after_tau_counts_runs_selected_once_interpolated(w025):
+    moved = w025.assign(tau_interp=w025["best_epoch"])  # every run selected exactly at its tau_interp
+    assert set(tables.effective_lr_table(moved)["selected_after_tau"]) == {"6/6"}
+    never = w025.assign(tau_interp=float("nan"))  # no run interpolated
+    assert set(tables.effective_lr_table(never)["selected_after_tau"]) == {"0/6"}
+
+
+def test_a_mix_of_whole_and_subset_test_accuracies_uses_the_subset_for_every_row(w025):
+    mixed = pd.concat([w025.assign(test_acc_full_at_best=float("nan")).iloc[:6],
+                       w025.iloc[6:].assign(test_acc_full_at_best=0.0)], ignore_index=True)
+    t = tables.effective_lr_table(mixed)
+    assert t.attrs["accuracy"] == "test_acc_at_best"
+    assert t["spread_pp"].tolist() == pytest.approx(tables.effective_lr_table(w025)["spread_pp"].tolist())
+
+
+def test_the_last_epoch_spread_is_the_range_of_the_seed_mean_final_accuracies(w025):
+    t = tables.effective_lr_table(w025)
+    for r in t.itertuples():
+        g = w025[w025["optimizer"] == r.optimizer]
+        by_sigma = g.groupby("sigma_w")["final_test_acc"].mean()
+        assert r.last_spread_pp == pytest.approx(100 * (by_sigma.max() - by_sigma.min()))
+        assert r.last_spread_pp_lo <= r.last_spread_pp <= r.last_spread_pp_hi
+    # a change to the last epoch's accuracies moves the last-epoch spread and leaves the selected one
+    shifted = w025.assign(final_test_acc=w025["final_test_acc"] + 0.05 * (w025["sigma_w"] == 0.1))
+    u = tables.effective_lr_table(shifted)
+    assert u["spread_pp"].tolist() == pytest.approx(t["spread_pp"].tolist())
+    assert u["last_spread_pp"].tolist() != pytest.approx(t["last_spread_pp"].tolist())
+
+
+def test_the_figure_draws_both_selection_rules_per_optimiser(w025):
+    fig = plots.spread_vs_effective_lr(w025)
+    (ax,) = fig.axes
+    assert ax.get_legend_handles_labels()[1] == ["sgd (lr 0.01), selected epoch", "sgd, last epoch",
+                                                 "sgd_momentum (lr 0.01), selected epoch", "sgd_momentum, last epoch"]
+    assert ax.get_xscale() == "log"
+
+
+def test_the_committed_control_table_is_what_the_committed_runs_give():
+    script = load_script("matched_lr")
+    committed = (EXPERIMENTS / "matched_lr" / "matched_lr.md").read_text(encoding="utf-8")
+    assert committed == script.report(script.control_runs())
+
+
+def test_the_spike_table_counts_the_collapses_the_recompute_found(adaptive):
+    t = instrument_tables.spike_table(*adaptive)
+    assert list(t["optimizer"]) == ["adam", "adamw"]
+    n = [tuple(map(int, c.split("/"))) for c in t["collapsed"]]
+    assert sum(k for k, _ in n) == 7 and sum(m for _, m in n) == 12  # docs/experiments/recompute/recompute.txt
+    assert all(len(e.split(", ")) == k for e, (k, _) in zip(t["collapse_epochs"], n, strict=True))
+    assert (t["spread_pp_lo"] <= t["spread_pp"]).all() and (t["last_spread_pp"] <= t["last_spread_pp_hi"]).all()
+
+
+def test_a_planted_collapse_is_counted_and_one_before_tau_interp_is_not(adaptive):
+    runs, hist = adaptive
+    before = instrument_tables.spike_table(runs, hist)
+    quiet = next(r for r in runs.itertuples() if r.optimizer == "adam"
+                 and hist.loc[hist["run_id"] == r.run_id, "train_acc"].iloc[-5:].min() > 0.99)
+    at = (hist["run_id"] == quiet.run_id) & (hist["epoch"] == 59)
+    after = instrument_tables.spike_table(runs, hist.assign(train_acc=hist["train_acc"].mask(at, 0.5)))
+    assert int(after["collapsed"][0].split("/")[0]) == int(before["collapsed"][0].split("/")[0]) + 1
+    assert "59" in after["collapse_epochs"][0].split(", ")
+    early = (hist["run_id"] == quiet.run_id) & (hist["epoch"] == int(quiet.tau_interp) - 1)
+    moved = instrument_tables.spike_table(runs, hist.assign(train_acc=hist["train_acc"].mask(early, 0.1)))
+    assert moved["collapsed"].tolist() == before["collapsed"].tolist()
+
+
+def test_the_spike_figure_has_a_panel_per_epsilon_and_marks_only_what_happened(adaptive):
+    runs, hist = load_script("adam_eps").adam_runs()
+    fig = instrument_plots.spike_curves(runs, hist)
+    panels = [ax for ax in fig.axes if ax.get_title()]
+    assert [ax.get_title() for ax in panels] == ["eps=1e-08", "eps=1e-06", "eps=0.0001"]
+    assert [t.get_text() for t in fig.legends[0].get_texts()][-2:] == ["collapse", "selected epoch"]
+    calm = adaptive[0][adaptive[0]["optimizer"] == "adam"]
+    calm_hist = adaptive[1].assign(train_acc=1.0)  # no run ever loses its fit
+    texts = [t.get_text() for t in instrument_plots.spike_curves(calm, calm_hist).legends[0].get_texts()]
+    assert "collapse" not in texts and "selected epoch" in texts
+
+
+def test_the_committed_spike_table_is_what_the_committed_runs_give():
+    script = load_script("adam_eps")
+    committed = (EXPERIMENTS / "adam_eps" / "adam_eps.md").read_text(encoding="utf-8")
+    assert committed == script.report(*script.adam_runs())
