@@ -57,8 +57,9 @@ def clone(tmp_path_factory) -> tuple[Path, subprocess.CompletedProcess]:
     where = subprocess.run([sys.executable, "-c", "import initmem; print(initmem.__file__)"], cwd=dst, env=env,
                            capture_output=True, text=True, check=True).stdout.strip()
     assert Path(where).is_relative_to(dst), where
-    proc = subprocess.run([sys.executable, "-m", "initmem.cli", "figures", "--no-progress"], cwd=dst, env=env,
-                          capture_output=True, text=True, timeout=900)
+    # --check-layout: every figure's layout is checked as it is made (tests/test_figure_layout.py)
+    proc = subprocess.run([sys.executable, "-m", "initmem.cli", "figures", "--no-progress", "--check-layout"],
+                          cwd=dst, env=env, capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return dst, proc
 

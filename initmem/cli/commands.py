@@ -193,18 +193,21 @@ def _add_figures(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--overwrite", action="store_true", help="write into a committed figure set from another results "
                    "tree, or into a folder holding other files (default: refused)")
     p.add_argument("--no-progress", dest="progress", action="store_false", help="do not stream notebook output")
+    p.add_argument("--check-layout", action="store_true", help="fail, naming it, on a figure with text outside its "
+                   "canvas, a title of more than one line or wider than the figure, or a legend entry for nothing "
+                   "drawn (default: off)")
 
 
 def _cmd_figures(args: argparse.Namespace) -> int:
     from initmem.figures.artefacts import ROOT, make_figures, make_study_figures
     if args.results is args.out is args.notebooks is None:
-        written = make_study_figures(progress=args.progress)
+        written = make_study_figures(progress=args.progress, check_layout=args.check_layout)
         print(f"initmem figures: {len(written)} files written; indexes: "
               + ", ".join(str(f) for f in written if f.name == "README.md"))
         return 0
     results = ROOT / "results" / "cpu" if args.results is None else args.results  # '' is refused, not the default
     written = make_figures(results, args.out, notebooks=args.notebooks, progress=args.progress,
-                           overwrite=args.overwrite)
+                           overwrite=args.overwrite, check_layout=args.check_layout)
     print(f"initmem figures: {len(written)} files written; index: {written[-1]}")
     return 0
 

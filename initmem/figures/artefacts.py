@@ -17,6 +17,7 @@ from matplotlib.figure import Figure
 from initmem.analysis import cells, display, style
 from initmem.checks import RESULTS_ROOT
 from initmem.errors import ConfigError, NoResults, ResultsError
+from initmem.figures import layout
 from initmem.figures.paths import (  # re-exported: figures.COMMITTED_SETS is what `make figures` makes
     COMMITTED_SETS,
     EXECUTED,
@@ -205,6 +206,8 @@ class FigureBook:
         self.figures: dict[str, Figure] = {}  # what `figure` built, by name (tests check their layout)
         self.tables: dict[str, pd.DataFrame | str] = {}  # what `table` built (or its placeholder), by name
         self._titles: dict[str, str] = {}
+        if os.environ.get(layout.CHECK_ENV) == "1":  # `make_figures(check_layout=True)`: legends judged by their handles
+            layout.record_legend_handles()
 
     def param(self, name: str, default=None):
         """A `fixed` value of `params/<section>.yaml` in the results' profile (not in run.json), else `default`."""
@@ -265,6 +268,9 @@ class FigureBook:
         self.written += save_figure(fig, name, self.out_dir, self.stamp, title, missing=msg is not None,
                                     description=description)
         self.figures[name] = fig
+        if os.environ.get(layout.CHECK_ENV) == "1" and msg is None and (problems := layout.layout_problems(fig)):
+            raise ResultsError(f"figure {name} in {display_path(self.out_dir)} has {len(problems)} layout "
+                               f"problem(s): {'; '.join(problems)}")
         return fig
 
 
@@ -313,17 +319,19 @@ def write_index(out: str | Path) -> Path:
     return atomic_write(out / "README.md", "\n".join(lines))
 
 
-def make_study_figures(progress: bool = True) -> list[Path]:
+def make_study_figures(progress: bool = True, check_layout: bool = False) -> list[Path]:
     """`make_figures` for every entry of `COMMITTED_SETS`, in order; the files written, each set's index last."""
     return [f for results, out, nbs in COMMITTED_SETS
-            for f in make_figures(ROOT / results, ROOT / out, notebooks=list(nbs) if nbs else None, progress=progress)]
+            for f in make_figures(ROOT / results, ROOT / out, notebooks=list(nbs) if nbs else None, progress=progress,
+                                  check_layout=check_layout)]
 
 
 def make_figures(results: str | Path = ROOT / "results/cpu", out: str | Path | None = None,
-                 notebooks: list[str | Path] | None = None, progress: bool = True, overwrite: bool = False
-                 ) -> list[Path]:
+                 notebooks: list[str | Path] | None = None, progress: bool = True, overwrite: bool = False,
+                 check_layout: bool = False) -> list[Path]:
     """Execute the figure notebooks (stems or .py paths; default: a committed set's own) over `results` into `out`;
-    the files written, the index last. A failing notebook raises NotebookError (its copy in `<out>/.executed/`)."""
+    the files written, the index last. A failing notebook raises NotebookError (its copy in `<out>/.executed/`);
+    with `check_layout`, so does a figure with a layout defect (`figures.layout`), naming it."""
     from initmem.study.notebook import execute_notebook
     chosen = _select(notebooks) if notebooks is not None else None  # a bad name first: it needs no folder
     results = resolve("results", results, RESULTS_ROOT)
@@ -341,6 +349,7 @@ def make_figures(results: str | Path = ROOT / "results/cpu", out: str | Path | N
     atomic_write(out / MARKER, display_path(results) + "\n")  # first: an interrupted run's folder is known as its own
     start = time.time()
     env = {OVERWRITE_ENV: "1"} if overwrite else {}  # the notebooks' own FigureBook check is asked away too
+    env |= {layout.CHECK_ENV: "1"} if check_layout else {}
     for nb in chosen:
         t = time.time()
         execute_notebook(nb, out / EXECUTED / f"{nb.stem}.ipynb", {"results_dir": str(results), "out_dir": str(out)},
