@@ -28,8 +28,8 @@ MAX_SEED = 2**63 - 1  # torch generators take 64-bit seeds; the sign bit stays c
 
 # Every optimiser hyper-parameter with the value each optimiser uses by default. For one that does not apply to an
 # optimiser (not in OPTIMIZER_HPARAMS[name]) the value is the neutral one: only that value is accepted.
-_NEUTRAL = dict(momentum=0.0, weight_decay=0.0, betas=(0.9, 0.999), eps=1e-8, nesterov=False, ns_steps=5,
-                muon_aux_lr=1e-3)
+_NEUTRAL = dict(momentum=0.0, weight_decay=0.0, betas=(0.9, 0.999), eps=1e-8, amsgrad=False, nesterov=False,
+                ns_steps=5, muon_aux_lr=1e-3)
 OPTIMIZER_DEFAULTS: dict[str, dict] = {
     "sgd": {**_NEUTRAL, "lr": 0.01},
     "sgd_momentum": {**_NEUTRAL, "lr": 0.01, "momentum": 0.9},
@@ -40,8 +40,8 @@ OPTIMIZER_DEFAULTS: dict[str, dict] = {
 OPTIMIZER_HPARAMS: dict[str, tuple[str, ...]] = {
     "sgd": ("weight_decay",),
     "sgd_momentum": ("momentum", "weight_decay", "nesterov"),
-    "adam": ("weight_decay", "betas", "eps"),
-    "adamw": ("weight_decay", "betas", "eps"),
+    "adam": ("weight_decay", "betas", "eps", "amsgrad"),
+    "adamw": ("weight_decay", "betas", "eps", "amsgrad"),
     "muon": ("momentum", "weight_decay", "nesterov", "ns_steps", "betas", "eps", "muon_aux_lr"),
 }
 SCHEDULE_HPARAMS = {"step": ("step_milestones", "step_gamma")}  # used by that schedule only
@@ -76,6 +76,9 @@ class TrainConfig:
                                           "default 0")
     betas: tuple[float, float] = _f((0.9, 0.999), "Adam betas (adam/adamw and muon's AdamW part)")
     eps: float = _f(1e-8, "Adam epsilon (adam/adamw and muon's AdamW part)")
+    amsgrad: bool = _f(False, "adam/adamw divide by the running maximum of the second moment, not its decaying "
+                              "average (AMSGrad): a coordinate's step does not grow back when its gradients "
+                              "shrink", id_default=False)
     muon_aux_lr: float = _f(1e-3, "AdamW lr for BatchNorm params, biases and the head under muon")
     ns_steps: int = _f(5, "Newton-Schulz iterations (muon)")
     # schedule
@@ -149,7 +152,7 @@ class TrainConfig:
         if new != self.optimizer and new in OPTIMIZER_DEFAULTS:
             old = OPTIMIZER_DEFAULTS[self.optimizer]
             changes = {**{k: None for k in _OPT_FIELDS if getattr(self, k) == old[k]}, **changes}
-            for k in ("betas", "eps", "muon_aux_lr", "ns_steps"):
+            for k in ("betas", "eps", "amsgrad", "muon_aux_lr", "ns_steps"):
                 if k not in changes and k not in OPTIMIZER_HPARAMS[new]:
                     changes[k] = OPTIMIZER_DEFAULTS[new][k]
         return dataclasses.replace(self, **changes)
@@ -227,6 +230,7 @@ def _check_recipe(c: TrainConfig, check: _Check) -> None:
     check.real("weight_decay", lambda v: v >= 0, "a finite real >= 0 (or None: the optimiser's default)")
     check.put("betas", _reals("betas", c.betas, 2, lambda x: 0 <= x < 1, "a pair of reals in [0, 1)"))
     check.real("eps", lambda v: v > 0, "a finite real > 0")
+    check.flag("amsgrad")
     check.real("muon_aux_lr", lambda v: v > 0, "a finite real > 0")
     check.integer("ns_steps", 1, hi=99)
     check.choice("schedule", SCHEDULES)
@@ -241,7 +245,7 @@ def _check_inapplicable(c: TrainConfig) -> None:
     """One rule for every inapplicable setting: a value the recipe would silently ignore is a lie in every table
     that lists it, so only the neutral value is accepted."""
     defaults, used = OPTIMIZER_DEFAULTS[c.optimizer], OPTIMIZER_HPARAMS[c.optimizer]
-    for name in ("momentum", "weight_decay", "betas", "eps", "muon_aux_lr", "ns_steps"):
+    for name in ("momentum", "weight_decay", "betas", "eps", "amsgrad", "muon_aux_lr", "ns_steps"):
         if name not in used and getattr(c, name) != defaults[name]:
             raise _bad(name, getattr(c, name), f"optimizer={c.optimizer!r} does not use it; only its "
                                                f"default {defaults[name]!r} is accepted")

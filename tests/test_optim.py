@@ -197,6 +197,25 @@ def test_defaults_and_coupling():
     assert OPTIMIZER_DEFAULTS["muon"]["lr"] == 0.02 and OPTIMIZER_DEFAULTS["muon"]["muon_aux_lr"] == 1e-3
     # neutral values of inapplicable hyper-parameters are accepted (TrainConfig passes every field)
     build_optimizer("adam", model, momentum=0.0, ns_steps=5, nesterov=False, muon_aux_lr=1e-3, betas=[0.9, 0.999])
+    assert not adam.param_groups[0]["amsgrad"]
+    assert build_optimizer("adamw", model, amsgrad=True).param_groups[0]["amsgrad"] is True
+
+
+def test_amsgrad_keeps_the_largest_second_moment_so_the_step_shrinks_with_the_gradient():
+    """AMSGrad's denominator never decays: after large gradients, a 100x smaller one moves a weight tens of times
+    less than under plain Adam (whose second moment decays toward the small gradients), at the same lr."""
+    moved = {}
+    for amsgrad in (False, True):
+        net = torch.nn.Linear(4, 1, bias=False)
+        # no momentum and a fast-decaying v: the contrast within a few steps
+        opt = build_optimizer("adam", net, amsgrad=amsgrad, betas=(0.0, 0.9))
+        for g in [1.0] * 5 + [0.01] * 200:
+            net.weight.grad = torch.full_like(net.weight, g)
+            before = net.weight.detach().clone()
+            opt.step()
+        moved[amsgrad] = (net.weight.detach() - before).abs().max().item()
+    assert moved[False] > 0.5e-3  # plain Adam: back to ~lr per coordinate once v has decayed to the small gradients
+    assert moved[False] > 30 * moved[True]
 
 
 @pytest.mark.parametrize("name,kw,match", [
@@ -212,6 +231,8 @@ def test_defaults_and_coupling():
     ("muon", {"momentum": 1.0}, "momentum=1.0"),
     ("adam", {"betas": (0.9,)}, "betas"),
     ("adam", {"eps": 0.0}, "eps=0.0"),
+    ("adam", {"amsgrad": 1}, "amsgrad=1"),
+    ("sgd_momentum", {"amsgrad": True}, "amsgrad=True.*optimizer='sgd_momentum'"),
     ("muon", {"ns_steps": 0}, "ns_steps=0"),
     ("sgd_momentum", {"momentum": 0.0, "nesterov": True}, "nesterov"),
 ])

@@ -221,7 +221,7 @@ def test_the_population_interface_gives_each_member_its_losses_counts_and_weight
 
 @pytest.mark.parametrize("optimizer, hparams", [("sgd", dict(weight_decay=1e-2)), ("sgd_momentum", {}),
                                                 ("adam", dict(weight_decay=1e-3)), ("adamw", {}),
-                                                ("muon", dict(weight_decay=1e-2))])
+                                                ("adam", dict(amsgrad=True)), ("muon", dict(weight_decay=1e-2))])
 def test_the_population_optimiser_gives_each_member_its_separate_update(optimizer, hparams):
     """Same gradients in, same parameters out, over three steps (momentum and Adam state included): chaos-free."""
     nets = _nets()

@@ -270,7 +270,7 @@ def test_time_steps_returns_seconds_per_step():
     ("batch_size", 0), ("batch_size", 32.0), ("epochs", True), ("seed", -3), ("device", "gpu"),
     ("device", "cuda:x"), ("eval_batch_size", 0), ("checkpoint_every", -1), ("channels_last", "yes"),
     ("precision", "fp16"), ("precision", "amp"), ("compile", None), ("eval_every", 0), ("eval_every", 3),
-    ("deterministic", 1),
+    ("deterministic", 1), ("amsgrad", 1),
 ])  # fmt: skip
 def test_a_bad_field_is_a_one_line_config_error_naming_field_and_value(name, value):
     with pytest.raises(ConfigError) as err:
@@ -294,6 +294,9 @@ def test_an_unused_hyper_parameter_must_keep_its_neutral_value():
     with pytest.raises(ConfigError, match=r"TrainConfig\.momentum=0\.9 is invalid: optimizer='sgd' does not use"):
         TrainConfig(optimizer="sgd", momentum=0.9)
     assert TrainConfig(optimizer="muon", ns_steps=3).ns_steps == 3
+    with pytest.raises(ConfigError, match=r"TrainConfig\.amsgrad=True is invalid: optimizer='muon' does not use"):
+        TrainConfig(optimizer="muon", amsgrad=True)
+    assert TrainConfig(optimizer="adamw", amsgrad=True).replace(optimizer="sgd").amsgrad is False
 
 
 def test_every_field_has_its_help_beside_it():
@@ -339,6 +342,10 @@ def test_run_id_excludes_only_fields_that_cannot_change_the_result():
     for change in (dict(sigma_w=2.0), dict(seed=1), dict(lr=0.1), dict(augment=True), dict(precision="bf16"),
                    dict(eval_every=2)):
         assert run_id(base.replace(**change)) != run_id(base), change
+    adam = base.replace(optimizer="adam")  # a field added later renames no run at its id_default
+    before_amsgrad = {k: v for k, v in adam.to_dict().items() if k != "amsgrad"}  # a record written before it
+    assert run_id(adam.replace(amsgrad=True)) != run_id(adam) == run_id(before_amsgrad)
+    assert config_mod.LATER_FIELDS["amsgrad"] is False
 
 
 # ------------------------------------------------------------------------------------------------ real data

@@ -177,6 +177,7 @@ def _resolve(name: str, lr: float | None, hparams: dict) -> dict:
                         ("eps", {"lo_open": True}), ("muon_aux_lr", {"lo_open": True})):
         hp[key] = _check_real(key, hp[key], **bounds)
     hp.update(betas=_check_betas(hp["betas"]), nesterov=_check_bool("nesterov", hp["nesterov"]),
+              amsgrad=_check_bool("amsgrad", hp["amsgrad"]),
               ns_steps=check_int("ns_steps", hp["ns_steps"], 1, 99))
     inapplicable = [k for k in _NEUTRAL if k not in OPTIMIZER_HPARAMS[name] and hp[k] != OPTIMIZER_DEFAULTS[name][k]]
     if inapplicable:
@@ -200,7 +201,7 @@ def build_optimizer(name: str, model: nn.Module, lr: float | None = None, member
     elif name in ("adam", "adamw"):
         cls = torch.optim.Adam if name == "adam" else torch.optim.AdamW
         opt = cls(params, lr=hp["lr"], betas=hp["betas"], eps=hp["eps"], weight_decay=hp["weight_decay"],
-                  foreach=True)
+                  amsgrad=hp["amsgrad"], foreach=True)
     else:
         head = {id(p) for p in head_parameters(model)}
         hidden = [p for p in params if p.ndim >= 2 and id(p) not in head]
