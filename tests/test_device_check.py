@@ -93,7 +93,7 @@ def test_every_step_is_recorded_with_its_status_and_numbers(tiny):
                                                                        "step 2 (CUDA graphs"]
     assert all(g["seconds"] > 0 for g in comp["graphs"]) and len(comp["graphs"]) == 4 * len(comp["runs"])
     assert all(r["cuda_graphs_used"] is False and r["cudagraph_skips"] == 0 for r in comp["runs"])  # no CUDA here
-    assert all(r["steps_per_epoch"] * r["batch_size"] == 1024 for r in comp["runs"])  # whole batches: one graph
+    assert all(r["steps_per_epoch"] * r["batch_size"] == 512 for r in comp["runs"])  # whole batches: one graph
 
 
 def test_the_check_leaves_four_files_and_its_logs_in_one_archive(tiny):
@@ -224,7 +224,7 @@ def test_a_missing_archive_is_an_error_unless_synthetic_is_asked(tmp_path):
     assert not (tmp_path / "out").exists()
 
 
-@pytest.mark.parametrize("plant, passes", [("channels_last", True), ("threads", True), ("lr", False), ("bn", False)])
+@pytest.mark.parametrize("plant, passes", [("threads", True), ("bn", False)])  # the other plants: in-process below
 def test_a_planted_bug_fails_the_parity_check_and_a_rounding_change_does_not(tmp_path, plant, passes):
     doc, _ = _check(tmp_path, "--only", "parity_fp32", "--plant", plant, "--limit", "parity_fp32=240",
                     rc=0 if passes else 1, timeout=400)  # 2 threads on oversubscribed cores: minutes
