@@ -1,6 +1,6 @@
 """The reports of docs/experiments that docs/findings.md quotes, each kept equal to what the committed runs give: the
 matched-learning-rate control (its table reads the effective lr off each configuration) and Adam's late collapses
-against ε (the spike table counts what metrics.collapse_epoch finds in each run, the figure marks only what
+against ε and AMSGrad (the spike table counts what metrics.collapse_epoch finds in each run, the figure marks only what
 happened)."""
 
 import runpy
@@ -112,11 +112,12 @@ def test_a_planted_collapse_is_counted_and_one_before_tau_interp_is_not(adaptive
     assert moved["collapsed"].tolist() == before["collapsed"].tolist()
 
 
-def test_the_spike_figure_has_a_panel_per_epsilon_and_marks_only_what_happened(adaptive):
-    runs, hist = load_script("adam_eps").adam_runs()
+def test_the_spike_figure_has_a_panel_per_variant_and_marks_only_what_happened(adaptive):
+    runs, hist = load_script("adam_collapses").adam_runs()
     fig = instrument_plots.spike_curves(runs, hist)
     panels = [ax for ax in fig.axes if ax.get_title()]
-    assert [ax.get_title() for ax in panels] == ["eps=1e-08", "eps=1e-06", "eps=0.0001"]
+    assert [ax.get_title() for ax in panels] == ["eps=1e-08 amsgrad=False", "eps=1e-08 amsgrad=True",
+                                                 "eps=1e-06 amsgrad=False", "eps=0.0001 amsgrad=False"]
     assert [t.get_text() for t in fig.legends[0].get_texts()][-2:] == ["collapse", "selected epoch"]
     calm = adaptive[0][adaptive[0]["optimizer"] == "adam"]
     calm_hist = adaptive[1].assign(train_acc=1.0)  # no run ever loses its fit
@@ -125,6 +126,8 @@ def test_the_spike_figure_has_a_panel_per_epsilon_and_marks_only_what_happened(a
 
 
 def test_the_committed_spike_table_is_what_the_committed_runs_give():
-    script = load_script("adam_eps")
-    committed = (EXPERIMENTS / "adam_eps" / "adam_eps.md").read_text(encoding="utf-8")
+    script = load_script("adam_collapses")
+    committed = (EXPERIMENTS / "adam_collapses" / "adam_collapses.md").read_text(encoding="utf-8")
     assert committed == script.report(*script.adam_runs())
+    t = instrument_tables.spike_table(*script.adam_runs()).set_index("amsgrad")  # what docs/findings.md quotes
+    assert t.loc[True, "collapsed"] == "0/6" and (t.loc[False, "collapsed"] != "0/6").all()
