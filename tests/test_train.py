@@ -146,6 +146,15 @@ def test_the_same_seed_gives_the_same_history_and_another_seed_another(run):
     assert not other.history["train_loss"].iloc[1:].equals(run[0].history["train_loss"].iloc[1:2])
 
 
+def test_amsgrad_reaches_the_optimiser_the_loop_builds():
+    """The same Adam run with and without AMSGrad: the same start, other steps (a loop that dropped the field would
+    train plain Adam under an amsgrad run id)."""
+    adam = {**TINY, "optimizer": "adam", "lr": 1e-2, "weight_decay": 0.0, "epochs": 2}
+    plain, ams = (train(TrainConfig(**adam, amsgrad=a), progress=False).history for a in (False, True))
+    assert plain["weight_norm"].iloc[0] == ams["weight_norm"].iloc[0]
+    assert not plain["weight_norm"].iloc[1:].equals(ams["weight_norm"].iloc[1:])
+
+
 def test_augmentation_is_seeded_and_changes_training(run):
     cfg = TrainConfig(**{**TINY, "epochs": 1, "augment": True, "channels_last": False})
     a, b = train(cfg, progress=False), train(cfg, progress=False)
