@@ -356,3 +356,17 @@ def test_an_archive_missing_its_gzip_trailer_is_refused(world):
         load_cifar10(Path(world["data"]) / "truncated-tail.tar.gz", "imagefolder",
                      cache_dir=Path(world["tmp"]) / "cache-tail")
     assert os.path.exists(Path(world["data"]) / "good.tar.gz")
+
+
+def test_a_refused_archive_does_not_wait_for_the_compiler_imports(world):
+    """The data is checked before the numerics are set: torch.use_deterministic_algorithms imports inductor and
+    dynamo (~3 s), which a run refused for its archive never reaches."""
+    code = ("import sys\nfrom initmem.engine.trainer import TrainConfig, train\nfrom initmem.errors import DataError\n"
+            f"cfg = TrainConfig(data='imagefolder', data_root={str(Path(world['data']) / 'corrupt.tar.gz')!r}, "
+            "width=0.0625, n_train=200, n_val=50, n_test=50, epochs=1, batch_size=50, device='cpu')\n"
+            "try:\n    train(cfg, progress=False)\nexcept DataError as e:\n    print('refused:', e)\n"
+            "print('inductor' if 'torch._inductor.config' in sys.modules else 'no inductor')")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                          env=faults.env(INITMEM_CACHE=str(Path(world["tmp"]) / "cache-inductor")))
+    assert "refused:" in proc.stdout and "corrupt" in proc.stdout, proc.stdout + proc.stderr
+    assert proc.stdout.strip().endswith("no inductor"), proc.stdout

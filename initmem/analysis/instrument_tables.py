@@ -192,8 +192,10 @@ def _spreads(acc: pd.DataFrame, g: pd.DataFrame) -> dict:
     sigma = g["sigma_w"].to_numpy()
     by_sigma = acc.groupby(sigma).mean()
     lo, hi = np.full(acc.shape[1], math.nan), np.full(acc.shape[1], math.nan)
-    for i, e in enumerate(acc.columns):
-        groups = [a[~np.isnan(a)] for a in (acc.loc[sigma == s, e].to_numpy(float) for s in np.unique(sigma))]
+    values = acc.to_numpy(float)  # numpy, not .loc per epoch and σ_w: F12's table has thousands of cells
+    rows = [values[sigma == s] for s in np.unique(sigma)]
+    for i in range(values.shape[1]):
+        groups = [r[~np.isnan(r[:, i]), i] for r in rows]
         if sum(len(a) > 0 for a in groups) >= 2 and max(len(a) for a in groups) >= 2:
             lo[i], hi[i] = metrics.interval(metrics.spread_resamples(groups)[0])
     return {"spread_pp": 100 * (by_sigma.max(axis=0) - by_sigma.min(axis=0)).to_numpy(), "spread_pp_lo": lo,

@@ -113,17 +113,18 @@ def _build(configs: list[TrainConfig], owner: RunFolders, progress: bool, notes:
     dev = runtime.run_device(cfg)
     if dev.type == "cpu" and k > 1:
         members.tune_malloc()
-    started_at, prov = utcnow(), provenance(str(dev))
-    prov.update(runtime.engine_settings(cfg, dev))
+    started_at = utcnow()
     synthetic_sizes = (cfg.n_val + (cfg.n_train or 2000), cfg.n_test or 500)  # synthetic data: as the splits ask
     data = _data.load_cifar10(cfg.data_root, cfg.data, progress=progress, synthetic_sizes=synthetic_sizes)
     splits = _data.make_splits(data, cfg.n_val, cfg.n_train, cfg.n_test, cfg.split_seed, dev, cfg.train_eval_size,
                                cfg.full_test)
-    prov.update(data_source=data.source, data_hash=data.content_hash, **({"population": k} if k > 1 else {}),
-                **(notes or {}))
     n = len(splits.train_y)
     if cfg.batch_size > n:  # TrainConfig cannot know the data size: caught here, before any step
         raise _bad("batch_size", cfg.batch_size, f"at most the training split's size {n} (n_train) is accepted")
+    # the numerics after the data's checks: torch.use_deterministic_algorithms imports inductor (~3 s), which a
+    # refused archive need not wait for
+    prov = {**provenance(str(dev)), **runtime.engine_settings(cfg, dev), "data_source": data.source,
+            "data_hash": data.content_hash, **({"population": k} if k > 1 else {}), **(notes or {})}
     loop = Loop.build(configs, dev, splits)
     loop.check_device()
     return _Run(configs, [run_id(c) for c in configs], population_id(configs), dev, prov, started_at, owner,
