@@ -116,8 +116,12 @@ def test_the_spike_figure_has_a_panel_per_variant_and_marks_only_what_happened(a
     runs, hist = load_script("adam_collapses").adam_runs()
     fig = instrument_plots.spike_curves(runs, hist)
     panels = [ax for ax in fig.axes if ax.get_title()]
-    assert [ax.get_title() for ax in panels] == ["eps=1e-08 amsgrad=False", "eps=1e-08 amsgrad=True",
-                                                 "eps=1e-06 amsgrad=False", "eps=0.0001 amsgrad=False"]
+    assert [ax.get_title() for ax in panels] == [
+        "adam eps=1e-08 amsgrad=False", "adam eps=1e-08 amsgrad=True", "adam eps=1e-06 amsgrad=False",
+        "adam eps=0.0001 amsgrad=False", "adamw eps=1e-08 amsgrad=False", "adamw eps=1e-08 amsgrad=True"]
+    rows = sorted({round(ax.get_position().y0, 3) for ax in panels})
+    assert len(fig.axes) == 6 and len(rows) == 2  # six panels wrap into two rows of three, no empty axes left
+    assert [ax.get_ylabel() != "" for ax in panels] == [True, False, False] * 2
     assert [t.get_text() for t in fig.legends[0].get_texts()][-2:] == ["collapse", "selected epoch"]
     calm = adaptive[0][adaptive[0]["optimizer"] == "adam"]
     calm_hist = adaptive[1].assign(train_acc=1.0)  # no run ever loses its fit
@@ -129,5 +133,6 @@ def test_the_committed_spike_table_is_what_the_committed_runs_give():
     script = load_script("adam_collapses")
     committed = (EXPERIMENTS / "adam_collapses" / "adam_collapses.md").read_text(encoding="utf-8")
     assert committed == script.report(*script.adam_runs())
-    t = instrument_tables.spike_table(*script.adam_runs()).set_index("amsgrad")  # what docs/findings.md quotes
-    assert t.loc[True, "collapsed"] == "0/6" and (t.loc[False, "collapsed"] != "0/6").all()
+    t = instrument_tables.spike_table(*script.adam_runs())  # what docs/findings.md quotes
+    assert list(t.loc[t["amsgrad"], "optimizer"]) == ["adam", "adamw"]
+    assert (t.loc[t["amsgrad"], "collapsed"] == "0/6").all() and (t.loc[~t["amsgrad"], "collapsed"] != "0/6").all()

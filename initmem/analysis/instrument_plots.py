@@ -154,16 +154,21 @@ def _unfold_panel(ax, t: pd.DataFrame, cs: pd.DataFrame, clock: str, collapse: p
 
 
 def spike_curves(runs: pd.DataFrame, histories: pd.DataFrame, drop: float = metrics.COLLAPSE_DROP) -> Figure:
-    """Train accuracy (eval mode) of every run over epochs, a panel per configuration, a line per run coloured by σ_w,
-    × where it collapses after τ_interp (`metrics.collapse_epoch`) and ● at its selected epoch: whether a late spike
-    comes, when, and whether selection reads the network after it."""
+    """Train accuracy (eval mode) of every run over epochs, a panel per configuration (at most four a row), a line per
+    run coloured by σ_w, × where it collapses after τ_interp (`metrics.collapse_epoch`) and ● at its selected epoch:
+    whether a late spike comes, when, and whether selection reads the network after it."""
     confs = tables.configurations(runs)
     sigmas = sorted(confs["sigma_w"].unique())
     colors = style.sigma_colors(sigmas)
     ids = sorted(confs["config"].unique())
-    fig, axes = style.new_figure(ncols=len(ids), width=2.3 * len(ids) + 0.9, height=2.4, sharey=True)
+    nrows = math.ceil(len(ids) / 4)  # at most four panels a row: a notebook's width
+    ncols = math.ceil(len(ids) / nrows)
+    panel = max(2.3, 0.1 * confs["label"].str.len().max())  # inches: a title as long as 'adam eps=1e-08 amsgrad=False'
+    fig, axes = style.new_figure(ncols=ncols, nrows=nrows, width=panel * ncols + 0.9, height=2.4 * nrows, sharey=True)
+    for ax in axes[len(ids):]:
+        ax.remove()
     collapsed = False
-    for ax, cid in zip(axes, ids, strict=True):
+    for ax, cid in zip(axes, ids, strict=False):
         g = confs[confs["config"] == cid]
         for r in g.sort_values(["sigma_w", "seed"]).itertuples():
             h = histories[(histories["run_id"] == r.run_id) & (histories["epoch"] >= 1)].sort_values("epoch")
@@ -175,7 +180,8 @@ def spike_curves(runs: pd.DataFrame, histories: pd.DataFrame, drop: float = metr
             ax.plot(r.best_epoch, acc[int(r.best_epoch)], "o", color=colors[r.sigma_w], markeredgecolor="0.15",
                     markersize=4)
         ax.set(title=g["label"].iloc[0], xlabel="epoch")
-    axes[0].set_ylabel("train accuracy, eval mode (%)")
+    for ax in axes[::ncols]:
+        ax.set_ylabel("train accuracy, eval mode (%)")
     cross = Line2D([], [], marker="x", color="0.15", linestyle="none", markeredgewidth=1.4, label="collapse")
     proxies = [Line2D([], [], color=colors[s], label=f"σ_w={s:g}") for s in sigmas] + [cross] * collapsed + [
         Line2D([], [], marker="o", color="0.6", markeredgecolor="0.15", linestyle="none", label="selected epoch")]
