@@ -41,8 +41,8 @@ SIZES = {  # per mode: the parity runs, the speed runs' split, batch sizes, popu
     "tiny": {"parity": dict(arch="resnet9", width=0.0625, n_train=256, n_val=100, n_test=100, train_eval_size=100,
                             batch_size=64, epochs=2),
              "split": dict(width=0.0625, n_train=512, n_val=100, n_test=100, train_eval_size=200, epochs=2),
-             "batches": (64, 256), "deep": "resnet56", "pop_batches": (16, 32, 64), "members": 3,
-             "steps": 3, "warmup": 1, "paper_cap_s": 24.0},
+             "batches": (64, 256), "deep": "resnet20", "pop_batches": (16, 64), "members": 3,
+             "steps": 3, "warmup": 1, "paper_cap_s": 10.0},
 }
 
 

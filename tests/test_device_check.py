@@ -38,7 +38,8 @@ def _check(out: Path, *args: str, timeout: float = 800, rc: int = 0) -> tuple[di
 def tiny(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict, Path, float]:
     out = tmp_path_factory.mktemp("device-check")
     doc, seconds = _check(out, "--budget-s", "1200", "--limit", "epoch_eager=240")  # the default (285 s) is a GPU's;
-    # ~140 s here on 2 shared cores, 480 s with the cores 5x oversubscribed (epoch_eager's ResNet-56 then outlasts 90 s)
+    # 136 s on 2 cores beside two training processes (185 s before --tiny's deep network became ResNet-20, its
+    # population step two batch sizes and its paper step 10 s: docs/performance.md)
     return doc, out, seconds
 
 
@@ -79,10 +80,10 @@ def test_every_step_is_recorded_with_its_status_and_numbers(tiny):
         runs = steps[name]["results"]["runs"]
         assert runs and all(r["compile"] is compiled and r["step_s"] > 0 and r["eval_s"] >= 0 and r["epoch_s"] > 0
                             and r["peak_memory_bytes"] > 0 for r in runs)
-    assert {r["arch"] for r in steps["epoch_eager"]["results"]["runs"]} == {"resnet9", "resnet56"}
+    assert {r["arch"] for r in steps["epoch_eager"]["results"]["runs"]} == {"resnet9", "resnet20"}
     assert {r["precision"] for r in steps["epoch_eager"]["results"]["runs"]} == {"fp32", "bf16"}
     rows = steps["population"]["results"]["rows"]
-    assert [r["batch_size"] for r in rows] == [16, 32, 64]
+    assert [r["batch_size"] for r in rows] == [16, 64]
     assert all(r["population_member_steps_per_s"] > 0 and r["concurrent_member_steps_per_s"] > 0 for r in rows)
     pops = steps["paper"]["results"]["populations"]
     assert [p["optimizer"] for p in pops] == ["sgd", "adam"] and all(p["epochs"] >= 1 for p in pops)

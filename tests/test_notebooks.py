@@ -230,3 +230,33 @@ def test_the_kernel_environment_is_set_for_the_start_and_only_its_own_keys_resto
         os.environ["INITMEM_TEST_OTHER"] = "kept"
     assert os.environ["INITMEM_PROGRESS"] == "bar" and "INITMEM_TEST_NEW" not in os.environ
     assert os.environ.pop("INITMEM_TEST_OTHER") == "kept"
+
+
+_IRI_PROBE = """
+import importlib.util, sys
+installed = importlib.util.find_spec("rfc3987_syntax") is not None
+if {first}:
+    import rfc3987_syntax
+import initmem.study.notebook as nbm
+import nbformat
+nb = nbm._read("notebooks/01_optimizers.py")
+nbformat.validate(nb)  # the schema check papermill runs still works
+print(installed, sys.modules.get("rfc3987_syntax") is not None)
+"""
+
+
+@pytest.mark.parametrize("first", [False, True])
+def test_reading_a_notebook_skips_the_iri_grammar_unless_it_was_imported_first(first):
+    """jsonschema's optional rfc3987_syntax compiles a grammar at import (1.3-2.5 s a process, every sweep worker);
+    initmem.study.notebook marks it absent, so a notebook is read and validated without it, and a process that
+    imported it first keeps it."""
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, "-c", _IRI_PROBE.format(first=first)], capture_output=True, text=True,
+                         cwd=REPO, timeout=120)
+    assert out.returncode == 0, out.stderr
+    installed, loaded = out.stdout.split()
+    if installed != "True":
+        pytest.skip("rfc3987_syntax is not installed: nothing to skip")
+    assert loaded == str(first)

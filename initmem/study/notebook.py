@@ -20,6 +20,12 @@ from initmem.config import MEMBER_FIELDS, TrainConfig, point_configs
 from initmem.errors import ConfigError, InitmemError, NotebookError, ResultsError
 from initmem.study.papermill_hook import known_parameters
 
+# nbformat (under papermill and jupytext) validates with jsonschema, whose format checkers import rfc3987_syntax when
+# it is installed (jupyterlab's jupyter-events asks for it). That module compiles a Lark grammar at import: 1.3-2.5 s
+# in every process that reads a notebook (`initmem run`, `sweep`, `figures`, each sweep worker) for the "iri"
+# formats, which no notebook schema uses. Marked absent in the processes that import this module (jsonschema then
+# leaves those two formats unchecked), unless something imported it first.
+sys.modules.setdefault("rfc3987_syntax", None)
 # Kernel start-up failures worth a retry: parallel kernels can race for the same ports.
 _RETRYABLE = ("address already in use", "zmqerror", "kernel didn't respond", "kernel died before replying",
               "timeout waiting for kernel", "kernel_info")
