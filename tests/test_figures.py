@@ -95,6 +95,21 @@ def test_optimizer_table_spread_of_seed_means_with_interval(two_optimizers):
         lo, "percent")
 
 
+def test_a_configurations_sigma_cells_are_over_the_accuracy_its_spread_is_over(two_optimizers):
+    """Where every run of a configuration has its whole-test accuracy, its σ_w cells and its spread are both over it
+    (the cells subtract to the spread); a configuration without it keeps the subset's, cells and spread alike."""
+    sgd = two_optimizers["optimizer"] == "sgd"
+    whole = two_optimizers.assign(test_acc_full_at_best=np.where(
+        sgd, two_optimizers["test_acc_at_best"] + 0.01 * two_optimizers["sigma_w"], np.nan))
+    t, before = (tables.optimizer_table(r).set_index("optimizer") for r in (whole, two_optimizers))
+    sigmas = [c for c in t.columns if c.startswith("sigma_w=") and not c.endswith("_std")]
+    assert t.loc["sgd", sigmas].tolist() == pytest.approx(
+        [before.loc["sgd", c] + float(c.split("=")[1]) for c in sigmas])  # + σ_w pp: the whole-test values
+    assert t.loc["sgd", "spread_pp"] == pytest.approx(max(t.loc["sgd", sigmas]) - min(t.loc["sgd", sigmas]))
+    assert t.loc["sgd", "spread_pp"] != pytest.approx(before.loc["sgd", "spread_pp"])
+    assert t.loc["adam"].equals(before.loc["adam"])  # no whole-test accuracy: the subset's, as before
+
+
 def test_single_seed_tables_have_no_std_columns(two_optimizers):
     t = tables.optimizer_table(two_optimizers[two_optimizers["seed"] == 0])
     assert not [c for c in t.columns if c.endswith("_std")]

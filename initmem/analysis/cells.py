@@ -46,10 +46,12 @@ def diverged_count(g: pd.DataFrame) -> str:
     return f"{int(diverged_runs(g).sum())}/{len(g)}"
 
 
-def sigma_cells(g: pd.DataFrame, sigmas: Iterable[float], multi: bool, value: str = "test_acc_at_best",
+def sigma_cells(g: pd.DataFrame, sigmas: Iterable[float], multi: bool, value: str | None = None,
                  scale: float = 100.0) -> dict:
     """Per σ_w the mean over seeds of `value` × `scale` (and its std when `multi`); `DIVERGED` where its runs have
-    no value because they diverged (out of the spread: shown, never silently blank)."""
+    no value because they diverged (out of the spread: shown, never silently blank). `value` defaults to the
+    accuracy the configuration's spread is over (`spread_column`), so the cells subtract to `spread_cells`' spread."""
+    value = value or spread_column(g)
     row = {}
     for s in sigmas:
         r = g[g["sigma_w"] == s]

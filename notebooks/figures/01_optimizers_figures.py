@@ -40,9 +40,9 @@ s = FigureBook(results_dir, out_dir, "01_optimizers")
 # %%
 s.show_table("T1_optimizers", lambda: tables.optimizer_table(s.runs),
              "Test accuracy (%) at the best-validation-loss epoch by optimiser and σ_w (mean ± std over seeds when "
-             "several), spread across σ_w (pp): max − min over σ_w of the seed-mean test accuracy (on all 10,000 test "
-             "images where every run has test_acc_full_at_best, else on the runs' test subset), with its 95 % interval "
-             "spread_pp_lo–hi: the same statistic with seeds resampled with replacement within each σ_w (all resamples "
+             "several; on all 10,000 test images where every run of the row has test_acc_full_at_best, else on the "
+             "runs' test subset), spread across σ_w (pp): max − min over σ_w of those seed means, with its 95 % "
+             "interval spread_pp_lo–hi: the same statistic with seeds resampled with replacement within each σ_w (all resamples "
              "enumerated when at most 2,000, else 2,000 draws from a fixed RNG; percentile interval; with 2 seeds it "
              "is crude: each σ_w's mean can only be a, b or their average); last row sgd − max(adaptive): SGD's "
              "spread minus the largest of Adam's, AdamW's and Muon's, both sides resampled independently; "
