@@ -108,6 +108,11 @@ def test_a_configurations_sigma_cells_are_over_the_accuracy_its_spread_is_over(t
     assert t.loc["sgd", "spread_pp"] == pytest.approx(max(t.loc["sgd", sigmas]) - min(t.loc["sgd", sigmas]))
     assert t.loc["sgd", "spread_pp"] != pytest.approx(before.loc["sgd", "spread_pp"])
     assert t.loc["adam"].equals(before.loc["adam"])  # no whole-test accuracy: the subset's, as before
+    fig = plots.accuracy_vs_sigma(whole)  # F1 plots and names T1's numbers
+    ax, legend = fig.axes[0], [h.get_text() for h in fig.legends[0].get_texts()]
+    assert {f"{o}: {t.loc[o, 'spread_pp']:.1f} pp" for o in ("sgd", "adam")} <= set(legend)
+    drawn = [list(ln.get_ydata()) for ln in ax.get_lines() if len(ln.get_ydata()) == len(sigmas)]
+    assert t.loc["sgd", sigmas].tolist() in [pytest.approx(y) for y in drawn]
 
 
 def test_single_seed_tables_have_no_std_columns(two_optimizers):

@@ -29,15 +29,16 @@ CLOCK_NAMES = {"T_SGD": "T_SGD = Σ η² / b", "T_L2": "T_L2 = λ Σ η", "T_ada
 
 
 def accuracy_vs_sigma(runs: pd.DataFrame) -> Figure:
-    """F1: test accuracy at the selected epoch against σ_w per configuration, our spread in the legend; the paper's
+    """F1: test accuracy at the selected epoch against σ_w per configuration (T1's: the whole test set where every
+    run of the configuration has it), our spread in the legend; the paper's
     (`tables.paper_spread`) a dashed bracket hung from our best σ_w's accuracy, right of the grid."""
     confs = tables.configurations(runs)
     sigmas = sorted(confs["sigma_w"].unique())
     fig, (ax,) = new_figure(width=6.4, height=3.6)
     brackets = []
     for _, g in confs.groupby("config", sort=True):
-        acc = 100 * g.groupby("sigma_w")["test_acc_at_best"].agg(["mean", "std"])
-        ours = cells.point_spread(g)[0]
+        acc = 100 * g.groupby("sigma_w")[cells.spread_column(g)].agg(["mean", "std"])  # T1's accuracy and spread
+        ours = cells.spread_cells(g, multi=False)["spread_pp"]
         label = g["label"].iloc[0] + ("" if math.isnan(ours) else f": {ours:.1f} pp")
         color = mean_line(ax, acc.index, acc["mean"], acc["std"], label=label)
         paper = tables.paper_spread(g.iloc[0])
