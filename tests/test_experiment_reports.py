@@ -136,3 +136,24 @@ def test_the_committed_spike_table_is_what_the_committed_runs_give():
     t = instrument_tables.spike_table(*script.adam_runs())  # what docs/findings.md quotes
     assert list(t.loc[t["amsgrad"], "optimizer"]) == ["adam", "adamw"]
     assert (t.loc[t["amsgrad"], "collapsed"] == "0/6").all() and (t.loc[~t["amsgrad"], "collapsed"] != "0/6").all()
+
+
+def test_the_committed_grid_report_is_what_the_committed_runs_give():
+    script = load_script("grid")
+    committed = (EXPERIMENTS / "grid" / "grid.md").read_text(encoding="utf-8")
+    assert committed == script.report(load_runs(ROOT / script.GRID), load_runs(ROOT / script.PILOT))
+
+
+def test_the_grid_report_takes_an_optimiser_only_with_all_fifteen_runs_complete():
+    script = load_script("grid")
+    grid = load_runs(ROOT / script.GRID)
+    for o in script.complete(grid):
+        assert len(grid[(grid["optimizer"] == o) & (grid["status"] == "complete")]) == 15
+    sgd = grid[(grid["optimizer"] == "sgd") & (grid["sigma_w"] == 0.1)]
+    assert sorted(sgd["seed"]) == [0, 1, 2, 3, 4]
+    full = pd.concat([sgd.assign(sigma_w=s) for s in script.SIGMA_WS], ignore_index=True)  # 3 σ_w × 5 seeds
+    assert script.complete(full) == ["sgd"]
+    assert script.complete(full.iloc[1:]) == []  # one run missing
+    assert script.complete(full.assign(status=["running", *["complete"] * 14])) == []  # one run unfinished
+    assert "sgd | results/cpu_w025_full | 5 | all 10,000 test images" in script.report(full, load_runs(
+        ROOT / script.PILOT))
