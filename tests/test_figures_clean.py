@@ -10,6 +10,7 @@ clone), so the check is about the code and figures under test; once they are com
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -76,6 +77,9 @@ def test_the_figures_command_leaves_a_fresh_clone_clean(clone):
     status = _git("status", "--porcelain", "--untracked-files=all", cwd=dst)
     assert status == "", f"the figures command changed the clone (run `make figures` and commit figures/):\n{status}"
     assert f"{len(_files(dst / 'figures'))} files" in proc.stdout  # every artefact and README.md, counted once
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    said = re.search(r"`make figures` regenerates .*?, (\d+) files,", readme, re.S)
+    assert said and f"{said.group(1)} files written" in proc.stdout, "README's count of what `make figures` writes"
 
 
 def test_the_committed_figures_are_what_the_figures_command_makes_from_the_committed_results(clone):
