@@ -299,7 +299,8 @@ def summarize_history(history: pd.DataFrame, threshold: float = THRESHOLD) -> di
 
 def point_summary(df: pd.DataFrame) -> dict:
     """The point's numbers from its `point.run_point` rows: the spread of the per-sigma_w mean test accuracy (pp), its
-    std over seeds, best and worst sigma_w, counts; a sigma_w without accuracy is listed in `sigma_ws_missing`."""
+    std over seeds, best and worst sigma_w, counts; a sigma_w without accuracy is listed in `sigma_ws_missing`. The
+    spread needs two sigma_w with accuracy (None below: one sigma_w is no spread, as in a sweep still under way)."""
     need = {"sigma_w", "seed", "status", "test_acc_at_best", "interpolated"}
     missing = sorted(need - set(df.columns)) if isinstance(df, pd.DataFrame) else sorted(need)
     if missing:
@@ -312,7 +313,7 @@ def point_summary(df: pd.DataFrame) -> dict:
         "n_runs": len(df),
         "sigma_ws": sorted(df["sigma_w"].unique().tolist()),
         "seeds": sorted(df["seed"].unique().tolist()),
-        "spread_pp": spread(by_sigma.to_numpy()) if len(by_sigma) else None,
+        "spread_pp": spread(by_sigma.to_numpy()) if len(by_sigma) >= 2 else None,
         "spread_seed_std_pp": float(np.std(per_seed, ddof=1)) if len(per_seed) > 1 else None,
         "best_sigma_w": float(by_sigma.idxmax()) if len(by_sigma) else None,
         "worst_sigma_w": float(by_sigma.idxmin()) if len(by_sigma) else None,

@@ -217,6 +217,10 @@ def test_point_summary_averages_seeds_before_the_spread():
     assert s["test_acc_by_sigma_w"] == pytest.approx({0.5: 0.75, 1.0: 0.60, 2.0: 0.50})
     one_seed = point_summary(df[df["seed"] == 0])
     assert one_seed["spread_pp"] == pytest.approx(30.0) and one_seed["spread_seed_std_pp"] is None
+    # one sigma_w with accuracy (a sweep under way, or the others diverged) is no spread: None, not 0 pp
+    partial = point_summary(df[df["sigma_w"] != 1.0].assign(test_acc_at_best=[0.80, 0.70, None, None]))
+    assert partial["spread_pp"] is None and partial["sigma_ws_missing"] == [2.0]
+    assert partial["test_acc_by_sigma_w"] == pytest.approx({0.5: 0.75})
     with pytest.raises(ConfigError, match="test_acc_at_best"):
         point_summary(df.drop(columns="test_acc_at_best"))
 
