@@ -22,11 +22,22 @@ class CheckpointError(InitmemError):
 
 
 class NotebookError(InitmemError):
-    """A notebook failed to execute; the message names the notebook, the cell and the error."""
+    """A notebook failed to execute; the message names the notebook, the cell and the error (`ename`, `evalue`: the
+    type and message the failing cell raised, "" when the kernel failed before any cell did)."""
+
+    ename: str = ""
+    evalue: str = ""
 
 
 class SweepError(InitmemError):
     """A sweep could not be planned or run (bad params file, unknown profile, missing executor)."""
+
+
+class PointDeferred(SweepError):
+    """A sweep's point put off: every run of it left is being trained by another process (a second sweep, `initmem
+    run`); the sweep comes back to it after its other points, and then waits for those runs."""
+
+    env = "INITMEM_DEFER_LOCKED"  # "1" in the kernels of a local sweep's first pass: `point.train_point` defers
 
 
 class NoResults(ResultsError):

@@ -1,6 +1,6 @@
 """Run-folder locks: exclusive across processes, re-entrant within one, released when the holder dies; the sweep
-skips a locked run, waits for it at the end and re-checks completion; two sweeps over one folder train every run
-exactly once."""
+skips a locked run, waits for it at the end and re-checks completion, or (a local sweep) defers its point and comes
+back to it after the others; two sweeps over one folder train every run exactly once."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ import pytest
 
 from initmem.config import TrainConfig
 from initmem.engine.trainer import train
-from initmem.errors import ResultsError
+from initmem.errors import PointDeferred, ResultsError
 from initmem.store import folders
 from initmem.store.folders import RunFolders
 from initmem.store.results import load_runs, read_run
@@ -115,6 +115,77 @@ def test_the_sweep_skips_a_locked_run_waits_for_it_and_does_not_train_it_again(t
     assert "waiting for" in out and "completed by another process meanwhile" in out
     assert trained == [1.0]  # the locked run was trained once, by its holder
     assert result["df"]["status"].tolist() == ["complete", "complete"]
+
+
+def test_a_deferring_point_trains_its_free_runs_then_names_the_locked_one(tmp_path, monkeypatch):
+    locked, free = (TrainConfig(**{**SWEEP, "sigma_w": s}) for s in (0.5, 1.0))
+    owner = RunFolders(tmp_path, "s")
+    holder = faults.Child([*faults.python_cmd(HOLD), str(owner.folder(locked)), str(tmp_path / "never")])
+    try:
+        holder.wait_for("^GOT$")
+        with pytest.raises(PointDeferred, match=rf"1 run\(s\) .*sigma_w=0.5 seed=0 .* by .+ pid {holder.proc.pid} "):
+            point.train_point([locked, free], results=tmp_path, section="s", population=False, progress=False,
+                              defer=True)
+        assert owner.is_complete(free) and not owner.is_complete(locked)
+        monkeypatch.setenv(PointDeferred.env, "1")  # what a local sweep's kernel gets: run_point defers too
+        with pytest.raises(PointDeferred):
+            faults.sweep_point(SWEEP, sigma_ws=[0.5, 1.0], results=tmp_path, section="s")
+    finally:
+        holder.kill()
+
+
+DEFER_NOTEBOOK = """\
+# ---
+# jupyter:
+#   kernelspec:
+#     display_name: Python 3
+#     language: python
+#     name: python3
+# ---
+
+# %% tags=["parameters"]
+results_dir = "results/adhoc"
+section = "t"
+sigma_ws = [0.5]
+seeds = [0]
+lr = 0.01
+
+# %%
+import os
+from pathlib import Path
+from initmem.errors import PointDeferred
+first_pass = os.environ.get(PointDeferred.env) == "1"
+with open(Path(results_dir) / "log.txt", "a") as log:
+    print(lr, "first" if first_pass else "again", file=log)
+if lr == 0.01 and first_pass:  # what train_point raises when another process holds the point's runs left
+    raise PointDeferred("1 run(s) of this point are being trained by another process (held by the test)")
+"""
+
+
+@pytest.mark.parametrize("jobs", [1, 2])
+def test_a_sweep_defers_a_point_and_comes_back_to_it_after_the_others(tmp_path, capsys, jobs):
+    """A point deferred in the sweep's first pass (`PointDeferred` in its kernel) is executed again, without deferring,
+    after the points queued before it came back, and counted once; a Slurm task or `initmem run` never defers."""
+    from initmem.study.sweep import run_sweep
+    params = faults.mini_project(tmp_path, "01_optimizers.py", {k: v for k, v in SWEEP.items() if k != "lr"},
+                                 {"lr": [0.01, 0.02, 0.03]})
+    (tmp_path / "notebooks" / "t.py").write_text(DEFER_NOTEBOOK)
+    out = tmp_path / "out"
+    (out / "t").mkdir(parents=True)
+    (out / "log.txt").touch()
+    report = run_sweep(params, profile="smoke", results=out, jobs=jobs, progress=False)
+    assert [p.status for p in report.points] == ["ran", "ran", "ran"] and report.exit_code == 0
+    log = (out / "log.txt").read_text().split("\n")[:-1]
+    assert sorted(log) == ["0.01 again", "0.01 first", "0.02 first", "0.03 first"]
+    if jobs == 1:  # one at a time: the deferred point comes back after every other point
+        assert log == ["0.01 first", "0.02 first", "0.03 first", "0.01 again"]
+    else:  # the pool queues it behind the points submitted before it came back
+        assert log.index("0.01 again") > max(log.index("0.01 first"), log.index("0.02 first"))
+    text = capsys.readouterr().out
+    assert re.search(r"^t lr-0\.01\S*: deferred after [\d.]+ s: 1 run\(s\) of this point are being trained by "
+                     r"another process \(held by the test\)$", text, re.M), text
+    done = re.findall(r"^\[(\d)/3 points\] ETA \S+ t (\S+): ran", text, re.M)
+    assert [n for n, _ in done] == ["1", "2", "3"] and len({p for _, p in done}) == 3, text  # each point once
 
 
 def test_two_concurrent_sweeps_train_every_run_exactly_once(tmp_path):

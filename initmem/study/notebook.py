@@ -290,8 +290,10 @@ def execute_notebook(path: str | Path, output_path: str | Path, parameters: dict
                     start_timeout=start_timeout, extra_arguments=KERNEL_ARGUMENTS, **streams)
         except PapermillExecutionError as exc:
             first = next((ln for ln in exc.source.splitlines() if ln.strip()), "")
-            raise NotebookError(f"{path}: cell {exc.cell_index} (In [{exc.exec_count}], {first.strip()!r}) raised "
-                                f"{exc.ename}: {exc.evalue}; executed notebook: {output_path}") from None
+            err = NotebookError(f"{path}: cell {exc.cell_index} (In [{exc.exec_count}], {first.strip()!r}) raised "
+                                f"{exc.ename}: {exc.evalue}; executed notebook: {output_path}")
+            err.ename, err.evalue = exc.ename, exc.evalue
+            raise err from None
         except Exception as exc:
             if attempt < retries and _is_retryable(exc):
                 time.sleep(0.5 + attempt)

@@ -1,8 +1,10 @@
 """Training a point (`run_point`): its missing runs as one population or one by one under their locks; a run that
 raises is recorded and retried later, a user error stops at once, a failed population falls back to one by one
-(`population_fallback` in each run's provenance)."""
+(`population_fallback` in each run's provenance). A run another process trains is waited for after the others, or, in
+a local sweep's kernel (`PointDeferred.env`), the point is deferred so that the sweep trains other points meanwhile."""
 
 import contextlib
+import os
 from pathlib import Path
 from typing import Any
 
@@ -10,7 +12,7 @@ import pandas as pd
 
 from initmem.config import TrainConfig, check_members, point_configs, run_id
 from initmem.engine.trainer import train
-from initmem.errors import ConfigError, InitmemError, SweepError
+from initmem.errors import ConfigError, InitmemError, PointDeferred, SweepError
 from initmem.store.folders import FAILED, RunFolders
 
 
@@ -28,9 +30,12 @@ def run_point(params: dict[str, Any], *, results: str | Path | None = None, sect
 
 
 def train_point(configs: list[TrainConfig], *, results: str | Path, section: str, population: bool = True,
-                progress: bool = True) -> pd.DataFrame:
-    """`run_point` for an explicit list of configs (one point: they differ only in sigma_w and seed)."""
+                progress: bool = True, defer: bool | None = None) -> pd.DataFrame:
+    """`run_point` for an explicit list of configs (one point: they differ only in sigma_w and seed). Runs another
+    process holds are waited for once the others are trained; with `defer` (default: `PointDeferred.env` is "1")
+    the point raises PointDeferred instead, its free runs trained, so that a sweep can train other points meanwhile."""
     configs = check_members(configs)
+    defer = os.environ.get(PointDeferred.env) == "1" if defer is None else defer
     owner = RunFolders(results, section)
     for c, why in owner.set_aside_damaged(configs):
         print(f"{_name(c)}: {why} and trained again", flush=True)
@@ -44,12 +49,16 @@ def train_point(configs: list[TrainConfig], *, results: str | Path, section: str
     for i, c in enumerate(todo, 1):
         tag = f"[{i}/{len(todo)}]"
         if (lock := owner.lock(c)) is None:  # another process is training it: do the others first, then wait for it
-            print(f"{tag} {_name(c)}: locked by {owner.holder(c)} (training it); will wait for it after the other runs",
-                  flush=True)
+            then = "the point is deferred after" if defer else "will wait for it after"
+            print(f"{tag} {_name(c)}: locked by {owner.holder(c)} (training it); {then} the other runs", flush=True)
             waiting.append((tag, c))
             continue
         with lock:
             _train_locked(c, owner, progress, tag, failed, fallback.get(run_id(c)))
+    if defer and not failed and any(not owner.is_complete(c) for _, c in waiting):
+        raise PointDeferred(f"{len(waiting)} run(s) of this point are being trained by another process ("
+                            + "; ".join(f"{_name(c)} by {owner.holder(c)}" for _, c in waiting)
+                            + "): deferred, so that the sweep trains its other points first and then waits for them")
     for tag, c in waiting:
         print(f"{tag} {_name(c)}: waiting for {owner.holder(c)} to finish it", flush=True)
         with owner.lock(c, wait=True):

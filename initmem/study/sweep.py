@@ -23,7 +23,7 @@ import pandas as pd
 from submitit.helpers import Checkpointable
 
 from initmem.config import point_configs
-from initmem.errors import InitmemError, SweepError
+from initmem.errors import InitmemError, NotebookError, PointDeferred, SweepError
 from initmem.store.folders import RunFolders
 from initmem.store.results import load_runs, run_id
 from initmem.study.notebook import execute_notebook
@@ -38,7 +38,7 @@ _SUBMITIT = {"partition": "slurm_partition", "array_parallelism": "slurm_array_p
 @dataclass
 class PointReport:
     point_id: str
-    status: str  # skipped | would-run | ran | failed
+    status: str  # skipped | would-run | ran | failed (deferred: a local sweep's first pass only, `_run_local`)
     message: str = ""
     notebook: str = ""  # the executed notebook
     seconds: float = 0.0
@@ -46,12 +46,18 @@ class PointReport:
 
 
 def execute_point(point: Point, notebook: str, cwd: str, output: str, parameters: dict[str, Any],
-                  log_output: bool = True) -> PointReport:
-    """One point's notebook executed (a Slurm task's work); a failure is a `failed` report, so the others go on."""
+                  log_output: bool = True, defer: bool = False) -> PointReport:
+    """One point's notebook executed (a Slurm task's work); a failure is a `failed` report, so the others go on.
+    `defer`: a point whose runs left are all being trained by another process is a `deferred` report (its free runs
+    trained), not a wait (`point.train_point`)."""
     t0 = time.perf_counter()
     try:
-        execute_notebook(notebook, output, parameters, cwd=cwd, log_output=log_output)
+        execute_notebook(notebook, output, parameters, cwd=cwd, log_output=log_output,
+                         env={PointDeferred.env: "1" if defer else "0"})
         status, message = "ran", ""
+    except NotebookError as exc:
+        status = "deferred" if exc.ename == PointDeferred.__name__ else "failed"
+        message = exc.evalue if status == "deferred" else str(exc)
     except Exception as exc:  # noqa: BLE001 - reported per point, an unexpected one with its type
         status, message = "failed", str(exc) if isinstance(exc, InitmemError) else f"{type(exc).__name__}: {exc}"
     return PointReport(point.point_id, status, message, output, time.perf_counter() - t0)
@@ -100,21 +106,36 @@ def _init_worker(gpus: mp.Queue, parent: int) -> None:
 
 
 def _run_local(tasks: list[tuple], jobs: int, on_done) -> list[PointReport]:
+    """Every task's report, `jobs` at a time. A first pass defers a point whose runs left another process is training
+    (a second sweep over the same results): it goes to the back of the queue and, when its turn comes again, waits."""
+    done, queue = {}, collections.deque((t, True) for t in tasks)
+
+    def finish(task: tuple, report: PointReport) -> tuple | None:
+        """`report` handed to `on_done`; the task to queue again when it was deferred."""
+        done[task[0].point_id] = on_done(report)
+        return task if report.status == "deferred" else None
+
     if jobs <= 1 or len(tasks) <= 1:
-        return [on_done(execute_point(*t)) for t in tasks]
+        while queue:
+            task, defer = queue.popleft()
+            if finish(task, execute_point(*task, defer=defer)):
+                queue.append((task, False))
+        return [done[t[0].point_id] for t in tasks]
     ctx = mp.get_context("spawn")  # the parent may hold torch/CUDA state that a fork must not copy
-    gpus, queue, n = _visible_gpus(), ctx.Queue(), min(jobs, len(tasks))
+    gpus, slots, n = _visible_gpus(), ctx.Queue(), min(jobs, len(tasks))
     for i in range(n):
-        queue.put(gpus[i % len(gpus)] if gpus else None)
-    done = {}
-    with cf.ProcessPoolExecutor(n, mp_context=ctx, initializer=_init_worker, initargs=(queue, os.getpid())) as pool:
-        futures = {pool.submit(execute_point, *t): t[0] for t in tasks}
-        for fut in cf.as_completed(futures):
-            point = futures[fut]
-            try:
-                done[point.point_id] = on_done(fut.result())
-            except Exception as exc:  # noqa: BLE001 - a worker that died (e.g. killed for memory)
-                done[point.point_id] = on_done(PointReport(point.point_id, "failed", f"worker died: {exc!r}"))
+        slots.put(gpus[i % len(gpus)] if gpus else None)
+    with cf.ProcessPoolExecutor(n, mp_context=ctx, initializer=_init_worker, initargs=(slots, os.getpid())) as pool:
+        running = {pool.submit(execute_point, *t, defer=d): t for t, d in queue}  # the pool queues what waits
+        while running:
+            for fut in cf.wait(running, return_when=cf.FIRST_COMPLETED)[0]:
+                task = running.pop(fut)
+                try:
+                    report = fut.result()
+                except Exception as exc:  # noqa: BLE001 - a worker that died (e.g. killed for memory)
+                    report = PointReport(task[0].point_id, "failed", f"worker died: {exc!r}")
+                if finish(task, report):
+                    running[pool.submit(execute_point, *task, defer=False)] = task
     return [done[t[0].point_id] for t in tasks]
 
 
@@ -291,6 +312,9 @@ def run_sweep(params_path: str | Path | Section, *, profile: str, results: str |
         counter = overall if overall is not None else Progress(len(tasks))
 
         def on_done(r: PointReport) -> PointReport:
+            if r.status == "deferred":  # not finished: counted when it comes back
+                print(f"{section.name} {r.point_id}: deferred after {r.seconds:.1f} s: {r.message}", flush=True)
+                return r
             print(f"{counter.step()} {section.name} {r.point_id}: {r.status} in {r.seconds:.1f} s"
                   + (f"\n    {r.message}" if r.message else ""), flush=True)
             return r
