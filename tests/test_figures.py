@@ -115,6 +115,25 @@ def test_a_configurations_sigma_cells_are_over_the_accuracy_its_spread_is_over(t
     assert t.loc["sgd", sigmas].tolist() in [pytest.approx(y) for y in drawn]
 
 
+def test_a_spread_over_fewer_sigma_w_is_named_and_kept_out_of_the_contrast(two_optimizers):
+    """A sweep under way: Adam's σ_w 2 not yet trained. T1's caption names its narrower spread, F1's legend marks it,
+    and SGD − max(adaptive) is not formed from spreads over different σ_w; complete, the contrast row is back."""
+    adaptive = pd.concat([two_optimizers[two_optimizers["optimizer"] == "adam"].assign(optimizer=o)
+                          for o in ("adamw", "muon")])
+    full = _runs(pd.concat([two_optimizers, adaptive]).drop(columns=["run_id", "status", "interpolated"])
+                 .to_dict("records"))
+    t = tables.optimizer_table(full)
+    assert tables.CONTRAST in t["optimizer"].tolist() and t.attrs["narrowed_note"] == ""
+    partial = full[~((full["optimizer"] == "adam") & (full["sigma_w"] == 2.0))]
+    t = tables.optimizer_table(partial)
+    assert tables.CONTRAST not in t["optimizer"].tolist()
+    assert t.attrs["narrowed_note"] == "; adam's spread over σ_w 0.5, 1 only (not 2)"
+    assert cells.interval_note(t, "T1").endswith(t.attrs["narrowed_note"])
+    legend = [h.get_text() for h in plots.accuracy_vs_sigma(partial).legends[0].get_texts()]
+    adam = t.set_index("optimizer").loc["adam", "spread_pp"]
+    assert f"adam: {adam:.1f} pp (σ_w 2/3)" in legend and "sgd: 24.5 pp" in legend
+
+
 def test_single_seed_tables_have_no_std_columns(two_optimizers):
     t = tables.optimizer_table(two_optimizers[two_optimizers["seed"] == 0])
     assert not [c for c in t.columns if c.endswith("_std")]

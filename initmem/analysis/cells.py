@@ -68,6 +68,19 @@ def sigmas_in_spread(g: pd.DataFrame) -> list[float]:
     return sorted(float(s) for s in acc.groupby(g["sigma_w"]).mean().dropna().index)
 
 
+def narrowed_note(confs: pd.DataFrame, sigmas: Sequence[float]) -> str:
+    """A caption's words for the configurations whose spread is over fewer of the table's σ_w than it has columns (a
+    sweep under way, a σ_w not run, or one whose runs diverged): "; adam's spread over σ_w 0.1, 1 only (not 2.5)";
+    '' when every spread covers every σ_w."""
+    parts = []
+    for _, g in confs.groupby("config", sort=True):
+        have = sigmas_in_spread(g)
+        if len(have) >= 2 and (left := [s for s in sigmas if s not in have]):
+            parts.append(f"{g['label'].iloc[0]}'s spread over σ_w {', '.join(f'{s:g}' for s in have)} only (not "
+                         f"{', '.join(f'{s:g}' for s in left)})")
+    return "; " + "; ".join(parts) if parts else ""
+
+
 FULL_TEST = "test_acc_full_at_best"  # the selected network on all 10,000 test images, where the runs have it
 SUBSET_TEST = "test_acc_at_best"
 
@@ -106,13 +119,14 @@ def spread_cells(g: pd.DataFrame, multi: bool) -> dict:
 
 def interval_note(table: pd.DataFrame, title: str) -> str:
     """What a table's caption says of its spreads' intervals, where its title does not: none with one seed per σ_w,
-    else the 95 % seed-resampled interval (`spread_cells`)."""
+    else the 95 % seed-resampled interval (`spread_cells`); then its `attrs["narrowed_note"]` (`narrowed_note`)."""
+    narrowed = table.attrs.get("narrowed_note", "")
     if "spread_pp" not in table.columns or "interval" in title:
-        return ""
+        return narrowed
     if "spread_pp_lo" not in table.columns:
-        return "; one seed per σ_w, so the spread has no seed interval"
+        return "; one seed per σ_w, so the spread has no seed interval" + narrowed
     return ("; spread_pp_lo–hi: the spread's 95 % interval with seeds resampled with replacement within each σ_w "
-            "(metrics.spread_resamples)")
+            "(metrics.spread_resamples)" + narrowed)
 
 
 def interval_err(rows: pd.DataFrame) -> np.ndarray:
@@ -126,9 +140,12 @@ def interval_err(rows: pd.DataFrame) -> np.ndarray:
 def contrast_cells(confs: pd.DataFrame, first: str = "sgd",
                    others: Sequence[str] = ("adam", "adamw", "muon")) -> dict | None:
     """`first` − max(`others`) of the spreads (pp) with its 95 % interval, each configuration's seeds resampled
-    independently (`metrics.contrast_resamples`); None unless each optimiser is exactly one multi-seed configuration."""
+    independently (`metrics.contrast_resamples`); None unless each optimiser is exactly one multi-seed configuration
+    and all their spreads are over the same σ_w."""
     by = {o: confs[confs["optimizer"] == o] for o in (first, *others)} if "optimizer" in confs.columns else {}
     if not by or any(b.empty or b["config"].nunique() != 1 for b in by.values()):
+        return None
+    if len({tuple(sigmas_in_spread(b)) for b in by.values()}) > 1:  # spreads over different σ_w do not compare
         return None
     samples = {o: spread_resamples(b) for o, b in by.items()}
     if any(s is None for s in samples.values()):

@@ -30,7 +30,7 @@ CLOCK_NAMES = {"T_SGD": "T_SGD = Σ η² / b", "T_L2": "T_L2 = λ Σ η", "T_ada
 
 def accuracy_vs_sigma(runs: pd.DataFrame) -> Figure:
     """F1: test accuracy at the selected epoch against σ_w per configuration (T1's: the whole test set where every
-    run of the configuration has it), our spread in the legend; the paper's
+    run of the configuration has it), our spread in the legend ("(σ_w 2/3)" when over fewer σ_w); the paper's
     (`tables.paper_spread`) a dashed bracket hung from our best σ_w's accuracy, right of the grid."""
     confs = tables.configurations(runs)
     sigmas = sorted(confs["sigma_w"].unique())
@@ -38,8 +38,9 @@ def accuracy_vs_sigma(runs: pd.DataFrame) -> Figure:
     brackets = []
     for _, g in confs.groupby("config", sort=True):
         acc = 100 * g.groupby("sigma_w")[cells.spread_column(g)].agg(["mean", "std"])  # T1's accuracy and spread
-        ours = cells.spread_cells(g, multi=False)["spread_pp"]
-        label = g["label"].iloc[0] + ("" if math.isnan(ours) else f": {ours:.1f} pp")
+        ours, have = cells.spread_cells(g, multi=False)["spread_pp"], len(cells.sigmas_in_spread(g))
+        label = g["label"].iloc[0] + ("" if math.isnan(ours) else f": {ours:.1f} pp") + (
+            f" (σ_w {have}/{len(sigmas)})" if 2 <= have < len(sigmas) else "")  # over fewer σ_w: T1's caption says
         color = mean_line(ax, acc.index, acc["mean"], acc["std"], label=label)
         paper = tables.paper_spread(g.iloc[0])
         if not math.isnan(paper) and acc["mean"].notna().any():

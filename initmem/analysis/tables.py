@@ -147,7 +147,9 @@ def optimizer_table(runs: pd.DataFrame) -> pd.DataFrame:
     contrast = cells.contrast_cells(confs)
     if contrast is not None:  # the study's central contrast, its interval from both sides' seeds resampled
         rows.append({lead[0]: CONTRAST, **contrast})
-    return finish(pd.DataFrame(rows))
+    out = finish(pd.DataFrame(rows))
+    out.attrs["narrowed_note"] = cells.narrowed_note(confs, sigmas)
+    return out
 
 
 def radial_slope(g: pd.DataFrame) -> float:
