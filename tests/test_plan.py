@@ -204,6 +204,31 @@ def test_a_fresh_clone_plans_every_cpu_point_with_the_reference_cpu_table(tmp_pa
     assert "== 01_optimizers [cpu] 5 points, 40 runs" in out
 
 
+def test_plan_with_results_counts_the_runs_done_there_and_times_those_left(tmp_path, monkeypatch, capsys):
+    """The 5-seed cpu_w025 profile against the committed two-seed tree: its 30 runs are seeds 0 and 1 of the same run
+    ids (full_test is not in the run id), so 6 of each point's 15 are done and 9/15 of its time is left."""
+    monkeypatch.setenv("INITMEM_CACHE", str(tmp_path / "empty-cache"))  # the reference CPU table
+    table, _ = calibrate.choose_table("cpu")
+    whole = plan.plan_section(OPT, "cpu_w025", table)
+    asked = plan.plan_section(OPT, "cpu_w025", table, results=REPO / "results" / "cpu_w025")
+    assert all(p.done is None for p in whole.points) and "left_runs" not in whole.totals()
+    assert [(p.done, p.left) for p in asked.points] == [(6, 9)] * 5
+    for p, q in zip(whole.points, asked.points, strict=True):
+        assert q.seconds == p.seconds and q.left_seconds == pytest.approx(p.seconds * 9 / 15)
+    t = asked.totals()
+    assert (t["done_runs"], t["left_runs"]) == (30, 45) and t["left_seconds"] == pytest.approx(0.6 * t["seconds"])
+    empty = plan.plan_section(OPT, "cpu_w025", table, results=tmp_path / "nothing-yet")
+    assert empty.totals()["left_seconds"] == pytest.approx(t["seconds"])
+    assert main(["plan", OPT, "--profile", "cpu_w025", "--device", "cpu", "--results",
+                 str(REPO / "results" / "cpu_w025")]) == 0
+    out = capsys.readouterr().out
+    assert out.count("; done 6/15, left ") == 5 and "30 complete, 45 runs left: " in out
+    assert main(["plan", OPT, "--profile", "cpu_w025", "--device", "cpu", "--json", "--results",
+                 str(REPO / "results" / "cpu_w025")]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["totals"]["left_runs"] == 45 and [p["done"] for p in doc["sections"][0]["points"]] == [6] * 5
+
+
 def test_a_gpu_without_a_table_gets_the_roofline_estimate_labelled_as_such(tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("INITMEM_CACHE", str(tmp_path / "empty-cache"))
     monkeypatch.setattr(plan, "cuda_name", lambda device="cuda": "NVIDIA H100")  # a GPU here, never calibrated

@@ -237,6 +237,8 @@ def _add_plan(sub: argparse._SubParsersAction) -> None:
                    "from the cache (and, with --calibrate, timed) (default: %(default)s)")
     p.add_argument("--throughput", metavar="FILE", help="throughput table to read (with --calibrate: to write) "
                    "instead of <cache>/throughput-<device>.json")
+    p.add_argument("--results", help="results tree whose complete runs are counted, as `initmem sweep --results` "
+                   "(default: none, the whole cost): adds each point's runs done and the time of those left")
     p.add_argument("--json", action="store_true", help="print one JSON document instead of tables")
     p.add_argument("--calibrate", action="store_true", help="time the (arch, width, batch size, precision) the "
                    "params need (default: the paper profiles' set) on --device and store the table")
@@ -269,7 +271,7 @@ def _cmd_plan(args: argparse.Namespace) -> int:
         print(f"initmem plan: {len(table.entries)} entries written to {plan.save_throughput(table, where)}")
         return 0
     table, note = calibrate.choose_table(args.device, args.throughput)
-    plans = [plan.plan_section(p, args.profile, table) for p in paths]
+    plans = [plan.plan_section(p, args.profile, table, args.results) for p in paths]
     print(json.dumps(plan.plan_json(plans, table), indent=1) if args.json else plan.format_plan(plans, table, note))
     return 0
 

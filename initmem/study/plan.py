@@ -248,10 +248,21 @@ class PointPlan:
     members: int  # 1, or the runs of a population timed as one
     seconds: float | None = None
     time_source: str = "no throughput"
+    done: int | None = None  # its runs complete in the results tree asked of (`plan_section(results=...)`)
 
     @property
     def steps(self) -> int:
         return self.runs * self.run["steps"]
+
+    @property
+    def left(self) -> int:
+        return self.runs - (self.done or 0)
+
+    @property
+    def left_seconds(self) -> float | None:
+        """The time of the runs left: the point's time in proportion (a population's runs left train as a smaller
+        population, whose step is not proportionally cheaper: an upper bound there)."""
+        return None if self.seconds is None else self.seconds * self.left / self.runs
 
 
 @dataclass
@@ -263,16 +274,21 @@ class SectionPlan:
 
     def totals(self) -> dict[str, Any]:
         pts, times = self.points, [p.seconds for p in self.points]
-        return {"points": len(pts), "runs": sum(p.runs for p in pts), "steps": sum(p.steps for p in pts),
-                "eval_images": sum(p.runs * p.run["eval_images"] for p in pts),
-                "seconds": math.fsum(times) if times and None not in times else None,
-                "seconds_known": math.fsum(t for t in times if t is not None),
-                "points_without_time": sum(t is None for t in times)}
+        out = {"points": len(pts), "runs": sum(p.runs for p in pts), "steps": sum(p.steps for p in pts),
+               "eval_images": sum(p.runs * p.run["eval_images"] for p in pts),
+               "seconds": math.fsum(times) if times and None not in times else None,
+               "seconds_known": math.fsum(t for t in times if t is not None),
+               "points_without_time": sum(t is None for t in times)}
+        if any(p.done is not None for p in pts):  # asked of a results tree: what is left there
+            left = [p.left_seconds for p in pts if p.left]
+            out.update(done_runs=sum(p.done or 0 for p in pts), left_runs=sum(p.left for p in pts),
+                       left_seconds=math.fsum(left) if None not in left else None)
+        return out
 
 
 def plan_point(point_id: str, grid: dict[str, Any], params: dict[str, Any],
-               table: Throughput | None = None) -> PointPlan:
-    """The plan of one point from its effective parameters (`Section.effective(point)`)."""
+               table: Throughput | None = None, done: int | None = None) -> PointPlan:
+    """The plan of one point from its effective parameters (`Section.effective(point)`); `done`: its runs complete."""
     configs = point_configs(params)
     c, runs, members = configs[0], len(configs), len(configs)
     entry, source = lookup(table, c, runs) if params.get("population") and runs > 1 else (None, "")
@@ -281,15 +297,20 @@ def plan_point(point_id: str, grid: dict[str, Any], params: dict[str, Any],
     r = run_plan(c)
     seconds = None if entry is None else (runs // members) * (r["steps"] * entry.train_step_s
                                                              + r["eval_images"] * entry.eval_image_s)
-    return PointPlan(point_id, dict(grid), runs, r, {k: getattr(c, k) for k in KEY_FIELDS}, members, seconds, source)
+    return PointPlan(point_id, dict(grid), runs, r, {k: getattr(c, k) for k in KEY_FIELDS}, members, seconds, source,
+                     done)
 
 
-def plan_section(path: str | Path, profile: str, table: Throughput | None = None) -> SectionPlan:
-    """Every point of a params file's profile; SweepError/ConfigError (one line) for a bad file."""
+def plan_section(path: str | Path, profile: str, table: Throughput | None = None,
+                 results: str | Path | None = None) -> SectionPlan:
+    """Every point of a params file's profile; SweepError/ConfigError (one line) for a bad file. `results`: a results
+    tree (as `initmem sweep --results`) whose complete runs each point counts (`done`), for the time left."""
     from initmem.study.params import load_section
+    from initmem.study.preflight import point_progress
     section = load_section(path)
-    return SectionPlan(section.name, str(path), profile, [plan_point(p.point_id, p.grid, section.effective(p), table)
-                                                          for p in section.points(profile)])
+    return SectionPlan(section.name, str(path), profile, [
+        plan_point(p.point_id, p.grid, section.effective(p), table, None if results is None else
+                   point_progress(section, p)[0]) for p in section.points(profile, results)])
 
 
 def _point_json(p: PointPlan) -> dict[str, Any]:
@@ -297,7 +318,8 @@ def _point_json(p: PointPlan) -> dict[str, Any]:
     per_run = {"steps_per_run": r.pop("steps"), "eval_images_per_run": r.pop("eval_images")}
     return {"point_id": p.point_id, "grid": p.grid, "runs": p.runs, **r, **per_run, "steps": p.steps,
             "eval_images": p.runs * per_run["eval_images_per_run"], "key": p.key, "members": p.members,
-            "seconds": p.seconds, "time_source": p.time_source}
+            "seconds": p.seconds, "time_source": p.time_source,
+            **({} if p.done is None else {"done": p.done, "left": p.left, "left_seconds": p.left_seconds})}
 
 
 def plan_json(plans: list[SectionPlan], table: Throughput | None) -> dict[str, Any]:
@@ -309,6 +331,11 @@ def plan_json(plans: list[SectionPlan], table: Throughput | None) -> dict[str, A
     total = {k: sum(t[k] for t in totals) for k in ("points", "runs", "steps", "eval_images", "points_without_time")}
     total["seconds"] = math.fsum(known) if known and None not in known else None
     total["seconds_known"] = math.fsum(t["seconds_known"] for t in totals)
+    if any("left_runs" in t for t in totals):
+        lefts = [t.get("left_seconds") for t in totals if t.get("left_runs", 0)]
+        total.update(done_runs=sum(t.get("done_runs", 0) for t in totals),
+                     left_runs=sum(t.get("left_runs", 0) for t in totals),
+                     left_seconds=math.fsum(lefts) if None not in lefts else None)
     dev = None if table is None else {"device": table.device, "kind": table.kind, "torch": table.torch,
                                       "path": table.path, "estimate": ROOFLINE_SOURCE if table.roofline else None}
     if table is not None and table.kind == "cuda":
@@ -328,7 +355,8 @@ def plural(n: int, word: str, many: str | None = None) -> str:
 LEGEND = ("columns: runs = sigma_w x seed runs of the point; T_SGD = sum eta^2 / b, T_L2 = weight_decay x sum eta, "
           "T_adapt = sum eta (the forgetting clocks one run reaches, docs/study.md); eval img/run = images one run "
           "evaluates (train-eval + val + test at each measured epoch, plus full_test's and exact_tau's at their "
-          "measured shares, docs/planner.md); time = the point's runs one after another")
+          "measured shares, docs/planner.md); time = the point's runs one after another; with --results, done = "
+          "its runs complete there and left = the time of the others")
 
 
 def _hms(s: float | None) -> str:
@@ -350,9 +378,11 @@ def format_plan(plans: list[SectionPlan], table: Throughput | None, note: str | 
         for p in s.points:
             r, c = p.run, p.run["clocks"]
             note = "" if p.time_source in ("measured", "no throughput") else f" ({p.time_source})"
+            left = "" if p.done is None else (f"; done {p.done}/{p.runs}, left "
+                                              + (_hms(p.left_seconds) if p.left else "nothing"))
             lines.append(f"  {p.point_id:<{width}} {p.runs:>4} {r['epochs']:>6} {r['steps_per_epoch']:>8} "
                          f"{r['steps']:>10,} {c['T_SGD']:>9.3g} {c['T_L2']:>9.3g} {c['T_adapt']:>9.4g} "
-                         f"{r['eval_images']:>12,}  {_hms(p.seconds)}{note}")
+                         f"{r['eval_images']:>12,}  {_hms(p.seconds)}{note}{left}")
         lines.append(_total_line(f"{s.section} total", t))
     lines += ["", _total_line("all total", doc["totals"])]
     return "\n".join(lines)
@@ -363,5 +393,7 @@ def _total_line(label: str, t: dict[str, Any]) -> str:
         "points"] else f"{_hms(t['seconds_known'])} + {plural(t['points_without_time'], 'point')} with no throughput"
     gpu = f", {t['gpu_hours']:.1f} GPU-hours" if "gpu_hours" in t else ""
     gpu += f" ({t['gpu_hours_source']})" if "gpu_hours_source" in t else ""
+    left = "" if "left_runs" not in t else (f"; {t['done_runs']:,} complete, {plural(t['left_runs'], 'run')} left: "
+                                            f"{_hms(t['left_seconds']) if t['left_runs'] else 'nothing'}")
     return (f"  {label}: {plural(t['runs'], 'run')}, {plural(t['steps'], 'step')}, "
-            f"{plural(t['eval_images'], 'image')} evaluated, time {time}{gpu}")
+            f"{plural(t['eval_images'], 'image')} evaluated, time {time}{gpu}{left}")
