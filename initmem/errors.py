@@ -34,8 +34,8 @@ class SweepError(InitmemError):
 
 
 class PointDeferred(SweepError):
-    """A sweep's point put off: every run of it left is being trained by another process (a second sweep, `initmem
-    run`); the sweep comes back to it after its other points, and then waits for those runs."""
+    """A sweep's point put off, its free runs trained: its other runs are being trained by another process (a second
+    sweep, `initmem run`); the sweep comes back to it after its other points, and then waits for those runs."""
 
     env = "INITMEM_DEFER_LOCKED"  # "1" in the kernels of a local sweep's first pass: `point.train_point` defers
 

@@ -48,8 +48,8 @@ class PointReport:
 def execute_point(point: Point, notebook: str, cwd: str, output: str, parameters: dict[str, Any],
                   log_output: bool = True, defer: bool = False) -> PointReport:
     """One point's notebook executed (a Slurm task's work); a failure is a `failed` report, so the others go on.
-    `defer`: a point whose runs left are all being trained by another process is a `deferred` report (its free runs
-    trained), not a wait (`point.train_point`)."""
+    `defer`: a point some of whose runs another process is training is a `deferred` report once its free runs are
+    trained, not a wait (`point.train_point`)."""
     t0 = time.perf_counter()
     try:
         execute_notebook(notebook, output, parameters, cwd=cwd, log_output=log_output,
@@ -106,8 +106,8 @@ def _init_worker(gpus: mp.Queue, parent: int) -> None:
 
 
 def _run_local(tasks: list[tuple], jobs: int, on_done) -> list[PointReport]:
-    """Every task's report, `jobs` at a time. A first pass defers a point whose runs left another process is training
-    (a second sweep over the same results): it goes to the back of the queue and, when its turn comes again, waits."""
+    """Every task's report, `jobs` at a time. A first pass defers a point some of whose runs another process is
+    training (a second sweep over the same results): it goes to the back of the queue, then waits."""
     done, queue = {}, collections.deque((t, True) for t in tasks)
 
     def finish(task: tuple, report: PointReport) -> tuple | None:
