@@ -227,6 +227,10 @@ def test_plan_with_results_counts_the_runs_done_there_and_times_those_left(tmp_p
                  str(REPO / "results" / "cpu_w025")]) == 0
     doc = json.loads(capsys.readouterr().out)
     assert doc["totals"]["left_runs"] == 45 and [p["done"] for p in doc["sections"][0]["points"]] == [6] * 5
+    for wrong, what in ((OPT, "a folder, not a file"), (REPO / "results" / "cpu_w025" / "01_optimizers",
+                                                        "is a section folder")):
+        assert main(["plan", OPT, "--profile", "cpu_w025", "--results", str(wrong)]) == 2  # not a silent 0 done
+        assert what in capsys.readouterr().err
 
 
 def test_a_gpu_without_a_table_gets_the_roofline_estimate_labelled_as_such(tmp_path, monkeypatch, capsys):
