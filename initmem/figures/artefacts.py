@@ -16,7 +16,7 @@ from matplotlib.figure import Figure
 
 from initmem.analysis import cells, display, style
 from initmem.checks import RESULTS_ROOT
-from initmem.errors import ConfigError, NoResults, ResultsError
+from initmem.errors import ConfigError, InitmemError, NoResults, ResultsError
 from initmem.figures import layout
 from initmem.figures.paths import (  # re-exported: figures.COMMITTED_SETS is what `make figures` makes
     COMMITTED_SETS,
@@ -54,6 +54,21 @@ def data_name(source: str) -> str:
     return source if "/" not in rest and "\\" not in rest else kind
 
 
+def tree_profile(runs: pd.DataFrame, results_dir: str | Path, sections: Sequence[str]) -> str:
+    """The profile a results tree's runs were swept with (runs do not record it): the tree's folder name where that
+    profile holds them all, or where no profile of their sections' params files does (a tree of hand-made runs),
+    else the profile that holds them all (`Section.profiles_holding`), e.g. cpu_w025 for results/cpu_w025_full."""
+    from initmem.study.params import load_section
+    name = repo_path(results_dir).name
+    try:
+        held = [set(load_section(ROOT / "params" / f"{s}.yaml").profiles_holding(set(g["run_id"])))
+                for s, g in runs.groupby("section") if s in sections]
+    except (InitmemError, OSError):  # a section without a params file here: nothing to match against
+        return name
+    common = set.intersection(*held) if held else set()
+    return name if name in common or not common else sorted(common)[0]
+
+
 @dataclass(frozen=True)
 class Stamp:
     """Where an artefact's numbers came from: printed as its caption and stored in its sidecar JSON."""
@@ -69,7 +84,7 @@ class Stamp:
 
     @classmethod
     def of(cls, runs: pd.DataFrame, results_dir: str | Path, sections: Sequence[str]) -> Self:
-        """Profile: the runs' `profile` column, else the results folder's name; a data source with its `data_hash`."""
+        """Profile: the runs' `profile` column, else `tree_profile`; a data source with its `data_hash`."""
         def values(col: str) -> tuple[str, ...]:
             return tuple(sorted({str(v) for v in runs[col].dropna()})) if col in runs.columns else ()
 
@@ -81,7 +96,7 @@ class Stamp:
             "data_source" in runs.columns) else ()
         dirty = runs["git_dirty"].eq(True) if "git_dirty" in runs.columns else pd.Series(False, index=runs.index)
         unknown = dirty & ~runs["git_diff_known"].astype(bool) if "git_diff_known" in runs.columns else dirty
-        profile = ", ".join(values("profile")) or repo_path(results_dir).name
+        profile = ", ".join(values("profile")) or tree_profile(runs, results_dir, sections)
         return cls(profile, len(runs), sources, values("git_commit"), display_path(results_dir), tuple(sections),
                    int(dirty.sum()), int(unknown.sum()))
 

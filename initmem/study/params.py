@@ -11,7 +11,7 @@ from typing import Any
 import yaml
 
 from initmem.checks import resolve
-from initmem.config import point_configs
+from initmem.config import point_configs, run_id
 from initmem.errors import ConfigError, InitmemError, SweepError
 from initmem.study.notebook import SCIENTIFIC, Parameter, check_parameters, notebook_parameters, parameters_digest
 from initmem.study.notebook import SECTION_REQUIRED as REQUIRED  # what every section notebook must declare
@@ -143,6 +143,12 @@ class Section:
     def effective(self, point: Point) -> dict[str, Any]:
         """The notebook's defaults overridden by the point's parameters: what the notebook actually sees."""
         return {**{k: p.default for k, p in self.declared.items()}, **point.parameters}
+
+    def profiles_holding(self, run_ids: set[str]) -> list[str]:
+        """The profiles whose points' runs include every one of `run_ids`: which profile a results tree was swept with
+        (a run records its configuration, not the profile that asked for it)."""
+        return [p for p in self.profiles
+                if run_ids <= {run_id(c) for pt in self.points(p) for c in point_configs(self.effective(pt))}]
 
 
 def _fmt(v: Any) -> str:
