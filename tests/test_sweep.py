@@ -144,6 +144,20 @@ def test_slurm_executor_without_sbatch_fails_before_anything(tmp_path, monkeypat
         run_sweep(path, profile="smoke", results=tmp_path / "out", executor="slurm", slurm={"partiton": "x"})
 
 
+def test_a_section_or_run_folder_given_as_the_results_tree_is_refused_before_anything_trains(tmp_path, capsys):
+    """`--results results/x/01_optimizers` would train every run again one level down: one line names the level."""
+    path = _repo(tmp_path, TINY)
+    run = tmp_path / "out" / "t" / "abc123def456"
+    run.mkdir(parents=True)
+    (run / "run.json").write_text("{}")
+    for wrong, level in ((run.parent, "is a section folder"), (run, "is a run folder")):
+        with pytest.raises(SweepError, match=rf"results='.+' {level}.*\(its tree: .+out\).*nothing was run"):
+            run_sweep(path, profile="smoke", results=wrong)
+        assert commands.main(["sweep", str(path), "--profile", "smoke", "--results", str(wrong)]) == 2
+        assert level in capsys.readouterr().err
+    assert sorted(p.name for p in run.parent.iterdir()) == ["abc123def456"]  # nothing made a level down
+
+
 def test_dry_run_lists_every_point_and_writes_nothing(tmp_path, capsys):
     path = _repo(tmp_path, TINY)
     report = run_sweep(path, profile="smoke", results=tmp_path / "out", dry_run=True)

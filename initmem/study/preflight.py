@@ -5,8 +5,9 @@ One line per problem (a problem many points share is one line), so a sweep that 
 import os
 from pathlib import Path
 
+from initmem.checks import check_results_root
 from initmem.config import point_configs
-from initmem.errors import InitmemError
+from initmem.errors import ConfigError, InitmemError
 from initmem.store.folders import RunFolders
 from initmem.study.params import Point, Section
 
@@ -54,6 +55,11 @@ def section_problems(section: Section, profile: str, results: str | Path | None,
 
     problems: list[str] = []
     out = section.results_for(profile, results)
+    if out.is_dir():  # a section or run folder given for the tree would get every run trained again, a level down
+        try:
+            check_results_root("results", out)
+        except ConfigError as exc:
+            problems.append(str(exc))
     pending, data_checked = 0, {}
     for p in section.points(profile, results):
         try:
