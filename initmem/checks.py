@@ -84,6 +84,15 @@ def check_results_root(name: str, root: Path) -> Path:
     raise ConfigError(f"{name}={str(root)!r} {what}: {RESULTS_ROOT} is accepted{hint}")
 
 
+def check_results_arg(name: str, path: str | Path) -> Path:
+    """`path` resolved, once runs can be written under it as a tree: a folder not there yet, or one at the tree's
+    level (`check_results_root`); a file, or a section or run folder (runs would land a level down), is one line."""
+    tree = resolve(name, path, RESULTS_ROOT)
+    if tree.exists() and not tree.is_dir():
+        raise invalid(name, str(path), f"a folder, not a file: {RESULTS_ROOT}")
+    return check_results_root(name, tree) if tree.is_dir() else tree
+
+
 def check_output_folder(name: str, path: str | Path, root: Path = REPOSITORY) -> Path:
     """`path` resolved, once it can be an output folder: not a file, not the repository `root` or a folder above it,
     not a folder of code (`SOURCE_FILES`, a .py file), and creatable and writable; else one line. No overwrite flag

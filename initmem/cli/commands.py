@@ -9,7 +9,7 @@ from pathlib import Path
 
 import yaml
 
-from initmem.checks import RESULTS_ROOT, check_int, check_results_root, resolve
+from initmem.checks import check_int, check_results_arg
 from initmem.cli.args import BooleanOnce, Parser
 from initmem.config import TrainConfig, field_help, point_configs
 from initmem.errors import ConfigError, InitmemError, invalid
@@ -270,10 +270,8 @@ def _cmd_plan(args: argparse.Namespace) -> int:
         table = calibrate.calibrate(keys, args.device, steps=steps, members=tuple(members))
         print(f"initmem plan: {len(table.entries)} entries written to {plan.save_throughput(table, where)}")
         return 0
-    if args.results is not None and (tree := resolve("--results", args.results, RESULTS_ROOT)).exists():
-        if not tree.is_dir():  # a missing tree is fine: nothing is done there yet
-            raise invalid("--results", args.results, f"a folder, not a file: {RESULTS_ROOT}")
-        check_results_root("--results", tree)
+    if args.results is not None:  # a tree not there yet is fine: nothing is done in it
+        check_results_arg("--results", args.results)
     table, note = calibrate.choose_table(args.device, args.throughput)
     plans = [plan.plan_section(p, args.profile, table, args.results) for p in paths]
     print(json.dumps(plan.plan_json(plans, table), indent=1) if args.json else plan.format_plan(plans, table, note))
