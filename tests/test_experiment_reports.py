@@ -141,7 +141,9 @@ def test_the_committed_spike_table_is_what_the_committed_runs_give():
 def test_the_committed_grid_report_is_what_the_committed_runs_give():
     script = load_script("grid")
     committed = (EXPERIMENTS / "grid" / "grid.md").read_text(encoding="utf-8")
-    assert committed == script.report(load_runs(ROOT / script.GRID), load_runs(ROOT / script.PILOT))
+    assert committed == script.report(load_runs(ROOT / script.GRID), load_runs(ROOT / script.PILOT),
+                                      load_histories(ROOT / script.GRID / "01_optimizers"))
+    assert "## Late collapses" in committed and "| sgd | 5 | 0/15 |" in committed  # the table the findings quote
 
 
 def test_the_grid_report_takes_an_optimiser_only_with_all_fifteen_runs_complete():

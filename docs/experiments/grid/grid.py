@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from initmem.analysis import display, tables
-from initmem.store.results import load_runs
+from initmem.analysis import display, instrument_tables, tables
+from initmem.store.results import load_histories, load_runs
 from initmem.study.params import load_section
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -34,7 +34,17 @@ def complete(runs: pd.DataFrame) -> list[str]:
     return [o for o in dict.fromkeys(tables.configurations(done)["optimizer"]) if have.get(o, set()) >= want]
 
 
-def report(grid: pd.DataFrame, pilot: pd.DataFrame) -> str:
+def collapses(grid: pd.DataFrame, histories: pd.DataFrame, done: list[str]) -> list[str]:
+    """The late collapses of each complete optimiser's grid runs (`instrument_tables.spike_table`): grid.md's lines."""
+    t = instrument_tables.spike_table(grid[grid["optimizer"].isin(done)], histories)
+    return ["## Late collapses", "", display.markdown_table(*display.display_rows(t)), "",
+            "collapsed: runs whose train accuracy falls 20 pp or more below its best since τ_interp "
+            "(`metrics.collapse_epoch`), at those epochs; selected after collapse: runs whose selected epoch comes at "
+            "or after it; spread at the selected epoch and at the last (on all 10,000 test images at the selected "
+            "epoch, the 2,000-image subset at the last), each with its 95 % seed-resampled interval.", ""]
+
+
+def report(grid: pd.DataFrame, pilot: pd.DataFrame, histories: pd.DataFrame | None = None) -> str:
     """grid.md: what is trained, then per complete optimiser its T1 row from the grid and from the pilot."""
     done = complete(grid)
     lines = ["# The 5-seed width-0.25 grid so far", "",
@@ -57,11 +67,11 @@ def report(grid: pd.DataFrame, pilot: pd.DataFrame) -> str:
                       "(seeds resampled within each σ_w, `metrics.spread_resamples`); interpolated: runs reaching "
                       "99.5 % train accuracy; τ_interp: their median epoch. The grid's seeds 0 and 1 retrain the "
                       "pilot's runs of the same ids at one commit (0b45cbf; docs/experiments/drift/drift_w025.txt).",
-                      ""])
+                      "", *([] if histories is None else collapses(grid, histories, done))])
 
 
 def main() -> None:
-    text = report(load_runs(ROOT / GRID), load_runs(ROOT / PILOT))
+    text = report(load_runs(ROOT / GRID), load_runs(ROOT / PILOT), load_histories(ROOT / GRID / "01_optimizers"))
     (HERE / "grid.md").write_text(text, encoding="utf-8")
     print(text)
 
