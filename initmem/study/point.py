@@ -55,8 +55,8 @@ def train_point(configs: list[TrainConfig], *, results: str | Path, section: str
             continue
         with lock:
             _train_locked(c, owner, progress, tag, failed, fallback.get(run_id(c)))
-    if defer and not failed and any(not owner.is_complete(c) for _, c in waiting):
-        held = [f"{_name(c)} by {owner.holder(c)}" for _, c in waiting]
+    held = [f"{_name(c)} by {owner.holder(c)}" for _, c in waiting if not owner.is_complete(c)] if defer else []
+    if held and not failed:  # the ones finished meanwhile are not named
         raise PointDeferred(f"{len(held)} run(s) of this point are being trained by another process ("
                             + "; ".join(held[:2]) + (f"; and {len(held) - 2} more" if len(held) > 2 else "")
                             + "): deferred, so that the sweep trains its other points first and then waits for them")
