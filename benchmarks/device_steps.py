@@ -418,7 +418,9 @@ def step_epochs(ctx: Ctx, compile: bool) -> None:
         if precision == "tf32" and not ctx.cuda:
             ctx.add("skipped", {**key, "reason": "tf32 is CUDA only"})
             continue
-        if ctx.left() < 1.3 * last.get(arch, 0.0) + 3:
+        # an arch not timed yet costs at least the slowest timed so far (the deep network is the slower one): a
+        # first guess of 0 s started ResNet-56 with 15 s left on the H200, and the step was killed with it
+        if ctx.left() < 1.3 * last.get(arch, max(last.values(), default=0.0)) + 3:
             ctx.add("not_reached", {**key, "reason": f"{ctx.left():.0f} s left in the step"})
             continue
         cfg = config(ctx, "split", arch=arch, batch_size=b, precision=precision, compile=compile)
@@ -427,13 +429,13 @@ def step_epochs(ctx: Ctx, compile: bool) -> None:
             cfg = cfg.replace(n_train=split_sizes(cfg)["train"] // b * b)
             before, seen = _cudagraph_skips(), len(skips.messages)
         t0 = time.perf_counter()
-        try:  # compiled: guarded, so a cold compile slower than the step's time left ends the step, not the check
-            with guard(ctx.left() - 1) if compile else contextlib.nullcontext():
+        try:  # guarded: a configuration (a cold compile, a first CUDA warm-up) slower than the step's time left
+            with guard(ctx.left() - 1):  # ends the step with what it has, instead of its being killed
                 run = _timed_epochs(cfg, ctx if compile else None)
         except Overrun:
+            kept = " (the graphs compiled so far are in `graphs`)" if compile else ""
             ctx.add("not_reached", {**key, "reason": f"guard: not finished {time.perf_counter() - t0:.0f} s after it "
-                                                     "started, at the step's deadline (the graphs compiled so far "
-                                                     "are in `graphs`)"})
+                                                     f"started, at the step's deadline{kept}"})
             break
         if compile:
             n = _cudagraph_skips() - before
@@ -458,12 +460,25 @@ def step_population(ctx: Ctx) -> None:
                                         "threads": max(1, (os.cpu_count() or 1) // k)},
                   ctx.work / f"population.child{i}.log")
             for i in range(k)]  # torch while the population is timed) and wait at the barrier
-    rows = {}
-    try:
-        for b in size["pop_batches"]:
-            cfg = config(ctx, "split", batch_size=b, precision=prec)
-            pop, one = time_steps(cfg, steps, warmup, population=k), time_steps(cfg, steps, warmup, population=1)
-            rows[b] = {"batch_size": b, "population_step_s": pop, "single_step_s": one,
+    rows, spent = {}, 0.0  # the seconds a batch size's timing takes, scaled by the batch size: the H200's check was
+    try:  # killed in b = 512 twice, losing the concurrent measurements, the second time with the guard below armed
+        for b in size["pop_batches"]:  # (SIGALRM waits for a C call to return; likely cuDNN autotuning grouped convs)
+            if ctx.left() < 1.3 * spent * b + 3:
+                ctx.add("not_reached", {"batch_size": b, "what": "population and separate",
+                                        "reason": f"{ctx.left():.0f} s left in the step"})
+                continue
+            cfg, t0 = config(ctx, "split", batch_size=b, precision=prec), time.perf_counter()
+            try:
+                with guard(ctx.left() - 1):
+                    pop, one = (time_steps(cfg, steps, warmup, population=k),
+                                time_steps(cfg, steps, warmup, population=1))
+            except Overrun:
+                ctx.add("not_reached", {"batch_size": b, "what": "population and separate",
+                                        "reason": "guard: not finished at the step's deadline"})
+                break
+            took = time.perf_counter() - t0
+            spent = max(spent, took / b)
+            rows[b] = {"batch_size": b, "seconds": took, "population_step_s": pop, "single_step_s": one,
                        "population_member_steps_per_s": k / pop, "separate_member_steps_per_s": 1 / one,
                        "population_vs_separate": k * one / pop}
             ctx.put("rows", list(rows.values()))
@@ -471,11 +486,17 @@ def step_population(ctx: Ctx) -> None:
             import torch
 
             torch.cuda.empty_cache()  # this process's cached blocks, for the K processes
-        for b in size["pop_batches"]:
-            _wait_files([barrier / f"ready-{b}-{i}" for i in range(k)], ctx, kids)
-            (barrier / f"go-{b}").touch()
-            got = [json.loads(p.read_text()) for p in _wait_files([barrier / f"res-{b}-{i}.json" for i in range(k)],
-                                                                   ctx, kids)]
+        for b in size["pop_batches"]:  # every child times every batch size, in order
+            if b not in rows:  # nothing to compare its concurrent rate with
+                break
+            try:
+                _wait_files([barrier / f"ready-{b}-{i}" for i in range(k)], ctx, kids)
+                (barrier / f"go-{b}").touch()
+                got = [json.loads(p.read_text())
+                       for p in _wait_files([barrier / f"res-{b}-{i}.json" for i in range(k)], ctx, kids)]
+            except TimeoutError as e:  # what was measured stays; the step ends ok
+                ctx.add("not_reached", {"batch_size": b, "what": "concurrent", "reason": str(e)})
+                break
             span = max(g["end"] for g in got) - min(g["start"] for g in got)
             overlap = max(0.0, min(g["end"] for g in got) - max(g["start"] for g in got)) / span if span else 1.0
             rate = sum(1 / g["step_s"] for g in got)
@@ -531,11 +552,12 @@ def _paper_population(configs: list, out: Path, end: float) -> dict[str, Any]:
             raise _Deadline
 
     t0 = time.time()
-    try:
-        done = [r.history.to_dict("records")
-                for r in train(configs, out_dir=out, progress=False, on_step=stop_at_end)]
+    try:  # stopped at a step past `end`, or by the guard in what comes between steps (on the H200 the first
+        with guard(end - time.time()):  # evaluation took 19 s, and the step was killed there)
+            done = [r.history.to_dict("records")
+                    for r in train(configs, out_dir=out, progress=False, on_step=stop_at_end)]
         stopped = "finished"
-    except _Deadline:
+    except (_Deadline, Overrun):
         done, stopped = [], "stopped at its share of the time"
         for path in checkpoints(RunFolders(out, "adhoc").checkpoint_folder(configs)):
             done = checkpoint.load(path)["state"]["histories"]

@@ -183,16 +183,20 @@ def state_differences(ref: dict[str, Any], got: dict[str, Any]) -> dict[str, flo
             "buffers_rel": norm(ref["buffers"] - got["buffers"]) / max(norm(ref["buffers"] - ref["buffers0"]), 1e-30)}
 
 
-def spread(cfg: Any, plants: tuple[str, ...] = BUGS) -> dict[str, Any]:
-    """The measurement behind the fp32 tolerances: `cfg` trained under each (channels_last, threads) of {on, off} x
-    {1, 2}, the verdict of every pair (its largest differences, and whether it passes), then each of `plants`
-    against the default layout at 1 thread."""
+LAYOUTS = tuple(itertools.product((True, False), (1, 2)))  # (channels_last, threads); (True, 1): the reference
+
+
+def spread(cfg: Any, plants: tuple[str, ...] = BUGS, layouts: tuple[tuple[bool, int], ...] = LAYOUTS
+           ) -> dict[str, Any]:
+    """The measurement behind the fp32 tolerances: `cfg` trained under each (channels_last, threads) of `layouts`
+    (default {on, off} x {1, 2}; the first must be (True, 1)), the verdict of every pair (its largest differences,
+    and whether it passes), then each of `plants` against the default layout at 1 thread."""
     import torch
 
     from initmem.engine.trainer import train
 
     runs = {}
-    for cl, th in itertools.product((True, False), (1, 2)):
+    for cl, th in layouts:
         torch.set_num_threads(th)
         with record() as rec:
             runs[(cl, th)] = (train(cfg.replace(channels_last=cl), progress=False).history, rec.members()[0])
