@@ -1,6 +1,8 @@
 """Which throughput table `initmem plan` times a profile with (docs/planner.md), and measuring one (`calibrate`). The
-reference CPU's ships with the package, so a fresh clone answers "how long"; a GPU without its own (or `--device cuda`
-on a machine without one) gets the roofline estimate from the FLOP count (`plan.roofline_entry`), labelled as such."""
+reference CPU's and the reference GPU's (an H200's, measured by the device check) ship with the package, so a fresh
+clone answers "how long"; a GPU without its own table (or `--device cuda` on a machine without one) gets the H200's,
+labelled with the GPU it was measured on; the roofline estimate (`plan.roofline_entry`) only where that file is
+missing."""
 
 import datetime
 import time
@@ -14,6 +16,9 @@ from initmem.study.plan import KEY_FIELDS, Entry, SectionPlan, Throughput, devic
 _REFERENCE = "initmem/study/throughput/reference-cpu.json"  # in the repository: how the line names it, in every clone
 REFERENCE_CPU = Path(__file__).resolve().parents[2] / _REFERENCE
 COMMITTED_CPU = ("results/cpu", "results/cpu_steps", "results/cpu_w025")  # the trees the reference table reproduces
+# The one GPU measured: the device check's table of docs/gpu/2026-12-04-h200-speeds/ (tests/test_gpu_record.py: equal)
+_REFERENCE_GPU = "initmem/study/throughput/reference-h200.json"
+REFERENCE_GPU = Path(__file__).resolve().parents[2] / _REFERENCE_GPU
 
 
 def choose_table(device: str = "auto", path: str | Path | None = None) -> tuple[plan.Throughput | None, str]:
@@ -32,6 +37,13 @@ def choose_table(device: str = "auto", path: str | Path | None = None) -> tuple[
         return table, (f"throughput: the reference CPU table ({_REFERENCE}{when}): what the committed CPU runs took "
                        "on 2-core machines, one torch thread a run, two or three side by side; `initmem plan "
                        f"--calibrate --device cpu` measures this one ({name})")
+    if kind == "cuda" and REFERENCE_GPU.is_file():
+        table = plan.load_throughput(REFERENCE_GPU, kind="cuda")
+        other = ("" if name == table.device else f", not on this {name}" if name else ", no GPU here")
+        return table, (f"throughput: the reference GPU table ({_REFERENCE_GPU}, {table.created[:10]}): measured on an "
+                       f"{table.device} by the device check (torch {table.torch}){other}; configurations it lacks "
+                       "are scaled from its nearest entry; `initmem plan --calibrate --device cuda` on the GPU "
+                       "measures them")
     if kind == "cuda":
         here = f"no table for {name}: {cached}" if name else f"no GPU here: --device {device}"
         peaks = ", ".join(f"{p} {v / 1e12:g}" for p, v in plan.ROOFLINE_PEAK.items())

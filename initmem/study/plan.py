@@ -28,7 +28,7 @@ SYNTHETIC_TRAIN, SYNTHETIC_TEST = 2000, 500  # train.py's synthetic_sizes when n
 KEY_FIELDS = ("arch", "width", "batch_size", "precision")
 # forward multiply-accumulates per 32x32 image at width 1 (conv layers; width w scales them by about w^2)
 ARCH_MACS = {"resnet9": 379e6, "resnet20": 41e6, "resnet56": 125e6, "resnet110": 253e6}
-# The roofline estimate for a GPU without a measured table (docs/planner.md): FLOPs per image (2 per MAC; a training
+# The roofline estimate where no GPU table is found (docs/planner.md): FLOPs per image (2 per MAC; a training
 # step's forward + backward ~3 forward passes, an evaluation 1) against an H200 SXM's dense peak at the run's
 # precision (NVIDIA's datasheet: FP32 67 TFLOP/s; TF32 and BF16 tensor cores half the with-sparsity 989 and 1,979) at
 # an assumed fraction of it. Not a measurement: the device check's table replaces it.
@@ -201,7 +201,7 @@ def roofline_entry(config: TrainConfig, members: int = 1) -> Entry:
 
 
 def roofline_table() -> Throughput:
-    """The table of estimates `initmem plan` uses for a GPU without its own (or `--device cuda` without a GPU)."""
+    """The table of estimates `initmem plan` uses for a GPU when no measured table is found (docs/planner.md)."""
     return Throughput(f"{ROOFLINE_GPU} ({ROOFLINE_SOURCE})", "", [], "cuda", None, None, roofline=True)
 
 
