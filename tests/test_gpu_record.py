@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import pytest
@@ -135,3 +136,13 @@ def test_the_packaged_reference_gpu_table_is_the_records():
     from initmem.study import calibrate
 
     assert json.loads(calibrate.REFERENCE_GPU.read_text()) == json.loads((SPEEDS / "throughput.json").read_text())
+
+
+def test_the_batch_exponents_quoted_are_the_tables():
+    table = plan.load_throughput(SPEEDS / "throughput.json", "cuda")
+    t = {e.batch_size: e.train_step_s for e in table.entries if e.members == 1 and e.precision == "fp32"}
+    low, high = (math.log(t[b] / t[a]) / math.log(b / a) for a, b in ((32, 128), (128, 512)))
+    assert f"b^{low:.2f} from fp32 b = 32 to 128, b^{high:.2f} from 128 to 512" in _section()
+    planner = " ".join((REPO / "docs" / "planner.md").read_text(encoding="utf-8").split())
+    assert f"on the H200: {low:.2f} from b = 32 to 128, {high:.2f} from 128 to 512" in planner
+    assert f"planned b = 16 {8 ** (1 - low):.1f}x too fast by that measure" in planner

@@ -6,6 +6,7 @@ jupytext, papermill or matplotlib)."""
 from __future__ import annotations
 
 import json
+import math
 import os
 import subprocess
 import sys
@@ -15,7 +16,7 @@ import pytest
 
 from initmem.cli.commands import main
 from initmem.config import TrainConfig
-from initmem.study import calibrate, plan
+from initmem.study import calibrate, plan, throughput
 
 REPO = Path(__file__).resolve().parents[1]
 PARAMS = sorted(str(p.relative_to(REPO)) for p in (REPO / "params").glob("*.yaml"))
@@ -120,3 +121,25 @@ def test_a_cuda_table_on_this_machine_is_used_before_the_estimate(tmp_path, monk
     plan.save_throughput(plan.Throughput("NVIDIA H200", "2.14", [entry], "cuda"), path)
     table, note = calibrate.choose_table("cuda")
     assert not table.roofline and table.entries == [entry] and "calibrated on this machine" in note
+
+
+def test_a_gpu_tables_missing_batch_size_follows_the_step_time_it_measured():
+    """Small batches are launch-bound on a GPU: b = 16 at tf32, from the H200's b = 128 tf32 entry, scales by the
+    exponent its fp32 entries measured between b = 32 and 128, not by the images per step; a CPU table keeps them."""
+    table = plan.load_throughput(calibrate.REFERENCE_GPU)
+    by = {(e.batch_size, e.precision): e for e in table.entries if e.members == 1}
+    alpha = math.log(by[(128, "fp32")].train_step_s / by[(32, "fp32")].train_step_s) / math.log(4)
+    assert 0 < alpha < 1
+    c = TrainConfig(arch="resnet9", width=1.0, batch_size=16, precision="tf32", device="cuda")
+    e, src = plan.lookup(table, c)
+    assert e.train_step_s == pytest.approx(by[(128, "tf32")].train_step_s * (16 / 128) ** alpha)
+    assert src == f"estimated from resnet9 w1 b128 tf32, step ~ b^{alpha:.2f} as fp32 b32-128"
+    e256, src256 = plan.lookup(table, c.replace(batch_size=256))  # the closest measured batch size: 512
+    assert src256.endswith("as fp32 b128-512") and e256.train_step_s > 2 * e.train_step_s
+    cpu = plan.Throughput("CPU", "", [plan.Entry("resnet9", 1.0, 128, "fp32", 1, 1.0, 1e-3),
+                                      plan.Entry("resnet9", 1.0, 32, "fp32", 1, 0.5, 1e-3)], "cpu")
+    e, src = plan.lookup(cpu, c.replace(batch_size=64, precision="fp32"))  # on a CPU: the images per step
+    assert e.train_step_s == pytest.approx(1.0 / 2) and src == "estimated from resnet9 w1 b128 fp32"
+    odd = plan.Throughput("GPU", "", [plan.Entry("resnet9", 1.0, 128, "fp32", 1, 1.0, 1e-3),
+                                      plan.Entry("resnet9", 1.0, 32, "fp32", 1, 2.0, 1e-3)], "cuda")
+    assert throughput.batch_exponent(odd.entries, odd.entries[0], 64)[0] == 0.0  # a noisy table: clamped to [0, 1]

@@ -21,7 +21,7 @@ from initmem.errors import ConfigError
 from initmem.metrics import lr_scale
 from initmem.store.files import atomic_write
 from initmem.store.provenance import cpu_model
-from initmem.study.throughput import check_table
+from initmem.study.throughput import batch_exponent, check_table
 
 CIFAR_TRAIN, CIFAR_TEST = 50_000, 10_000
 SYNTHETIC_TRAIN, SYNTHETIC_TEST = 2000, 500  # train.py's synthetic_sizes when n_train / n_test are None
@@ -180,8 +180,9 @@ def lookup(table: Throughput | None, config: TrainConfig, members: int = 1) -> t
     near = min(singles, key=lambda e: (e.arch != config.arch, e.precision != config.precision, abs(math.log(
         config.width / e.width)) + abs(math.log(config.batch_size / e.batch_size))))
     flops = (config.width / near.width) ** 2 * ARCH_MACS[config.arch] / ARCH_MACS[near.arch]
-    est = Entry(*want, near.train_step_s * flops * config.batch_size / near.batch_size, near.eval_image_s * flops)
-    return est, f"estimated from {_describe(near)}"
+    alpha, how = batch_exponent(singles, near, config.batch_size) if table.kind == "cuda" else (1.0, "")
+    step = near.train_step_s * flops * (config.batch_size / near.batch_size) ** alpha
+    return Entry(*want, step, near.eval_image_s * flops), f"estimated from {_describe(near)}{how}"
 
 
 def image_flops(arch: str, width: float) -> tuple[float, float]:
