@@ -533,11 +533,14 @@ def step_paper(ctx: Ctx) -> bool:
     for i, opt in enumerate(opts):
         configs = [config(ctx, "split", batch_size=128, optimizer=opt, sigma_w=s, precision=ctx.s["precision"],
                           epochs=ctx.s["paper_epochs"], checkpoint_every=1) for s in (0.1, 2.5)]
-        ctx.add("populations", _paper_population(configs, tmp / opt, time.time() + (end - time.time()) / (2 - i)))
+        ctx.add("populations", _paper_population(configs, tmp / opt, time.time() + (end - time.time()) / (2 - i),
+                                                 ctx.deadline - 1))
     return all(p["epochs"] >= 1 for p in ctx.res["populations"])
 
 
-def _paper_population(configs: list, out: Path, end: float) -> dict[str, Any]:
+def _paper_population(configs: list, out: Path, end: float, hard_end: float | None = None) -> dict[str, Any]:
+    """Train `configs` as one population until a step past `end` (its share of the time), or until `hard_end` (the
+    step's deadline, default `end`) wherever it is: its measured epochs, read from its newest checkpoint."""
     import gc
 
     import torch
@@ -553,7 +556,7 @@ def _paper_population(configs: list, out: Path, end: float) -> dict[str, Any]:
 
     t0 = time.time()
     try:  # stopped at a step past `end`, or by the guard in what comes between steps (on the H200 the first
-        with guard(end - time.time()):  # evaluation took 19 s, and the step was killed there)
+        with guard((hard_end or end) - time.time()):  # evaluation took 19 s, and the step was killed there)
             done = [r.history.to_dict("records")
                     for r in train(configs, out_dir=out, progress=False, on_step=stop_at_end)]
         stopped = "finished"
