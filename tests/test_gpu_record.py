@@ -146,3 +146,15 @@ def test_the_batch_exponents_quoted_are_the_tables():
     planner = " ".join((REPO / "docs" / "planner.md").read_text(encoding="utf-8").split())
     assert f"on the H200: {low:.2f} from b = 32 to 128, {high:.2f} from 128 to 512" in planner
     assert f"planned b = 16 {8 ** (1 - low):.1f}x too fast by that measure" in planner
+
+
+def test_the_prepared_grids_floor_is_the_tables():
+    text = " ".join((GPU / "README.md").read_text(encoding="utf-8").split())
+    table = plan.load_throughput(SPEEDS / "throughput.json", "cuda")
+    by = {(e.batch_size, e.members): e for e in table.entries if e.precision == "fp32"}
+    one = 3720 * by[(32, 1)].train_step_s  # cpu_w025: 62 whole batches of 32 an epoch, 60 epochs
+    k7 = by[(32, 1)].train_step_s * 7 / by[(32, 7)].train_step_s
+    assert f"(5.6 ms at width 1, the launch floor) one run's 3,720 steps take at least {one:.0f} s" in text
+    assert f"at the {k7:.2f}x measured for K = 7 about {15 * one / k7 / 60:.1f} min a point" in text
+    grid = plan.plan_section(REPO / "params" / "01_optimizers.yaml", "cpu_w025", table).totals()["seconds"]
+    assert f"--profile cpu_w025 --device cuda` says {grid / 60:.1f} min, from width-1 entries" in text
