@@ -158,3 +158,11 @@ def test_the_prepared_grids_floor_is_the_tables():
     assert f"at the {k7:.2f}x measured for K = 7 about {15 * one / k7 / 60:.1f} min a point" in text
     grid = plan.plan_section(REPO / "params" / "01_optimizers.yaml", "cpu_w025", table).totals()["seconds"]
     assert f"--profile cpu_w025 --device cuda` says {grid / 60:.1f} min, from width-1 entries" in text
+
+
+def test_the_studys_tf32_sentence_is_the_records():
+    steps = _steps(CHECK)
+    tf32, fp32 = (steps[n]["results"]["verdict"]["trained"]["max"] for n in ("parity_tf32", "parity_fp32"))
+    study = " ".join((REPO / "docs" / "study.md").read_text(encoding="utf-8").split())
+    assert (f"the losses of two epochs agreed to {tf32:.2e} relative (tolerance 5e-02; fp32 on the same GPU: "
+            f"{fp32:.2e})") in study
