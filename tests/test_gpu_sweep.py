@@ -42,3 +42,18 @@ def test_an_unknown_point_is_refused_before_anything_trains(tmp_path):
     proc = _sweep(tmp_path / "tree", "--device", "cpu", "--point", "optimizer-lion_000000")
     assert proc.returncode == 2 and "--point='optimizer-lion_000000' is not a point of smoke" in proc.stderr
     assert not (tmp_path / "tree").exists()
+
+
+def test_what_a_worker_imports_runs_on_a_bare_gpu_image():
+    """The GPU box has torch, numpy, pandas, yaml and tqdm, and none of the notebook stack: a worker's imports and a
+    point's configs need none of it."""
+    code = ("import sys\nfor m in ['jupytext', 'papermill', 'nbformat', 'nbclient', 'matplotlib', 'submitit', "
+            "'IPython', 'ipykernel', 'scipy']:\n    sys.modules[m] = None\n"
+            "import initmem.study.point\nfrom initmem.config import point_configs\n"
+            "from initmem.study.params import load_section\n"
+            "s = load_section('params/01_optimizers.yaml')\n"
+            "print(sum(len(point_configs(s.effective(p))) for p in s.points('cpu_w025', 'results/h200_w025')))\n")
+    proc = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.split() == ["75"]  # the five-seed grid: 5 optimisers x 3 sigma_w x 5 seeds
