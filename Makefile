@@ -32,7 +32,7 @@ data: venv  ## put CIFAR-10 into data/ (FROM=PATH imports a copy, else torchvisi
 
 test: venv  ## run the test suite (what CI runs): two pytest-xdist workers, each test file whole on one of them
 	$(VENV)/bin/ruff check .
-	$(PY) -m pytest -q -n 2 --dist loadfile --durations=15 $(PYTEST_ARGS)
+	$(PY) -m pytest -q -n 2 --dist loadfile --no-loadscope-reorder --durations=15 $(PYTEST_ARGS)
 
 lint: venv  ## ruff
 	$(VENV)/bin/ruff check .

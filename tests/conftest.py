@@ -14,6 +14,20 @@ NO_ARCHIVE = ("real CIFAR-10 not found: `initmem data --from <cifar10-jpeg.tar.g
               "INITMEM_TEST_ARCHIVE)")
 
 
+# The slowest test files first (seconds in a CI run, docs/performance.md "CI time"). `make test` runs pytest-xdist's
+# loadfile with --no-loadscope-reorder, which hands files to its two workers in collection order; by default it
+# orders them by their number of tests, so a file of one 125 s test could start last while the other worker idled.
+# Heaviest first, the many short files then fill both workers' ends (longest-processing-time first).
+SLOWEST = ("test_figures.py", "test_device_check.py", "test_figures_clean.py", "test_checkpoint.py",
+           "test_bad_input.py", "test_loud_failures.py", "test_slurm.py", "test_sweep.py", "test_jupyterlab.py")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Collect the `SLOWEST` files first, in that order; the others keep theirs (a stable sort)."""
+    rank = {name: i for i, name in enumerate(SLOWEST)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(SLOWEST)))
+
+
 def cifar10_archive_path() -> Path | None:
     """The real CIFAR-10 JPEG archive: `$INITMEM_TEST_ARCHIVE`, else `data/cifar10-jpeg.tar.gz` (`initmem data`)."""
     for p in (os.environ.get("INITMEM_TEST_ARCHIVE"), REPO / "data" / "cifar10-jpeg.tar.gz"):
