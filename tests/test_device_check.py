@@ -373,7 +373,7 @@ def test_the_report_names_no_path_of_the_machine_it_ran_on(tmp_path, tiny):
     sys.path.insert(0, str(REPO / "benchmarks"))
     import device_check as dc
 
-    root = Path("/work/box/initmem")
+    root = Path("/srv/box/initmem")
     doc = {"args": {"out": "/root/out", "archive": "data/a.tar.gz"},
            "steps": [{"results": {"source": f"imagefolder-tar:{root}/data/a.tar.gz", "n": 3,
                                   "config": [{"data_root": f"{root}/data/a.tar.gz"}]}}]}
