@@ -560,8 +560,9 @@ def _paper_population(configs: list, out: Path, end: float, hard_end: float | No
             done = [r.history.to_dict("records")
                     for r in train(configs, out_dir=out, progress=False, on_step=stop_at_end)]
         stopped = "finished"
-    except (_Deadline, Overrun):
-        done, stopped = [], "stopped at its share of the time"
+    except (_Deadline, Overrun) as why:
+        done, stopped = [], ("stopped at its share of the time" if isinstance(why, _Deadline)
+                             else "stopped by the guard at the step's deadline")
         for path in checkpoints(RunFolders(out, "adhoc").checkpoint_folder(configs)):
             done = checkpoint.load(path)["state"]["histories"]
             break

@@ -55,10 +55,18 @@ def _point(job: dict) -> dict:
 
 
 def _foreign(results: Path, device: str) -> list[str]:
-    """Run folders under `results` trained on another device kind than `device` (their run.json's config)."""
-    kind = device.split(":")[0]
-    return [str(p.parent) for p in results.glob("*/*/run.json")
-            if json.loads(p.read_text()).get("config", {}).get("device", "").split(":")[0] != kind]
+    """Run folders under `results` trained on another device kind than `device` (their run.json's config), or whose
+    run.json cannot be read (named: the sweep sets such a run aside and trains it again, `train_point`)."""
+    kind, found = device.split(":")[0], []
+    for p in results.glob("*/*/run.json"):
+        try:
+            other = json.loads(p.read_text()).get("config", {}).get("device", "").split(":")[0] != kind
+        except (OSError, ValueError, AttributeError) as exc:
+            print(f"gpu_sweep.py: {p} is unreadable ({type(exc).__name__}); train_point sets it aside", flush=True)
+            continue
+        if other:
+            found.append(str(p.parent))
+    return found
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -84,6 +92,11 @@ def main(argv: list[str] | None = None) -> int:
               f"{', '.join(p.point_id for p in points)} are accepted", file=sys.stderr)
         return 2
     points = [p for p in points if not args.point or p.point_id in args.point]
+    try:  # a bad --device is one line here, not a failure in every worker
+        point_configs(section.effective(points[0]))[0].replace(device=args.device)
+    except InitmemError as exc:
+        print(f"gpu_sweep.py: --device={args.device!r}: {exc}", file=sys.stderr)
+        return 2
     if foreign := _foreign(Path(args.results), args.device):
         print(f"gpu_sweep.py: --results={args.results!r} holds runs trained on another device ({foreign[0]}, "
               f"{len(foreign)} in all): give this device its own tree", file=sys.stderr)

@@ -366,7 +366,7 @@ def test_a_paper_population_slower_than_its_share_is_stopped_by_the_guard(tmp_pa
     t0 = time.perf_counter()
     got = ds._paper_population(configs, tmp_path / "sgd", time.time() + 1.5)
     assert time.perf_counter() - t0 < 20
-    assert got["stopped"] == "stopped at its share of the time" and got["epochs"] == 0
+    assert got["stopped"] == "stopped by the guard at the step's deadline" and got["epochs"] == 0
 
 
 def test_the_report_names_no_path_of_the_machine_it_ran_on(tmp_path, tiny):

@@ -38,9 +38,12 @@ def test_a_point_trains_as_a_population_into_a_sweeps_run_folders_and_resumes(tm
     assert len(refused.stderr.strip().splitlines()) == 1
 
 
-def test_an_unknown_point_is_refused_before_anything_trains(tmp_path):
+def test_an_unknown_point_or_device_is_refused_before_anything_trains(tmp_path):
     proc = _sweep(tmp_path / "tree", "--device", "cpu", "--point", "optimizer-lion_000000")
     assert proc.returncode == 2 and "--point='optimizer-lion_000000' is not a point of smoke" in proc.stderr
+    proc = _sweep(tmp_path / "tree", "--device", "gpu")
+    assert proc.returncode == 2 and proc.stderr.startswith("gpu_sweep.py: --device='gpu': ")
+    assert len(proc.stderr.strip().splitlines()) == 1
     assert not (tmp_path / "tree").exists()
 
 
