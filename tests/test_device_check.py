@@ -305,6 +305,11 @@ def test_the_compile_guard_stops_a_slow_configuration_and_keeps_the_step(tmp_pat
                                    "deadline": time.time() + 6.0, "result": str(tmp_path / "r.json")}))
     ctx = ds.Ctx(ctxfile)
     monkeypatch.setattr(ds, "_timed_epochs", lambda cfg, ctx=None: time.sleep(120))  # a compile that never ends
+    import torch
+
+    # --tiny's step swaps torch.compile for an eager-backend one (a step is its own process); restored after this
+    # test, else a later test in this worker compiling with its own backend gets eager's (test_train's counter: 0)
+    monkeypatch.setattr(torch, "compile", torch.compile)
     t0 = time.perf_counter()
     ds.step_epochs(ctx, True)
     assert time.perf_counter() - t0 < 60
