@@ -15,7 +15,11 @@ OVERRIDES := {"@jupyterlab/docmanager-extension:plugin": {"defaultViewers": {"py
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*##' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
 
+# torch with its CUDA libraries takes about 6.2 GB in .venv: a full disk is named before pip starts, not midway
+NEED_GB ?= 7
 $(VENV)/.installed: pyproject.toml
+	@$(PYTHON) -c "import os, shutil, sys; d = os.path.dirname(os.path.abspath('$(VENV)')); free = shutil.disk_usage(d).free / 2**30; \
+	  sys.exit(0 if free >= $(NEED_GB) else f'initmem: .venv needs about $(NEED_GB) GB of disk, {free:.1f} GB is free in {d}: free some space (NEED_GB=0 skips this check)')"
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -e '.[dev]'

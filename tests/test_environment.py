@@ -126,3 +126,16 @@ def test_make_lab_passes_allow_root_only_as_root(tmp_path, uid):
                          capture_output=True, text=True).stdout
     command = [ln.strip() for ln in out.splitlines() if "jupyter lab" in ln]
     assert command == [".venv/bin/jupyter lab" + (" --allow-root" if uid == "0" else "")]
+
+
+@pytest.mark.skipif(shutil.which("make") is None, reason="needs make")
+def test_make_venv_names_a_full_disk_before_pip_starts(tmp_path):
+    """A disk too small for torch's wheels fails in one line naming the free space and the fix, and creates nothing
+    (pip would fail minutes later with 'No space left on device', leaving a half-built .venv)."""
+    venv = tmp_path / "venv"
+    proc = subprocess.run(["make", "--no-print-directory", f"VENV={venv}", "NEED_GB=1000000", "venv"], cwd=ROOT,
+                          capture_output=True, text=True)
+    assert proc.returncode != 0
+    line = next(ln for ln in proc.stderr.splitlines() if ln.startswith("initmem:"))
+    assert "needs about 1000000 GB of disk" in line and f"is free in {tmp_path}" in line and "NEED_GB=0" in line
+    assert not venv.exists()
