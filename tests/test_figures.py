@@ -110,7 +110,12 @@ def test_a_configurations_sigma_cells_are_over_the_accuracy_its_spread_is_over(t
     assert t.loc["adam"].equals(before.loc["adam"])  # no whole-test accuracy: the subset's, as before
     fig = plots.accuracy_vs_sigma(whole)  # F1 plots and names T1's numbers
     ax, legend = fig.axes[0], [h.get_text() for h in fig.legends[0].get_texts()]
-    assert {f"{o}: {t.loc[o, 'spread_pp']:.1f} pp" for o in ("sgd", "adam")} <= set(legend)
+    assert {f"{o}: {t.loc[o, 'spread_pp']:.1f} pp [{t.loc[o, 'spread_pp_lo']:.1f}, {t.loc[o, 'spread_pp_hi']:.1f}]"
+            for o in ("sgd", "adam")} <= set(legend)  # T1's centre and its 95 % interval, as T1 prints them
+    assert fig.legends[0].get_title().get_text().endswith("[95 % interval]")
+    single = plots.accuracy_vs_sigma(whole[whole["seed"] == 0])  # one seed: no interval to show, none claimed
+    assert all("[" not in h.get_text() for h in single.legends[0].get_texts())
+    assert "interval" not in single.legends[0].get_title().get_text()
     drawn = [list(ln.get_ydata()) for ln in ax.get_lines() if len(ln.get_ydata()) == len(sigmas)]
     assert t.loc["sgd", sigmas].tolist() in [pytest.approx(y) for y in drawn]
 
@@ -131,7 +136,9 @@ def test_a_spread_over_fewer_sigma_w_is_named_and_kept_out_of_the_contrast(two_o
     assert cells.interval_note(t, "T1").endswith(t.attrs["narrowed_note"])
     legend = [h.get_text() for h in plots.accuracy_vs_sigma(partial).legends[0].get_texts()]
     adam = t.set_index("optimizer").loc["adam", "spread_pp"]
-    assert f"adam: {adam:.1f} pp (σ_w 2/3)" in legend and "sgd: 24.5 pp" in legend
+    t = t.set_index("optimizer")
+    assert any(x.startswith(f"adam: {adam:.1f} pp [") and x.endswith("] (σ_w 2/3)") for x in legend)
+    assert f"sgd: 24.5 pp [{t.loc['sgd', 'spread_pp_lo']:.1f}, {t.loc['sgd', 'spread_pp_hi']:.1f}]" in legend
 
 
 def test_single_seed_tables_have_no_std_columns(two_optimizers):
@@ -238,7 +245,7 @@ def test_paper_spreads_sit_beside_ours_in_t1_and_f1(two_optimizers):
     sgd_best = 100 * max(np.mean([SGD_ACC[k][s] for k in SGD_ACC]) for s in (0.5, 1.0, 2.0))
     assert ax.get_ylim()[0] < sgd_best - 26.5  # the paper's SGD bracket is inside the axes
     labels = [t.get_text() for t in fig.legends[0].get_texts()]
-    assert "sgd: 24.5 pp" in labels and any("the paper's spread" in lab for lab in labels)
+    assert "sgd: 24.5 pp [19.5, 30.0]" in labels and any("the paper's spread" in lab for lab in labels)
     assert not plots.accuracy_vs_sigma(two_optimizers[two_optimizers["optimizer"] == "adam"]).axes[0].texts
 
 

@@ -30,16 +30,17 @@ CLOCK_NAMES = {"T_SGD": "T_SGD = Σ η² / b", "T_L2": "T_L2 = λ Σ η", "T_ada
 
 def accuracy_vs_sigma(runs: pd.DataFrame) -> Figure:
     """F1: test accuracy at the selected epoch against σ_w per configuration (T1's: the whole test set where every
-    run of the configuration has it), our spread in the legend ("(σ_w 2/3)" when over fewer σ_w); the paper's
-    (`tables.paper_spread`) a dashed bracket hung from our best σ_w's accuracy, right of the grid."""
+    run of the configuration has it), our spread in the legend with T1's 95 % seed-resampled interval when seeds
+    repeat ("(σ_w 2/3)" when over fewer σ_w); the paper's (`tables.paper_spread`) a dashed bracket hung from our best
+    σ_w's accuracy, right of the grid."""
     confs = tables.configurations(runs)
-    sigmas = sorted(confs["sigma_w"].unique())
+    sigmas, multi = sorted(confs["sigma_w"].unique()), cells.multi_seed(confs)
     fig, (ax,) = new_figure(width=6.4, height=3.6)
     brackets = []
     for _, g in confs.groupby("config", sort=True):
         acc = 100 * g.groupby("sigma_w")[cells.spread_column(g)].agg(["mean", "std"])  # T1's accuracy and spread
-        ours, have = cells.spread_cells(g, multi=False)["spread_pp"], len(cells.sigmas_in_spread(g))
-        label = g["label"].iloc[0] + ("" if math.isnan(ours) else f": {ours:.1f} pp") + (
+        ours, have = cells.spread_cells(g, multi=multi), len(cells.sigmas_in_spread(g))
+        label = g["label"].iloc[0] + spread_label(ours) + (
             f" (σ_w {have}/{len(sigmas)})" if 2 <= have < len(sigmas) else "")  # over fewer σ_w: T1's caption says
         color = mean_line(ax, acc.index, acc["mean"], acc["std"], label=label)
         paper = tables.paper_spread(g.iloc[0])
@@ -63,9 +64,17 @@ def accuracy_vs_sigma(runs: pd.DataFrame) -> Figure:
         handles.append(Line2D([], [], color="0.4", linestyle="--", linewidth=1.0))
         labels.append(f"the paper's spread\n({tables.PAPER};\nResNet-9, b = 128),\nhung from our best σ_w")
     if handles:
-        fig.legend(handles, labels, loc="outside right center", frameon=False, title="ours: spread across σ_w",
-                   title_fontsize=7)
+        title = "ours: spread across σ_w" + ("\n[95 % interval]" if multi else "")
+        fig.legend(handles, labels, loc="outside right center", frameon=False, title=title, title_fontsize=7)
     return fig
+
+
+def spread_label(cell: dict) -> str:
+    """A legend's ": 23.7 pp [23.0, 24.3]" of `cells.spread_cells` (no interval where it has none, nothing for NaN)."""
+    m, lo, hi = (cell.get(k, math.nan) for k in ("spread_pp", "spread_pp_lo", "spread_pp_hi"))
+    if math.isnan(m):
+        return ""
+    return f": {m:.1f} pp" + ("" if math.isnan(lo) else f" [{lo:.1f}, {hi:.1f}]")
 
 
 def paper_note(runs: pd.DataFrame) -> str:

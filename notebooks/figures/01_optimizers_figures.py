@@ -56,7 +56,7 @@ s.figure("F1_accuracy_vs_sigma", lambda: plots.accuracy_vs_sigma(s.runs),
          "Test accuracy against σ_w, per optimiser",
          "Test accuracy (%) at the best-validation-loss epoch against σ_w, mean ± std over seeds (as in T1: on "
          "all 10,000 test images where every run of the optimiser has them, else on the test subset), a line per "
-         "optimiser with its spread across σ_w in the legend; " + plots.paper_note(s.runs) + ".")
+         "optimiser with its spread across σ_w in the legend (with several seeds, T1's 95 % seed-resampled interval in brackets); " + plots.paper_note(s.runs) + ".")
 
 # %%
 s.figure("F2_weight_norm", lambda: plots.weight_norm_curves(s.runs, s.histories, optimizers=("sgd", "adam")),
