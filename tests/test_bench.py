@@ -35,3 +35,24 @@ def test_the_loop_samples_every_class_of_a_class_sorted_source():
         assert sorted_d.train_y[j] == y[i]
     assert torch.equal(bench.loop_sample(sorted_d, 96, seed=0)[1], y)
     assert not torch.equal(bench.loop_sample(sorted_d, 96, seed=1)[1], y)
+
+
+def _load(name: str):
+    spec = importlib.util.spec_from_file_location(name, REPO / "benchmarks" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_optimizer_benchmark_times_every_optimizer_against_sgd(capsys, tmp_path):
+    """benchmarks/bench_optimizers.py runs on synthetic images where no CIFAR-10 is, times each optimiser's step
+    and Muon's Newton-Schulz, and ends with the ratios docs/performance.md quotes."""
+    bench = _load("bench_optimizers")
+    bench.main(["--width", "0.125", "--batch-size", "8", "--steps", "2", "--repeats", "1", "--threads", "1",
+                "--data-root", str(tmp_path / "none")])
+    out = capsys.readouterr().out
+    assert "using synthetic images" in out
+    for name in ("sgd", "sgd_momentum", "adam", "adamw", "muon"):
+        assert f"repeat 1: {name:<13}" in out
+    ratios = dict(kv.split("=") for kv in out.strip().splitlines()[-1].split())
+    assert set(ratios) == {"ratio_muon_vs_sgd", "ratio_ns_bf16_vs_fp32"} and all(float(v) > 0 for v in ratios.values())

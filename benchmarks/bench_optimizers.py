@@ -1,0 +1,104 @@
+"""What each optimiser's training step costs, against plain SGD's in the same run: the planner times every optimiser
+alike (docs/planner.md), so this measures how wrong that is, and where Muon's extra time goes.
+
+Contenders, alternated within each repeat (sgd, sgd_momentum, adam, adamw, muon, sgd, ...) so that load from other
+processes hits them alike: the engine's own epoch (`initmem.engine.trainer.train`, `--steps` steps, epoch 2 timed
+from the run's wall_time column, evaluation kept to 10 images a split), as benchmarks/bench_train.py's contender a.
+Then Muon's Newton–Schulz alone (`optim.muon_update` over the network's Muon parameters, random gradients, in
+bfloat16 as the recipe has it) and the same Gram products in float32, to show whether bfloat16 matmuls are what a
+CPU without native bfloat16 pays for. Prints medians and ends with `ratio_muon_vs_sgd=X` (step time / SGD's).
+
+    .venv/bin/python benchmarks/bench_optimizers.py [--width 0.25 --batch-size 32 --steps 40 --repeats 3 --threads 1]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
+
+from benchmarks.bench_train import DATA, bench_engine  # noqa: E402
+from initmem.config import OPTIMIZERS, TrainConfig  # noqa: E402
+from initmem.data import splits as _data  # noqa: E402
+from initmem.engine import models, optim  # noqa: E402
+
+
+def time_newton_schulz(config: TrainConfig, repeats: int = 5) -> tuple[float, float]:
+    """(seconds of one Muon update of every Muon parameter of `config`'s network, seconds of the same Gram and
+    polynomial products in float32): best of `repeats`."""
+    net = models.build_model(config.arch, 1.0, config.width)
+    opt = optim.build_optimizer("muon", net)
+    params = [p for g in opt.param_groups if g["use_muon"] for p in g["params"]]
+    grads = [torch.randn_like(p) for p in params]
+
+    def muon() -> None:
+        for p, g in zip(params, grads, strict=True):
+            optim.muon_update(g, torch.zeros_like(p))
+
+    def fp32() -> None:  # the iteration's three products a step, five steps, without bfloat16
+        for g in grads:
+            X = g.reshape(len(g), -1)
+            X = X.mT if X.size(0) > X.size(1) else X
+            for _ in range(5):
+                A = X @ X.mT
+                X = (A @ A) @ X
+
+    out = []
+    for fn in (muon, fp32):
+        best = float("inf")
+        for _ in range(repeats):
+            t0 = time.perf_counter()
+            fn()
+            best = min(best, time.perf_counter() - t0)
+        out.append(best)
+    return out[0], out[1]
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--arch", default="resnet9")
+    ap.add_argument("--width", type=float, default=0.25)
+    ap.add_argument("--batch-size", type=int, default=32)
+    ap.add_argument("--steps", type=int, default=40, help="timed steps per contender and repeat")
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--threads", type=int, default=None, help="torch intra-op threads (default: torch's)")
+    ap.add_argument("--device", default="cpu")
+    ap.add_argument("--data-root", default=os.environ.get("INITMEM_DATA", str(DATA)))
+    args = ap.parse_args(argv)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    try:
+        _data.load_cifar10(args.data_root)
+        source = "auto"
+    except Exception as exc:  # speed only: synthetic images do as well
+        print(f"real CIFAR-10 not found ({type(exc).__name__}); using synthetic images")
+        source = "synthetic"
+    base = TrainConfig(arch=args.arch, width=args.width, batch_size=args.batch_size, data=source,
+                       data_root=args.data_root, n_train=args.steps * args.batch_size, n_val=10, n_test=10,
+                       train_eval_size=10, epochs=2, device=args.device)
+    print(f"torch {torch.__version__}, {torch.get_num_threads()} thread(s), {args.device}; {args.arch} width "
+          f"{args.width:g}, b={args.batch_size}, {args.steps} timed steps, {args.repeats} repeats")
+    step: dict[str, list[float]] = {o: [] for o in OPTIMIZERS}
+    for r in range(args.repeats):
+        for o in OPTIMIZERS:
+            step[o].append(args.batch_size / bench_engine(base.replace(optimizer=o)))
+            print(f"repeat {r + 1}: {o:<13} {1e3 * step[o][-1]:8.1f} ms/step", flush=True)
+    med = {o: statistics.median(v) for o, v in step.items()}
+    print("\nmedian ms per training step (x: against sgd's):")
+    for o, s in med.items():
+        print(f"  {o:<13} {1e3 * s:8.1f}   x{s / med['sgd']:.2f}")
+    ns, fp32 = time_newton_schulz(base)
+    print(f"Muon's Newton-Schulz alone (every Muon parameter, one step): {1e3 * ns:.1f} ms in bfloat16; the same "
+          f"products in float32: {1e3 * fp32:.1f} ms; muon's step - sgd's: {1e3 * (med['muon'] - med['sgd']):.1f} ms")
+    print(f"ratio_muon_vs_sgd={med['muon'] / med['sgd']:.2f} ratio_ns_bf16_vs_fp32={ns / fp32:.2f}")
+
+
+if __name__ == "__main__":
+    main()
