@@ -1,12 +1,14 @@
 """What each optimiser's training step costs, against plain SGD's in the same run: the planner times every optimiser
 alike (docs/planner.md), so this measures how wrong that is, and where Muon's extra time goes.
 
-Contenders, alternated within each repeat (sgd, sgd_momentum, adam, adamw, muon, sgd, ...) so that load from other
-processes hits them alike: the engine's own epoch (`initmem.engine.trainer.train`, `--steps` steps, epoch 2 timed
-from the run's wall_time column, evaluation kept to 10 images a split), as benchmarks/bench_train.py's contender a.
+Contenders, alternated within each repeat (sgd, sgd_momentum, adam, adamw, muon, muon at ns_dtype="float32", sgd,
+...) so that load from other processes hits them alike: the engine's own epoch (`initmem.engine.trainer.train`,
+`--steps` steps, epoch 2 timed from the run's wall_time column, evaluation kept to 10 images a split), as
+benchmarks/bench_train.py's contender a.
 Then Muon's Newton–Schulz alone (`optim.muon_update` over the network's Muon parameters, random gradients, in
 bfloat16 as the recipe has it) and the same Gram products in float32, to show whether bfloat16 matmuls are what a
-CPU without native bfloat16 pays for. Prints medians and ends with `ratio_muon_vs_sgd=X` (step time / SGD's).
+CPU without native bfloat16 pays for. Prints medians and ends with `ratio_muon_vs_sgd=X ratio_muon_fp32_vs_sgd=Y
+ratio_ns_bf16_vs_fp32=Z` (step times / SGD's; Newton-Schulz's bfloat16 time / float32's).
 
     .venv/bin/python benchmarks/bench_optimizers.py [--width 0.25 --batch-size 32 --steps 40 --repeats 3 --threads 1]
 """
@@ -85,10 +87,12 @@ def main(argv: list[str] | None = None) -> None:
                        train_eval_size=10, epochs=2, device=args.device)
     print(f"torch {torch.__version__}, {torch.get_num_threads()} thread(s), {args.device}; {args.arch} width "
           f"{args.width:g}, b={args.batch_size}, {args.steps} timed steps, {args.repeats} repeats")
-    step: dict[str, list[float]] = {o: [] for o in OPTIMIZERS}
+    contenders = {o: base.replace(optimizer=o) for o in OPTIMIZERS}
+    contenders["muon float32"] = base.replace(optimizer="muon", ns_dtype="float32")  # the faster ns_dtype
+    step: dict[str, list[float]] = {o: [] for o in contenders}
     for r in range(args.repeats):
-        for o in OPTIMIZERS:
-            step[o].append(args.batch_size / bench_engine(base.replace(optimizer=o)))
+        for o, config in contenders.items():
+            step[o].append(args.batch_size / bench_engine(config))
             print(f"repeat {r + 1}: {o:<13} {1e3 * step[o][-1]:8.1f} ms/step", flush=True)
     med = {o: statistics.median(v) for o, v in step.items()}
     print("\nmedian ms per training step (x: against sgd's):")
@@ -97,7 +101,8 @@ def main(argv: list[str] | None = None) -> None:
     ns, fp32 = time_newton_schulz(base)
     print(f"Muon's Newton-Schulz alone (every Muon parameter, one step): {1e3 * ns:.1f} ms in bfloat16; the same "
           f"products in float32: {1e3 * fp32:.1f} ms; muon's step - sgd's: {1e3 * (med['muon'] - med['sgd']):.1f} ms")
-    print(f"ratio_muon_vs_sgd={med['muon'] / med['sgd']:.2f} ratio_ns_bf16_vs_fp32={ns / fp32:.2f}")
+    print(f"ratio_muon_vs_sgd={med['muon'] / med['sgd']:.2f} "
+          f"ratio_muon_fp32_vs_sgd={med['muon float32'] / med['sgd']:.2f} ratio_ns_bf16_vs_fp32={ns / fp32:.2f}")
 
 
 if __name__ == "__main__":

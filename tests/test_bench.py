@@ -55,4 +55,6 @@ def test_the_optimizer_benchmark_times_every_optimizer_against_sgd(capsys, tmp_p
     for name in ("sgd", "sgd_momentum", "adam", "adamw", "muon"):
         assert f"repeat 1: {name:<13}" in out
     ratios = dict(kv.split("=") for kv in out.strip().splitlines()[-1].split())
-    assert set(ratios) == {"ratio_muon_vs_sgd", "ratio_ns_bf16_vs_fp32"} and all(float(v) > 0 for v in ratios.values())
+    assert "repeat 1: muon float32" in out
+    assert set(ratios) == {"ratio_muon_vs_sgd", "ratio_muon_fp32_vs_sgd", "ratio_ns_bf16_vs_fp32"}
+    assert all(float(v) > 0 for v in ratios.values())

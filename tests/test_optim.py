@@ -270,3 +270,32 @@ def test_schedules_closed_forms():
         lr_factor("constant", 0, T, warmup_steps=200)
     with pytest.raises(ConfigError, match="step=-1"):
         lr_factor("constant", -1, T)
+
+
+def test_newton_schulz_in_float32_is_the_same_iteration_without_bfloat16s_rounding():
+    """`ns_dtype`: float32 returns float32, orthogonalises as well, and differs from the recipe's bfloat16 only by
+    bfloat16's rounding (a few per cent of an entry), so it is a faster arithmetic, not another update."""
+    grad = _spread_matrix(16, 72).reshape(16, 8, 3, 3) * 5
+    assert newton_schulz(grad.reshape(16, -1)).dtype == torch.bfloat16  # the default: the recipe's
+    x32 = newton_schulz(grad.reshape(16, -1), dtype="float32")
+    assert x32.dtype == torch.float32
+    s = torch.linalg.svdvals(x32)
+    assert s.min() > 0.5 and s.max() < 1.5
+    u16 = muon_update(grad, torch.zeros_like(grad))
+    u32 = muon_update(grad, torch.zeros_like(grad), ns_dtype="float32")
+    assert u32.dtype == grad.dtype and not torch.equal(u16, u32)
+    assert (u16 - u32).norm() / u32.norm() < 0.05
+
+
+def test_muon_takes_ns_dtype_and_refuses_another_in_one_line():
+    model = build_model("resnet9", 1.0, 0.125)
+    opt = build_optimizer("muon", model, ns_dtype="float32")
+    assert [g["ns_dtype"] for g in opt.param_groups if g["use_muon"]] == ["float32"]
+    assert [g.get("ns_dtype") for g in build_optimizer("muon", model).param_groups if g["use_muon"]] == ["bfloat16"]
+    with pytest.raises(ConfigError, match=r"^ns_dtype='float16' is invalid: one of bfloat16, float32 is accepted$"):
+        build_optimizer("muon", model, ns_dtype="float16")
+    with pytest.raises(ConfigError, match="ns_dtype='float32' invalid for optimizer='adam'"):
+        build_optimizer("adam", model, ns_dtype="float32")
+    p = torch.nn.Parameter(torch.randn(4, 6))
+    with pytest.raises(ConfigError, match="ns_dtype='half'"):
+        Muon([p], ns_dtype="half")

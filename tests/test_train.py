@@ -355,6 +355,14 @@ def test_run_id_excludes_only_fields_that_cannot_change_the_result():
     before_amsgrad = {k: v for k, v in adam.to_dict().items() if k != "amsgrad"}  # a record written before it
     assert run_id(adam.replace(amsgrad=True)) != run_id(adam) == run_id(before_amsgrad)
     assert config_mod.LATER_FIELDS["amsgrad"] is False
+    muon = base.replace(optimizer="muon")  # ns_dtype too: the recipe's bfloat16 keeps every Muon run's id
+    before_ns_dtype = {k: v for k, v in muon.to_dict().items() if k != "ns_dtype"}
+    assert run_id(muon.replace(ns_dtype="float32")) != run_id(muon) == run_id(before_ns_dtype)
+    with pytest.raises(ConfigError, match=r"ns_dtype='float16'.*bfloat16"):
+        muon.replace(ns_dtype="float16")
+    with pytest.raises(ConfigError, match=r"ns_dtype='float32'.*optimizer='adam'"):
+        adam.replace(ns_dtype="float32")
+    assert muon.replace(ns_dtype="float32").replace(optimizer="adam").ns_dtype == "bfloat16"  # back to neutral
 
 
 # ------------------------------------------------------------------------------------------------ real data
@@ -515,3 +523,13 @@ def test_a_rows_wall_time_is_read_after_the_host_sync(monkeypatch):
     monkeypatch.setattr(torch.Tensor, "tolist", slow_tolist)
     h = train(TrainConfig(**{**TINY, "epochs": 1}), progress=False).history
     assert h["wall_time"].iloc[0] >= 0.3 and h["wall_time"].iloc[1] - h["wall_time"].iloc[0] >= 0.3
+
+
+def test_the_loop_trains_muon_with_the_configs_ns_dtype():
+    """The config's ns_dtype reaches Muon's step: float32 trains the same network to a different history (bfloat16
+    rounding is gone), and the record keeps it."""
+    base = TrainConfig(**{**TINY, "optimizer": "muon", "lr": None, "weight_decay": None, "epochs": 1})
+    h16, r32 = train(base, progress=False).history, train(base.replace(ns_dtype="float32"), progress=False)
+    assert r32.config.ns_dtype == "float32"
+    assert h16["val_loss"].iloc[0] == r32.history["val_loss"].iloc[0]  # epoch 0: no step taken yet
+    assert h16["val_loss"].iloc[1] != r32.history["val_loss"].iloc[1]

@@ -85,7 +85,8 @@ class Loop:
         pop, net = runtime.network(configs, dev)
         opt = optim.build_optimizer(cfg.optimizer, pop.model, lr=cfg.lr, members=k, momentum=cfg.momentum,
                                     weight_decay=cfg.weight_decay, betas=cfg.betas, eps=cfg.eps,
-                                    amsgrad=cfg.amsgrad, ns_steps=cfg.ns_steps, muon_aux_lr=cfg.muon_aux_lr)
+                                    amsgrad=cfg.amsgrad, ns_steps=cfg.ns_steps, ns_dtype=cfg.ns_dtype,
+                                    muon_aux_lr=cfg.muon_aux_lr)
         seeds = sorted({c.seed for c in configs})  # members with equal seeds draw the same minibatches
         order_gen = {s: torch.Generator().manual_seed(stream_seed(s, "order")) for s in seeds}
         aug_gen = {s: torch.Generator(device=generator_device(dev)).manual_seed(stream_seed(s, "augment"))

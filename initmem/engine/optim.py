@@ -9,19 +9,21 @@ import torch
 from torch import nn
 
 from initmem.checks import check_int
-from initmem.config import _NEUTRAL, OPTIMIZER_DEFAULTS, OPTIMIZER_HPARAMS, OPTIMIZERS, SCHEDULES
+from initmem.config import _NEUTRAL, NS_DTYPES, OPTIMIZER_DEFAULTS, OPTIMIZER_HPARAMS, OPTIMIZERS, SCHEDULES
 from initmem.engine.models import head_parameters
 from initmem.errors import ConfigError, invalid
 
 
-def newton_schulz(G: torch.Tensor, steps: int = 5, eps: float = 1e-7) -> torch.Tensor:
+def newton_schulz(G: torch.Tensor, steps: int = 5, eps: float = 1e-7, dtype: str = "bfloat16") -> torch.Tensor:
     """U V^T of each G = U S V^T of a [..., m, n] stack (leading dims: the members), by `steps` quintic Newton-Schulz
-    iterations in bfloat16 as torch.optim.Muon does: singular values land in roughly [0.7, 1.2]. Returns bfloat16."""
+    iterations in `dtype` (bfloat16 as torch.optim.Muon does): singular values land in roughly [0.7, 1.2]. Returns
+    `dtype`. float32: the same iteration without bfloat16's rounding (20-30x faster without native bfloat16)."""
     if G.ndim < 2:
         raise ConfigError(f"newton_schulz got a tensor of shape {tuple(G.shape)}: a [..., m, n] stack of matrices "
                           "is accepted")
     a, b, c = 3.4445, -4.7750, 2.0315  # torch.optim.Muon's quintic coefficients
-    X = G.bfloat16().reshape(-1, *G.shape[-2:])  # baddbmm on a batch of one is addmm's arithmetic (bitwise, CPU)
+    # baddbmm on a batch of one is addmm's arithmetic (bitwise, CPU)
+    X = G.to(getattr(torch, dtype)).reshape(-1, *G.shape[-2:])
     tall = G.size(-2) > G.size(-1)
     X = X.mT if tall else X  # so that X X^T is the small Gram matrix
     X = X.div(X.norm(dim=(1, 2), keepdim=True).clamp(min=eps))  # Frobenius >= spectral: spectrum inside [0, 1]
@@ -33,12 +35,13 @@ def newton_schulz(G: torch.Tensor, steps: int = 5, eps: float = 1e-7) -> torch.T
 
 
 def muon_update(grad: torch.Tensor, momentum_buf: torch.Tensor, beta: float = 0.95, nesterov: bool = True,
-                ns_steps: int = 5, members: int = 1) -> torch.Tensor:
+                ns_steps: int = 5, members: int = 1, ns_dtype: str = "bfloat16") -> torch.Tensor:
     """Muon's orthogonalised update for one parameter (updates `momentum_buf` in place, as torch.optim.Muon); conv
     kernels flattened to [out, in*k*k]; a parameter of `members` members ([K*out, ...]) orthogonalised per member."""
     momentum_buf.lerp_(grad, 1 - beta)
     u = grad.lerp(momentum_buf, beta) if nesterov else momentum_buf
-    return newton_schulz(u.reshape(members, len(u) // members, -1), ns_steps).reshape(grad.shape).to(grad.dtype)
+    u = newton_schulz(u.reshape(members, len(u) // members, -1), ns_steps, dtype=ns_dtype)
+    return u.reshape(grad.shape).to(grad.dtype)
 
 
 def _check_real(name: str, x: object, lo: float = 0.0, lo_open: bool = False, hi: float = math.inf,
@@ -63,7 +66,7 @@ def _check_betas(x: object) -> tuple[float, float]:
     return tuple(_check_real("betas", b, 0.0, hi=1.0) for b in x)
 
 
-_MUON_KEYS = {"params", "use_muon", "lr", "momentum", "nesterov", "ns_steps", "weight_decay", "initial_lr"}
+_MUON_KEYS = {"params", "use_muon", "lr", "momentum", "nesterov", "ns_steps", "ns_dtype", "weight_decay", "initial_lr"}
 _ADAM_KEYS = {"params", "use_muon", "lr", "betas", "eps", "weight_decay", "initial_lr"}
 
 
@@ -78,6 +81,8 @@ def _check_group(group: dict) -> None:
         _check_real("momentum", group["momentum"], hi=1.0)
         _check_bool("nesterov", group["nesterov"])
         check_int("ns_steps", group["ns_steps"], 1, 99)
+        if group["ns_dtype"] not in NS_DTYPES:
+            raise invalid("ns_dtype", group["ns_dtype"], "one of " + ", ".join(NS_DTYPES))
         if flat := [p for p in group["params"] if p.ndim < 2]:
             raise ConfigError(f"Muon got a parameter of shape {tuple(flat[0].shape)}: only >= 2-D parameters are "
                               "accepted (give BatchNorm, biases and the head to AdamW: use_muon=False)")
@@ -90,7 +95,7 @@ class MuonWithAuxAdam(torch.optim.Optimizer):
     """Muon for the groups with `use_muon=True`, AdamW (torch.optim.AdamW's arithmetic) for the others, as one
     optimiser; a group's missing hyper-parameters take MUON_DEFAULTS or ADAM_DEFAULTS. Weight decay is decoupled."""
 
-    MUON_DEFAULTS = dict(lr=0.02, momentum=0.95, nesterov=True, ns_steps=5, weight_decay=0.0)
+    MUON_DEFAULTS = dict(lr=0.02, momentum=0.95, nesterov=True, ns_steps=5, ns_dtype="bfloat16", weight_decay=0.0)
     ADAM_DEFAULTS = dict(lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0)
 
     def __init__(self, param_groups: list[dict], members: int = 1):
@@ -122,7 +127,7 @@ class MuonWithAuxAdam(torch.optim.Optimizer):
             if "momentum_buffer" not in state:
                 state["momentum_buffer"] = torch.zeros_like(p.grad, memory_format=torch.preserve_format)
             u = muon_update(p.grad, state["momentum_buffer"], group["momentum"], group["nesterov"], group["ns_steps"],
-                            self.members)
+                            self.members, group["ns_dtype"])
             p.mul_(1 - lr * wd)
             rows, cols = p.shape[0] // self.members, math.prod(p.shape[1:])
             p.add_(u, alpha=-lr * math.sqrt(max(1.0, rows / cols)))  # torch's adjust_lr_fn="original", per member
@@ -157,10 +162,11 @@ class Muon(MuonWithAuxAdam):
     """Plain Muon over >= 2-D parameters (conv kernels flattened to [out, in*k*k]); see `muon_update`."""
 
     def __init__(self, params, lr: float = 0.02, momentum: float = 0.95, nesterov: bool = True, ns_steps: int = 5,
-                 weight_decay: float = 0.0):
+                 weight_decay: float = 0.0, ns_dtype: str = "bfloat16"):
         params = list(params)
         groups = params if params and isinstance(params[0], dict) else [{"params": params}]
-        hp = dict(lr=lr, momentum=momentum, nesterov=nesterov, ns_steps=ns_steps, weight_decay=weight_decay)
+        hp = dict(lr=lr, momentum=momentum, nesterov=nesterov, ns_steps=ns_steps, ns_dtype=ns_dtype,
+                  weight_decay=weight_decay)
         for g in groups:
             if g.get("use_muon", True) is not True:
                 raise ConfigError("Muon param group use_muon=False is invalid: use MuonWithAuxAdam for AdamW groups")
@@ -179,6 +185,8 @@ def _resolve(name: str, lr: float | None, hparams: dict) -> dict:
     hp.update(betas=_check_betas(hp["betas"]), nesterov=_check_bool("nesterov", hp["nesterov"]),
               amsgrad=_check_bool("amsgrad", hp["amsgrad"]),
               ns_steps=check_int("ns_steps", hp["ns_steps"], 1, 99))
+    if hp["ns_dtype"] not in NS_DTYPES:
+        raise invalid("ns_dtype", hp["ns_dtype"], "one of " + ", ".join(NS_DTYPES))
     inapplicable = [k for k in _NEUTRAL if k not in OPTIMIZER_HPARAMS[name] and hp[k] != OPTIMIZER_DEFAULTS[name][k]]
     if inapplicable:
         raise ConfigError(f"{', '.join(f'{k}={hp[k]!r}' for k in inapplicable)} invalid for optimizer={name!r}: "
@@ -208,7 +216,7 @@ def build_optimizer(name: str, model: nn.Module, lr: float | None = None, member
         aux = [p for p in params if not (p.ndim >= 2 and id(p) not in head)]
         opt = MuonWithAuxAdam([
             dict(params=hidden, use_muon=True, lr=hp["lr"], momentum=hp["momentum"], nesterov=hp["nesterov"],
-                 ns_steps=hp["ns_steps"], weight_decay=hp["weight_decay"]),
+                 ns_steps=hp["ns_steps"], ns_dtype=hp["ns_dtype"], weight_decay=hp["weight_decay"]),
             dict(params=aux, use_muon=False, lr=hp["muon_aux_lr"], betas=hp["betas"], eps=hp["eps"],
                  weight_decay=hp["weight_decay"]),
         ], members=members)
