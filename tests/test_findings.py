@@ -28,9 +28,16 @@ def test_section_01_says_the_spreads_of_the_committed_t1(t1):
     csv = committed("T1_optimizers").set_index("optimizer")
     shown = found.numbers.set_index("optimizer")
     assert shown["spread_pp"].round(6).tolist() == csv.loc[shown.index, "spread_pp"].round(6).tolist()
-    sgd, others = csv.at["sgd", "spread_pp"], csv["spread_pp"].drop(["sgd", "sgd − max(adaptive)"])
-    for v in (sgd, others.min(), others.max()):  # the sentence's numbers, as T1 prints them
-        assert f"{display.number(v, 'percent')} pp" in found.sentence, found.sentence
+    others = csv["spread_pp"].drop(["sgd", "sgd − max(adaptive)"])
+    built = t1.set_index("optimizer")  # T1 as its notebook builds it (the CSV keeps 6 digits: 11.15 for 11.1499…)
+    for name in ("sgd", others.idxmin(), others.idxmax()):  # the sentence's spreads with T1's intervals, as T1.md
+        v, lo, hi = (display.number(built.at[name, c], "percent")
+                     for c in ("spread_pp", "spread_pp_lo", "spread_pp_hi"))
+        assert f"{v} pp [{lo}, {hi}]" in found.sentence, found.sentence
+    assert found.sentence.endswith("(95 % seed-resampled intervals).")
+    one_seed = findings.of("01_optimizers", {"T1_optimizers": tables.optimizer_table(
+        load_runs(CPU / "01_optimizers").query("seed == 0"))})  # no interval to show: none claimed
+    assert "[" not in one_seed.sentence and "interval" not in one_seed.sentence
     md = found.markdown()
     lo, hi = (display.number(csv.at["sgd", c], "percent") for c in ("spread_pp_lo", "spread_pp_hi"))
     assert f"| sgd | 22.9 | {lo} | {hi} |" in md and "[docs/findings.md](../../docs/findings.md)" in md
@@ -76,7 +83,8 @@ def test_a_section_notebook_says_its_point_then_the_committed_study():
     spread = point.groupby("sigma_w")["test_acc_at_best"].mean()
     assert found.sentence.startswith(f"This point: a spread of {100 * (spread.max() - spread.min()):.1f} pp across "
                                      "4 σ_w (1 seed(s)).")
-    assert "The committed study (results/cpu): plain SGD's test-accuracy spread across σ_w is 22.9 pp" in found.sentence
+    assert ("The committed study (results/cpu): plain SGD's test-accuracy spread across σ_w is 22.9 pp ["
+            in found.sentence)
     assert "[docs/findings.md](../docs/findings.md)" in found.markdown()
 
 

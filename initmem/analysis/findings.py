@@ -66,6 +66,15 @@ def _pp(v: float) -> str:
     return display.number(v, "percent") + " pp"
 
 
+def _spread(row: pd.Series, col: str = "spread_pp") -> str:
+    """`row[col]` in pp with its 95 % seed-resampled interval `col_lo`–`col_hi` where the table has one (several
+    seeds), as T1 prints them: "22.5 pp [21.5, 23.4]"."""
+    lo, hi = (row.get(f"{col}_{k}", math.nan) for k in ("lo", "hi"))
+    interval = "" if pd.isna(lo) or pd.isna(hi) else (
+        f" [{display.number(lo, 'percent')}, {display.number(hi, 'percent')}]")
+    return _pp(float(row[col])) + interval
+
+
 def optimizers(t1: pd.DataFrame) -> Found:
     """Section 01 from T1: SGD's spread against the other optimisers'."""
     t = t1.set_index("optimizer").drop(index=CONTRAST, errors="ignore")  # the contrast row is not an optimiser
@@ -74,10 +83,12 @@ def optimizers(t1: pd.DataFrame) -> Found:
     if math.isnan(sgd) or others.empty:
         sentence = "too few optimisers with a spread to compare SGD with the others."
     else:
-        rank = "the largest" if sgd > others.max() else f"below {others.idxmax()}'s {_pp(others.max())}"
-        sentence = (f"plain SGD's test-accuracy spread across σ_w is {_pp(sgd)}, {rank}; the other optimisers' "
-                    f"range from {_pp(others.min())} ({others.idxmin()}) to {_pp(others.max())} ({others.idxmax()}), "
-                    f"{others.min() / sgd:.0%}–{others.max() / sgd:.0%} of SGD's.")
+        low, high = others.idxmin(), others.idxmax()
+        rank = "the largest" if sgd > others.max() else f"below {high}'s {_spread(t.loc[high])}"
+        sentence = (f"plain SGD's test-accuracy spread across σ_w is {_spread(t.loc['sgd'])}, {rank}; the other "
+                    f"optimisers' range from {_spread(t.loc[low])} ({low}) to {_spread(t.loc[high])} ({high}), "
+                    f"{others.min() / sgd:.0%}–{others.max() / sgd:.0%} of SGD's"
+                    + (" (95 % seed-resampled intervals)." if "spread_pp_lo" in t else "."))
     return Found("01_optimizers", sentence, _rows(t1, ["optimizer", "spread_pp", "spread_pp_lo", "spread_pp_hi",
                                                        "paper_spread_pp", "radial_slope"]))
 
@@ -89,8 +100,8 @@ def long_training(t2: pd.DataFrame) -> Found:
         g = g.sort_values("epoch")
         first, last = g.iloc[0], g.iloc[-1]
         rows += [first, last]
-        parts.append(f"{opt}'s spread is {_pp(first['spread_pp'])} at epoch {int(first['epoch'])} and "
-                     f"{_pp(last['spread_pp'])} at epoch {int(last['epoch'])}")
+        parts.append(f"{opt}'s spread is {_spread(first)} at epoch {int(first['epoch'])} and "
+                     f"{_spread(last)} at epoch {int(last['epoch'])}")
     sentence = ("; ".join(parts) + ": training " + ("longer did not remove the spread." if all(
         r["spread_pp"] > 1 for r in rows[1::2]) else "longer brought a spread to ~0.")) if parts else "no marks."
     return Found("02_long_training", sentence, _rows(pd.DataFrame(rows), ["optimizer", "epoch", "spread_pp",
@@ -102,7 +113,8 @@ def lr_l2(t3: pd.DataFrame) -> Found:
     cells = [c for c in t3.columns if c.startswith("wd=") and not c.endswith(("_std", "_lo", "_hi"))]
     lo, hi = t3.iloc[0], t3.iloc[-1]
     a, b = float(lo[cells[0]]), float(hi[cells[-1]])
-    sentence = (f"SGD's spread falls from {_pp(a)} (lr {lo['lr']:g}, {cells[0]}) to {_pp(b)} "
+    sentence = (f"SGD's spread falls from {_spread(lo, cells[0])} (lr {lo['lr']:g}, {cells[0]}) to "
+                f"{_spread(hi, cells[-1])} "
                 f"(lr {hi['lr']:g}, {cells[-1]}): a larger learning rate and more L2 make SGD forget"
                 + ("." if b < a else ", but here it does not fall."))
     return Found("03_lr_l2", sentence, _rows(t3, ["lr", *cells]))
@@ -115,8 +127,8 @@ def batch_size(t4: pd.DataFrame) -> Found:
     for opt in (c for c in ("sgd", "adam") if c in t):
         s = t[opt].astype(float).dropna()
         if len(s):
-            parts.append(f"{opt}'s spread is largest at b = {int(s.idxmax())} ({_pp(s.max())}) and smallest at "
-                         f"b = {int(s.idxmin())} ({_pp(s.min())})")
+            parts.append(f"{opt}'s spread is largest at b = {int(s.idxmax())} ({_spread(t.loc[s.idxmax()], opt)}) "
+                         f"and smallest at b = {int(s.idxmin())} ({_spread(t.loc[s.idxmin()], opt)})")
     sentence = "; ".join(parts) + "." if parts else "no spread to compare."
     cols = [c for c in ("batch_size", "sgd", "adam") if c in t4]
     return Found("04_batch_size", sentence, _rows(t4, cols))
