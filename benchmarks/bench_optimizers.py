@@ -6,7 +6,7 @@ Contenders, alternated within each repeat (sgd, sgd_momentum, adam, adamw, muon,
 `--steps` steps, epoch 2 timed from the run's wall_time column, evaluation kept to 10 images a split), as
 benchmarks/bench_train.py's contender a.
 Then Muon's Newton–Schulz alone (`optim.muon_update` over the network's Muon parameters, random gradients, in
-bfloat16 as the recipe has it) and the same Gram products in float32, to show whether bfloat16 matmuls are what a
+bfloat16 as the recipe has it, and at ns_dtype="float32"), to show whether bfloat16 matmuls are what a
 CPU without native bfloat16 pays for. Prints medians and ends with `ratio_muon_vs_sgd=X ratio_muon_fp32_vs_sgd=Y
 ratio_ns_bf16_vs_fp32=Z` (step times / SGD's; Newton-Schulz's bfloat16 time / float32's).
 
@@ -33,31 +33,23 @@ from initmem.engine import models, optim  # noqa: E402
 
 
 def time_newton_schulz(config: TrainConfig, repeats: int = 5) -> tuple[float, float]:
-    """(seconds of one Muon update of every Muon parameter of `config`'s network, seconds of the same Gram and
-    polynomial products in float32): best of `repeats`."""
+    """Seconds of one Muon update of every Muon parameter of `config`'s network at ns_dtype bfloat16 and at float32
+    (`optim.muon_update`), best of `repeats` each."""
     net = models.build_model(config.arch, 1.0, config.width)
     opt = optim.build_optimizer("muon", net)
     params = [p for g in opt.param_groups if g["use_muon"] for p in g["params"]]
     grads = [torch.randn_like(p) for p in params]
 
-    def muon() -> None:
+    def update(ns_dtype: str) -> None:
         for p, g in zip(params, grads, strict=True):
-            optim.muon_update(g, torch.zeros_like(p))
-
-    def fp32() -> None:  # the iteration's three products a step, five steps, without bfloat16
-        for g in grads:
-            X = g.reshape(len(g), -1)
-            X = X.mT if X.size(0) > X.size(1) else X
-            for _ in range(5):
-                A = X @ X.mT
-                X = (A @ A) @ X
+            optim.muon_update(g, torch.zeros_like(p), ns_dtype=ns_dtype)
 
     out = []
-    for fn in (muon, fp32):
+    for dtype in ("bfloat16", "float32"):
         best = float("inf")
         for _ in range(repeats):
             t0 = time.perf_counter()
-            fn()
+            update(dtype)
             best = min(best, time.perf_counter() - t0)
         out.append(best)
     return out[0], out[1]
@@ -99,8 +91,8 @@ def main(argv: list[str] | None = None) -> None:
     for o, s in med.items():
         print(f"  {o:<13} {1e3 * s:8.1f}   x{s / med['sgd']:.2f}")
     ns, fp32 = time_newton_schulz(base)
-    print(f"Muon's Newton-Schulz alone (every Muon parameter, one step): {1e3 * ns:.1f} ms in bfloat16; the same "
-          f"products in float32: {1e3 * fp32:.1f} ms; muon's step - sgd's: {1e3 * (med['muon'] - med['sgd']):.1f} ms")
+    print(f"Muon's Newton-Schulz alone (every Muon parameter, one step): {1e3 * ns:.1f} ms in bfloat16; at "
+          f"ns_dtype float32: {1e3 * fp32:.1f} ms; muon's step - sgd's: {1e3 * (med['muon'] - med['sgd']):.1f} ms")
     print(f"ratio_muon_vs_sgd={med['muon'] / med['sgd']:.2f} "
           f"ratio_muon_fp32_vs_sgd={med['muon float32'] / med['sgd']:.2f} ratio_ns_bf16_vs_fp32={ns / fp32:.2f}")
 

@@ -162,3 +162,10 @@ def tex_table(headers: list[str], rows: list[list[str]], caption: str, label: st
         " & ".join(map(tex_escape, headers)) + r" \\", r"\midrule",
         *(" & ".join(map(tex_escape, r)) + r" \\" for r in rows),
         r"\bottomrule", r"\end{tabular}", r"\end{table}", ""])
+
+
+def spread(m: float, lo: float = math.nan, hi: float = math.nan) -> str:
+    """A spread as the figures' legends and the notebooks' sentences say it: "22.5 pp [21.5, 23.4]" (its 95 %
+    interval where it has one, as T1 prints the numbers)."""
+    interval = "" if _missing(lo) or _missing(hi) else f" [{number(lo, 'percent')}, {number(hi, 'percent')}]"
+    return number(m, "percent") + " pp" + interval

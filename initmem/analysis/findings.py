@@ -67,12 +67,8 @@ def _pp(v: float) -> str:
 
 
 def _spread(row: pd.Series, col: str = "spread_pp") -> str:
-    """`row[col]` in pp with its 95 % seed-resampled interval `col_lo`–`col_hi` where the table has one (several
-    seeds), as T1 prints them: "22.5 pp [21.5, 23.4]"."""
-    lo, hi = (row.get(f"{col}_{k}", math.nan) for k in ("lo", "hi"))
-    interval = "" if pd.isna(lo) or pd.isna(hi) else (
-        f" [{display.number(lo, 'percent')}, {display.number(hi, 'percent')}]")
-    return _pp(float(row[col])) + interval
+    """`row[col]` with its 95 % seed-resampled interval `col_lo`–`col_hi` where the table has one (`display.spread`)."""
+    return display.spread(float(row[col]), row.get(f"{col}_lo", math.nan), row.get(f"{col}_hi", math.nan))
 
 
 def optimizers(t1: pd.DataFrame) -> Found:

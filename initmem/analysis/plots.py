@@ -11,7 +11,7 @@ from matplotlib.colors import Normalize
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 
-from initmem.analysis import cells, tables
+from initmem.analysis import cells, display, tables
 from initmem.analysis.style import (
     SECTION_COLORS,
     legend,
@@ -40,7 +40,8 @@ def accuracy_vs_sigma(runs: pd.DataFrame) -> Figure:
     for _, g in confs.groupby("config", sort=True):
         acc = 100 * g.groupby("sigma_w")[cells.spread_column(g)].agg(["mean", "std"])  # T1's accuracy and spread
         ours, have = cells.spread_cells(g, multi=multi), len(cells.sigmas_in_spread(g))
-        label = g["label"].iloc[0] + spread_label(ours) + (
+        label = g["label"].iloc[0] + ("" if math.isnan(ours["spread_pp"]) else ": " + display.spread(
+            ours["spread_pp"], ours.get("spread_pp_lo", math.nan), ours.get("spread_pp_hi", math.nan))) + (
             f" (σ_w {have}/{len(sigmas)})" if 2 <= have < len(sigmas) else "")  # over fewer σ_w: T1's caption says
         color = mean_line(ax, acc.index, acc["mean"], acc["std"], label=label)
         paper = tables.paper_spread(g.iloc[0])
@@ -68,13 +69,6 @@ def accuracy_vs_sigma(runs: pd.DataFrame) -> Figure:
         fig.legend(handles, labels, loc="outside right center", frameon=False, title=title, title_fontsize=7)
     return fig
 
-
-def spread_label(cell: dict) -> str:
-    """A legend's ": 23.7 pp [23.0, 24.3]" of `cells.spread_cells` (no interval where it has none, nothing for NaN)."""
-    m, lo, hi = (cell.get(k, math.nan) for k in ("spread_pp", "spread_pp_lo", "spread_pp_hi"))
-    if math.isnan(m):
-        return ""
-    return f": {m:.1f} pp" + ("" if math.isnan(lo) else f" [{lo:.1f}, {hi:.1f}]")
 
 
 def paper_note(runs: pd.DataFrame) -> str:
