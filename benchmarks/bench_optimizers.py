@@ -1,5 +1,5 @@
-"""What each optimiser's training step costs, against plain SGD's in the same run: the planner times every optimiser
-alike (docs/planner.md), so this measures how wrong that is, and where Muon's extra time goes.
+"""What each optimiser's training step costs, against plain SGD's in the same run: why the planner times Muon's step
+apart and the others' as SGD's (docs/planner.md), and where Muon's extra time goes.
 
 Contenders, alternated within each repeat (sgd, sgd_momentum, adam, adamw, muon, muon at ns_dtype="float32", sgd,
 ...) so that load from other processes hits them alike: the engine's own epoch (`initmem.engine.trainer.train`,

@@ -279,7 +279,7 @@ def report(args: argparse.Namespace, steps: list[dict], settings: dict, notes: l
            "steps": steps}
     doc["exit_code"] = exit_code(doc)
     doc = portable(doc)
-    from initmem.study.plan import save_throughput
+    from initmem.study.throughput import save_throughput
 
     table = throughput(doc)
     doc["throughput"] = {"path": "throughput.json", "entries": len(table.entries)}
@@ -316,9 +316,9 @@ def exit_code(doc: dict[str, Any]) -> int:
 
 # ------------------------------------------------------------------------------------------------ outputs
 def throughput(doc: dict[str, Any]):
-    """The planner's table (docs/planner.md, `initmem.study.plan.Throughput`) from the eager epoch times (members 1) and
-    the population step (members K and 1; eval time K times the same-precision ResNet-9 entry's)."""
-    from initmem.study.plan import Entry, Throughput
+    """The planner's table (docs/planner.md, `initmem.study.throughput.Throughput`) from the eager epoch times
+    (members 1) and the population step (members K and 1; eval time K times the same-precision ResNet-9 entry's)."""
+    from initmem.study.throughput import Entry, Throughput
 
     step = {r["name"]: r["results"] for r in doc["steps"]}
     entries: dict[tuple, Entry] = {}

@@ -119,7 +119,8 @@ def test_markdown_summarises_every_step(tiny):
 
 
 def test_throughput_table_loads_in_the_planner(tiny):
-    from initmem.study.plan import load_throughput, lookup
+    from initmem.study.plan import lookup
+    from initmem.study.throughput import load_throughput
 
     doc, out, _ = tiny
     table = load_throughput(out / "throughput.json")

@@ -15,7 +15,7 @@ from initmem.cli.commands import main
 from initmem.config import TrainConfig
 from initmem.engine.optim import lr_factor
 from initmem.metrics import forgetting_clocks
-from initmem.study import calibrate, plan
+from initmem.study import calibrate, plan, throughput
 from initmem.study.params import load_section
 
 REPO = Path(__file__).resolve().parent.parent
@@ -85,7 +85,7 @@ def test_optimizers_cpu_by_hand(opt, lr, wd):
     assert c["T_SGD_eff"] == pytest.approx(960 * (lr * scale) ** 2 / 128, rel=1e-12)
     assert c["T_adapt_eff"] == pytest.approx(960 * lr * scale, rel=1e-12)
     assert r["eval_images_per_epoch"] == 1000 + 1000 + 2000 and r["eval_images"] == 4000 * 81
-    assert p.key == {"arch": "resnet9", "width": 0.125, "batch_size": 128, "precision": "fp32"}
+    assert p.key == {"arch": "resnet9", "width": 0.125, "batch_size": 128, "precision": "fp32", "optimizer": opt}
 
 
 @pytest.mark.parametrize("kw", [dict(schedule="cosine", warmup_epochs=1.5),
@@ -118,8 +118,10 @@ def test_throughput_file_gives_wall_time(tmp_path, capsys):
     assert main(["plan", OPT, "--profile", "cpu", "--throughput", f, "--json"]) == 0
     doc = json.loads(capsys.readouterr().out)
     per_run = 960 * 0.01 + 4000 * 81 * 1e-5  # 9.6 s of steps + 3.24 s of evaluation
-    for p in doc["sections"][0]["points"]:
-        assert p["time_source"] == "measured" and p["members"] == 1  # cpu profile: ensemble false
+    for p in doc["sections"][0]["points"]:  # Muon's point says that its own cost is not in the table
+        assert p["time_source"] == ("measured" if p["grid"]["optimizer"] != "muon" else
+                                    "measured; muon's own cost not timed here: sgd's step")
+        assert p["members"] == 1  # cpu profile: ensemble false
         assert p["seconds"] == pytest.approx(8 * per_run)
         assert (p["steps_per_run"], p["steps"], p["eval_images_per_run"]) == (960, 8 * 960, 324_000)
     assert doc["totals"]["seconds"] == pytest.approx(40 * per_run)
@@ -142,7 +144,7 @@ def test_missing_entry_is_estimated_and_flagged(tmp_path, capsys):
     assert main(["plan", OPT, "--profile", "cpu", "--throughput", f]) == 0
     assert "(estimated from resnet9 w0.25 b256 fp32)" in capsys.readouterr().out
     # another arch only: scaled by the arch's multiply-accumulates too
-    e, src = plan.lookup(plan.load_throughput(f), TrainConfig(arch="resnet110", width=0.125, precision="bf16"))
+    e, src = plan.lookup(throughput.load_throughput(f), TrainConfig(arch="resnet110", width=0.125, precision="bf16"))
     assert src == "estimated from resnet56 w0.125 b128 bf16" and e.train_step_s == pytest.approx(253 / 125)
 
 
@@ -158,7 +160,7 @@ def test_no_usable_entry_prints_no_throughput(tmp_path, capsys):
 
 def test_ensemble_entry_times_the_point_as_one(tmp_path):
     # the smoke profile leaves `ensemble` at the notebook's default (true): 3 runs trained as one network
-    t = plan.load_throughput(_table(tmp_path / "t.json", [("resnet9", 0.0625, 128, "fp32", 3, 0.03, 3e-6),
+    t = throughput.load_throughput(_table(tmp_path / "t.json", [("resnet9", 0.0625, 128, "fp32", 3, 0.03, 3e-6),
                                                           ("resnet9", 0.0625, 128, "fp32", 1, 0.02, 2e-6)]))
     p = plan.plan_section(OPT, "smoke", t).points[0]
     assert p.runs == 3 and p.members == 3 and p.time_source == "measured"
@@ -171,17 +173,21 @@ def test_calibrate_round_trip(tmp_path, monkeypatch, capsys):
     out = capsys.readouterr().out
     (path,) = (tmp_path / "cache").glob("throughput-*.json")
     assert path == plan.default_table_path(plan.device_name("cpu")[0]) and str(path) in out
-    t = plan.load_throughput(path)
+    t = throughput.load_throughput(path)
     assert t.kind == "cpu" and t.device.startswith("CPU")
-    (e,) = t.entries  # the smoke profile needs one (arch, width, batch size, precision)
-    assert (e.arch, e.width, e.batch_size, e.precision, e.members) == ("resnet9", 0.0625, 128, "fp32", 1)
-    assert 0 < e.train_step_s < 60 and 0 < e.eval_image_s < e.train_step_s
+    # the smoke profile needs one (arch, width, batch size, precision), timed with each of its five optimisers
+    assert [e.optimizer for e in t.entries] == ["sgd", "sgd_momentum", "adam", "adamw", "muon"]
+    assert {(e.arch, e.width, e.batch_size, e.precision, e.members) for e in t.entries} == {
+        ("resnet9", 0.0625, 128, "fp32", 1)}
+    assert all(0 < e.train_step_s < 60 and 0 < e.eval_image_s < e.train_step_s for e in t.entries)
+    e = t.entries[0]
     # the cached table is found by device, with no --throughput
     assert main(["plan", OPT, "--profile", "smoke", "--device", "cpu", "--json"]) == 0
     doc = json.loads(capsys.readouterr().out)
     assert doc["throughput"]["path"] == str(path) and "gpu_hours" not in doc["totals"]
-    p = doc["sections"][0]["points"][0]
-    assert p["time_source"] == "measured"
+    points = doc["sections"][0]["points"]
+    assert [p["time_source"] for p in points] == ["measured"] * 5 and points[0]["key"]["optimizer"] == "sgd"
+    p = points[0]
     assert p["seconds"] == pytest.approx(3 * (2 * e.train_step_s + 768 * e.eval_image_s))  # 3 runs, one by one
 
 
@@ -193,7 +199,7 @@ def test_a_fresh_clone_plans_every_cpu_point_with_the_reference_cpu_table(tmp_pa
     for params in sorted((REPO / "params").glob("*.yaml")):  # the shipped table times every cpu-scale point
         for profile in ("cpu", "cpu_steps", "cpu_w025") if params.name == "01_optimizers.yaml" else ("cpu",):
             points = plan.plan_section(params, profile, table).points
-            assert {p.time_source for p in points} == {"measured"}, (params.name, profile)
+            assert {p.time_source.split(";")[0] for p in points} == {"measured"}, (params.name, profile)
             assert all(p.seconds > 0 for p in points)
     assert main(["plan", OPT, "--profile", "cpu", "--device", "cpu"]) == 0
     out = capsys.readouterr().out.splitlines()
@@ -244,7 +250,7 @@ def test_a_gpu_without_a_table_gets_the_h200s_labelled_as_another_gpus(tmp_path,
     out = capsys.readouterr().out
     assert out.startswith(note) and "no throughput" not in out and "roofline" not in out
     rows = [ln for ln in out.splitlines() if ln.startswith("  optimizer-")]
-    assert len(rows) == 5 and all(r.endswith(" min") for r in rows)  # ResNet-9 w1 b128 tf32: measured
+    assert len(rows) == 5 and all(r.endswith((" min", "not timed here: sgd's step)")) for r in rows)  # measured
     assert "== 01_optimizers [paper] 5 points, 35 runs" in out
 
 
@@ -302,7 +308,7 @@ def test_sweep_dry_run_prints_sizes(tmp_path, capsys, monkeypatch):
 @pytest.mark.parametrize("profile", calibrate.COMMITTED_CPU)
 def test_the_reference_table_plans_each_committed_cpu_profile_within_35_percent_of_its_runs(profile):
     """`initmem plan` of every section of a committed CPU profile against the sum of its runs' own wall_time_s."""
-    table = plan.load_throughput(calibrate.REFERENCE_CPU)
+    table = throughput.load_throughput(calibrate.REFERENCE_CPU)
     name = profile.split("/")[1]
     plans = [plan.plan_section(p, name, table) for p in sorted((REPO / "params").glob("*.yaml"))
              if name in load_section(p).profiles]
@@ -323,9 +329,9 @@ def test_the_reference_table_plans_each_committed_cpu_profile_within_35_percent_
 def test_the_reference_table_is_what_the_committed_runs_derive():
     """The shipped table is `from_runs` of the committed CPU trees over the shipped calibration (docs/planner.md):
     a committed run added or changed without regenerating it fails here."""
-    base = plan.load_throughput(calibrate.REFERENCE_CPU.with_name("calibrated-cpu.json"))
+    base = throughput.load_throughput(calibrate.REFERENCE_CPU.with_name("calibrated-cpu.json"))
     derived = calibrate.from_runs(list(calibrate.COMMITTED_CPU), base)
-    shipped = plan.load_throughput(calibrate.REFERENCE_CPU)
+    shipped = throughput.load_throughput(calibrate.REFERENCE_CPU)
     key = lambda e: (e.arch, e.width, e.batch_size)  # noqa: E731
     assert [key(e) for e in sorted(derived.entries, key=key)] == [key(e) for e in shipped.entries]
     for d, s in zip(sorted(derived.entries, key=key), shipped.entries, strict=True):

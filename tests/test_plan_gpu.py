@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -45,8 +46,8 @@ def test_plan_device_cuda_without_a_gpu_plans_by_the_h200_measured_table(tmp_pat
     assert doc["throughput"]["estimate"] is None and doc["throughput"]["device"] == "NVIDIA H200"
     points = [p for s in doc["sections"] for p in s["points"]]
     assert len(points) == 34 and {p["key"]["precision"] for p in points} == {"tf32"}  # the paper profiles' (study.md)
-    assert {p["time_source"].split(" from ")[0] for p in points} == {"measured", "estimated"}
-    table = plan.load_throughput(calibrate.REFERENCE_GPU)
+    assert {re.split(r" from |;", p["time_source"])[0] for p in points} == {"measured", "estimated"}
+    table = throughput.load_throughput(calibrate.REFERENCE_GPU)
     want = sum(s.totals()["seconds"] for s in (plan.plan_section(p, "paper", table) for p in PARAMS)) / 3600
     assert doc["totals"]["points_without_time"] == 0 and doc["totals"]["gpu_hours"] == pytest.approx(want)
     assert "gpu_hours_source" not in doc["totals"]  # a measurement, not the roofline's estimate
@@ -107,18 +108,19 @@ def test_calibrate_runs_on_a_bare_image(tmp_path, blocked):
     proc = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=600,
                           env={**os.environ, "PYTHONPATH": str(REPO), "INITMEM_CACHE": str(tmp_path / "cache")})
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
-    table = plan.load_throughput(out)
-    assert table.kind == "cpu" and [(e.arch, e.width, e.batch_size) for e in table.entries] == [("resnet9", 0.0625,
-                                                                                                 128)]
+    table = throughput.load_throughput(out)
+    assert table.kind == "cpu" and {(e.arch, e.width, e.batch_size) for e in table.entries} == {("resnet9", 0.0625,
+                                                                                                 128)}
+    assert len(table.entries) == 5  # one per optimiser of the smoke profile
     assert "01_optimizers" in proc.stdout and "no throughput" not in proc.stdout
 
 
 def test_a_cuda_table_on_this_machine_is_used_before_the_estimate(tmp_path, monkeypatch):
     monkeypatch.setenv("INITMEM_CACHE", str(tmp_path))
     monkeypatch.setattr(plan, "cuda_name", lambda device="cuda": "NVIDIA H200")
-    entry = plan.Entry("resnet9", 1.0, 128, "tf32", 1, 0.01, 1e-5)
+    entry = throughput.Entry("resnet9", 1.0, 128, "tf32", 1, 0.01, 1e-5)
     path = plan.default_table_path("NVIDIA H200")
-    plan.save_throughput(plan.Throughput("NVIDIA H200", "2.14", [entry], "cuda"), path)
+    throughput.save_throughput(throughput.Throughput("NVIDIA H200", "2.14", [entry], "cuda"), path)
     table, note = calibrate.choose_table("cuda")
     assert not table.roofline and table.entries == [entry] and "calibrated on this machine" in note
 
@@ -126,7 +128,7 @@ def test_a_cuda_table_on_this_machine_is_used_before_the_estimate(tmp_path, monk
 def test_a_gpu_tables_missing_batch_size_follows_the_step_time_it_measured():
     """Small batches are launch-bound on a GPU: b = 16 at tf32, from the H200's b = 128 tf32 entry, scales by the
     exponent its fp32 entries measured between b = 32 and 128, not by the images per step; a CPU table keeps them."""
-    table = plan.load_throughput(calibrate.REFERENCE_GPU)
+    table = throughput.load_throughput(calibrate.REFERENCE_GPU)
     by = {(e.batch_size, e.precision): e for e in table.entries if e.members == 1}
     alpha = math.log(by[(128, "fp32")].train_step_s / by[(32, "fp32")].train_step_s) / math.log(4)
     assert 0 < alpha < 1
@@ -136,10 +138,10 @@ def test_a_gpu_tables_missing_batch_size_follows_the_step_time_it_measured():
     assert src == f"estimated from resnet9 w1 b128 tf32, step ~ b^{alpha:.2f} as fp32 b32-128"
     e256, src256 = plan.lookup(table, c.replace(batch_size=256))  # the closest measured batch size: 512
     assert src256.endswith("as fp32 b128-512") and e256.train_step_s > 2 * e.train_step_s
-    cpu = plan.Throughput("CPU", "", [plan.Entry("resnet9", 1.0, 128, "fp32", 1, 1.0, 1e-3),
-                                      plan.Entry("resnet9", 1.0, 32, "fp32", 1, 0.5, 1e-3)], "cpu")
+    cpu = throughput.Throughput("CPU", "", [throughput.Entry("resnet9", 1.0, 128, "fp32", 1, 1.0, 1e-3),
+                                      throughput.Entry("resnet9", 1.0, 32, "fp32", 1, 0.5, 1e-3)], "cpu")
     e, src = plan.lookup(cpu, c.replace(batch_size=64, precision="fp32"))  # on a CPU: the images per step
     assert e.train_step_s == pytest.approx(1.0 / 2) and src == "estimated from resnet9 w1 b128 fp32"
-    odd = plan.Throughput("GPU", "", [plan.Entry("resnet9", 1.0, 128, "fp32", 1, 1.0, 1e-3),
-                                      plan.Entry("resnet9", 1.0, 32, "fp32", 1, 2.0, 1e-3)], "cuda")
+    odd = throughput.Throughput("GPU", "", [throughput.Entry("resnet9", 1.0, 128, "fp32", 1, 1.0, 1e-3),
+                                      throughput.Entry("resnet9", 1.0, 32, "fp32", 1, 2.0, 1e-3)], "cuda")
     assert throughput.batch_exponent(odd.entries, odd.entries[0], 64)[0] == 0.0  # a noisy table: clamped to [0, 1]

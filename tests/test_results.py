@@ -234,14 +234,19 @@ def test_loading_warns_only_for_corrupt_files(tmp_path):
 
 # ------------------------------------------------------------------------------------------------ provenance
 PROVENANCE_KEYS = {"git_commit", "git_dirty", "git_diff", "python", "torch", "torchvision", "numpy", "pandas",
-                   "initmem", "cuda", "torch_threads", "platform", "hostname", "device", "device_name", "cpu_count",
-                   "timestamp_utc"}
+                   "initmem", "cuda", "torch_threads", "cpu_capability", "platform", "hostname", "device",
+                   "device_name", "cpu_count", "cpu_bf16", "timestamp_utc"}
 
 
 def test_provenance_names_the_code_the_software_and_the_machine():
     p = provenance("cpu")
     assert set(p) == PROVENANCE_KEYS and json.loads(json.dumps(p)) == p
     assert p["torch"] and p["numpy"] and p["device"] == "cpu" and p["cpu_count"] >= 1
+    import torch  # loaded (the engine's tests import it): the vector ISA its CPU kernels dispatch to is named
+    assert p["cpu_capability"] == torch.backends.cpu.get_cpu_capability() and p["cpu_capability"]
+    if Path("/proc/cpuinfo").is_file():  # native bfloat16 or not, as this CPU's flags say
+        flags = next(line for line in Path("/proc/cpuinfo").read_text().splitlines() if line.startswith("flags"))
+        assert p["cpu_bf16"] is (" avx512_bf16" in flags or " amx_bf16" in flags)
     assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\+00:00", p["timestamp_utc"])
     if (Path(__file__).resolve().parents[1] / ".git").exists() and p["git_commit"] is not None:
         assert re.fullmatch(r"[0-9a-f]{40}", p["git_commit"]) and isinstance(p["git_dirty"], bool)

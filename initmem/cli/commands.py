@@ -248,7 +248,7 @@ def _add_plan(sub: argparse._SubParsersAction) -> None:
 
 
 def _cmd_plan(args: argparse.Namespace) -> int:
-    from initmem.study import calibrate, plan
+    from initmem.study import calibrate, plan, throughput
     paths = params_files(args.params)  # a pattern that matches no file is an error, as in `initmem sweep`
     if (paths or not args.calibrate) and not args.profile:
         raise ConfigError("plan needs params files and --profile (or --calibrate alone for the default set)")
@@ -268,7 +268,7 @@ def _cmd_plan(args: argparse.Namespace) -> int:
         keys = calibrate.calibration_keys(plans) if plans else list(plan.DEFAULT_SET)
         print(f"calibrating {len(keys)} configuration(s) on {name} ({steps} steps each)", flush=True)
         table = calibrate.calibrate(keys, args.device, steps=steps, members=tuple(members))
-        print(f"initmem plan: {len(table.entries)} entries written to {plan.save_throughput(table, where)}")
+        print(f"initmem plan: {len(table.entries)} entries written to {throughput.save_throughput(table, where)}")
         return 0
     if args.results is not None:  # a tree not there yet is fine: nothing is done in it
         check_results_arg("--results", args.results)

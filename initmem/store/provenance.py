@@ -113,6 +113,16 @@ def cpu_model() -> str | None:
     return platform.processor() or None
 
 
+def cpu_bf16() -> bool | None:
+    """Whether this CPU computes bfloat16 natively (AVX512-BF16 or AMX-BF16 in /proc/cpuinfo's flags), or None where
+    the flags are not readable. Without it Muon's bfloat16 Newton-Schulz costs 20-30x float32's (performance.md)."""
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("flags"):
+                return bool({"avx512_bf16", "amx_bf16"} & set(line.split(":", 1)[1].split()))
+    return None
+
+
 def _device_name(device: str | None) -> str | None:
     try:
         torch = sys.modules.get("torch")  # the store never imports torch: a training process has it loaded
@@ -130,10 +140,12 @@ def provenance(device: str | None = None) -> dict:
     info: dict = {"git_commit": commit, "git_dirty": None if status is None else bool(status),
                   "git_diff": git_diff(where) if status else None, "python": platform.python_version()}
     info.update({name: _version(name) for name in _PACKAGES})
-    info["cuda"], info["torch_threads"] = None, None
+    info["cuda"], info["torch_threads"], info["cpu_capability"] = None, None, None
     if (torch := sys.modules.get("torch")) is not None:  # loaded where a run trains; never imported here
         with contextlib.suppress(Exception):
             info["cuda"], info["torch_threads"] = torch.version.cuda, torch.get_num_threads()
+            info["cpu_capability"] = torch.backends.cpu.get_cpu_capability()  # the vector ISA its kernels use
     info.update(platform=platform.platform(), hostname=socket.gethostname(), device=device,
-                device_name=_device_name(device), cpu_count=os.cpu_count(), timestamp_utc=utcnow())
+                device_name=_device_name(device), cpu_count=os.cpu_count(), cpu_bf16=cpu_bf16(),
+                timestamp_utc=utcnow())
     return info

@@ -9,8 +9,9 @@ import time
 from pathlib import Path
 
 from initmem.config import TrainConfig
-from initmem.study import plan
-from initmem.study.plan import KEY_FIELDS, Entry, SectionPlan, Throughput, device_name
+from initmem.study import plan, throughput
+from initmem.study.plan import KEY_FIELDS, SectionPlan, device_name
+from initmem.study.throughput import Entry, Throughput, describe, optimizer_fields
 
 # The committed CPU runs' own cost: `from_runs(COMMITTED_CPU, <an --calibrate table>)` (docs/planner.md). No GPU table.
 _REFERENCE = "initmem/study/throughput/reference-cpu.json"  # in the repository: how the line names it, in every clone
@@ -21,24 +22,24 @@ _REFERENCE_GPU = "initmem/study/throughput/reference-h200.json"
 REFERENCE_GPU = Path(__file__).resolve().parents[2] / _REFERENCE_GPU
 
 
-def choose_table(device: str = "auto", path: str | Path | None = None) -> tuple[plan.Throughput | None, str]:
+def choose_table(device: str = "auto", path: str | Path | None = None) -> tuple[throughput.Throughput | None, str]:
     """The table for `device` (or the one at `path`) and the line saying which (`initmem plan`'s first)."""
     if path is not None:  # a table of another device kind than an explicit `device` is refused
         kind = None if device == "auto" else "cpu" if device == "cpu" else "cuda"
-        table = plan.load_throughput(path, kind=kind)
+        table = throughput.load_throughput(path, kind=kind)
         return table, f"throughput: {table.device}, from {path}"
     name, kind = (plan.cuda_name(device), "cuda") if device.startswith("cuda") else plan.device_name(device)
     cached = plan.default_table_path(name) if name else None
     if cached is not None and cached.is_file():
-        return plan.load_throughput(cached), f"throughput: {name}, calibrated on this machine ({cached})"
+        return throughput.load_throughput(cached), f"throughput: {name}, calibrated on this machine ({cached})"
     if kind == "cpu" and REFERENCE_CPU.is_file():
-        table = plan.load_throughput(REFERENCE_CPU)
+        table = throughput.load_throughput(REFERENCE_CPU)
         when = f", {table.created[:10]}" if table.created else ""
         return table, (f"throughput: the reference CPU table ({_REFERENCE}{when}): what the committed CPU runs took "
                        "on 2-core machines, one torch thread a run, two or three side by side; `initmem plan "
                        f"--calibrate --device cpu` measures this one ({name})")
     if kind == "cuda" and REFERENCE_GPU.is_file():
-        table = plan.load_throughput(REFERENCE_GPU, kind="cuda")
+        table = throughput.load_throughput(REFERENCE_GPU, kind="cuda")
         other = ("" if name == table.device else f", not on this {name}" if name else ", no GPU here")
         return table, (f"throughput: the reference GPU table ({_REFERENCE_GPU}, {table.created[:10]}): measured on an "
                        f"{table.device} by the device check (torch {table.torch}){other}; configurations it lacks "
@@ -57,8 +58,8 @@ def choose_table(device: str = "auto", path: str | Path | None = None) -> tuple[
 
 
 # ---------------------------------------------------------------------------------------------- calibration
-def calibration_keys(plans: list[SectionPlan]) -> list[tuple[str, float, int, str]]:
-    """The distinct (arch, width, batch size, precision) the plans need, in first-seen order."""
+def calibration_keys(plans: list[SectionPlan]) -> list[tuple[str, float, int, str, str]]:
+    """The distinct (arch, width, batch size, precision, optimiser) the plans need, in first-seen order."""
     return list(dict.fromkeys(tuple(p.key[k] for k in KEY_FIELDS) for s in plans for p in s.points))
 
 
@@ -84,7 +85,7 @@ def _time_eval(config: TrainConfig, images: int, reps: int = 3) -> float:
     return (time.perf_counter() - t0) / (reps * images)
 
 
-def calibrate(keys: list[tuple[str, float, int, str]], device: str = "auto", steps: int = 5,
+def calibrate(keys: list[tuple[str, float, int, str, str]], device: str = "auto", steps: int = 5,
               warmup: int = 2, members: tuple[int, ...] = (1,), say=print) -> Throughput:
     """The table of `steps` optimiser steps (after `warmup`) of each key on `device`, for one network and populations
     of `members` (`train.time_steps`), and of one network's eval forward pass (a population's: `members` times it)."""
@@ -94,16 +95,17 @@ def calibrate(keys: list[tuple[str, float, int, str]], device: str = "auto", ste
     name, kind = device_name(device)
     dev = "cuda" if device == "auto" and kind == "cuda" else "cpu" if device == "auto" else device
     entries = []
-    for arch, width, batch, precision in keys:
+    for arch, width, batch, precision, opt in keys:
         if precision == "tf32" and kind != "cuda":
             say(f"  skip {arch} w{width:g} b{batch} tf32: CUDA only")
             continue
-        config = TrainConfig(arch=arch, width=width, batch_size=batch, precision=precision, device=dev)
+        config = TrainConfig(arch=arch, width=width, batch_size=batch, precision=precision, device=dev,
+                             **optimizer_fields(opt))
         eval_s = _time_eval(config, config.eval_batch_size if kind == "cuda" else 256)
         for k in dict.fromkeys(members):
             step_s = time_steps(config, steps=steps, warmup=warmup, population=k)
-            entries.append(Entry(arch, float(width), int(batch), precision, k, step_s, k * eval_s))
-            say(f"  {plan._describe(entries[-1])}: {step_s * 1e3:.2f} ms/step, {k * eval_s * 1e6:.2f} us/eval image")
+            entries.append(Entry(arch, float(width), int(batch), precision, k, step_s, k * eval_s, opt))
+            say(f"  {describe(entries[-1])}: {step_s * 1e3:.2f} ms/step, {k * eval_s * 1e6:.2f} us/eval image")
     return Throughput(name, torch.__version__, entries, kind, None,
                       datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"))
 
@@ -122,15 +124,17 @@ def _committed(trees: list[str | Path]) -> list[tuple[TrainConfig, float]]:
 
 
 def from_runs(trees: list[str | Path], base: Throughput, created: str | None = None) -> Throughput:
-    """A table that times runs as the committed ones in `trees` took: per key, `base`'s entry for it (or its
-    estimate, `plan.lookup`) scaled by one factor, so that the planned seconds of those runs add up to their recorded
-    `wall_time_s` (training, evaluation and the machine's load as it was; base's step/eval split is kept)."""
+    """A table that times runs as the committed ones in `trees` took: per (arch, width, batch size, precision),
+    `base`'s SGD entry for it (or its estimate, `plan.lookup`) scaled by one factor, so that the planned seconds of
+    those runs add up to their recorded `wall_time_s` (training, evaluation and the machine's load as it was; base's
+    step/eval split is kept). Every optimiser's runs are pooled into that SGD entry: the committed runs' machines
+    disagree on what Muon's step costs (docs/planner.md), so the table does not time one optimiser apart."""
     by_key: dict[tuple, list[tuple[dict, float]]] = {}
     for config, wall in _committed(trees):
-        by_key.setdefault(tuple(getattr(config, k) for k in KEY_FIELDS), []).append((plan.run_plan(config), wall))
+        by_key.setdefault(tuple(getattr(config, k) for k in KEY_FIELDS[:4]), []).append((plan.run_plan(config), wall))
     entries = []
     for key, runs in by_key.items():
-        entry, _ = plan.lookup(base, TrainConfig(**dict(zip(KEY_FIELDS, key, strict=True))))
+        entry, _ = plan.lookup(base, TrainConfig(**dict(zip(KEY_FIELDS, key, strict=False))))
         planned = sum(r["steps"] * entry.train_step_s + r["eval_images"] * entry.eval_image_s for r, _ in runs)
         f = sum(w for _, w in runs) / planned
         entries.append(Entry(*key, 1, entry.train_step_s * f, entry.eval_image_s * f))

@@ -2,15 +2,15 @@
 are counted as `train` counts them, clocks summed exactly per step (`math.fsum`). Torch-free but for naming a CUDA
 device, and `device_name("auto")` where torch is installed."""
 
+import dataclasses
 import functools
 import importlib.util
-import json
 import math
 import os
 import platform
 import re
 import sys
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -19,13 +19,12 @@ import numpy as np
 from initmem.config import TrainConfig, point_configs
 from initmem.errors import ConfigError
 from initmem.metrics import lr_scale
-from initmem.store.files import atomic_write
 from initmem.store.provenance import cpu_model
-from initmem.study.throughput import batch_exponent, check_table
+from initmem.study.throughput import SGD_COST, Entry, Throughput, batch_exponent, describe, step_optimizer
 
 CIFAR_TRAIN, CIFAR_TEST = 50_000, 10_000
 SYNTHETIC_TRAIN, SYNTHETIC_TEST = 2000, 500  # train.py's synthetic_sizes when n_train / n_test are None
-KEY_FIELDS = ("arch", "width", "batch_size", "precision")
+KEY_FIELDS = ("arch", "width", "batch_size", "precision", "optimizer")  # a point's key: `plan_key`
 # forward multiply-accumulates per 32x32 image at width 1 (conv layers; width w scales them by about w^2)
 ARCH_MACS = {"resnet9": 379e6, "resnet20": 41e6, "resnet56": 125e6, "resnet110": 253e6}
 # The roofline estimate where no GPU table is found (docs/planner.md): FLOPs per image (2 per MAC; a training
@@ -37,8 +36,11 @@ ROOFLINE_PEAK = {"fp32": 67e12, "tf32": 494.5e12, "bf16": 989.5e12}
 ROOFLINE_EFFICIENCY = 0.4
 ROOFLINE_SOURCE = "roofline estimate"
 # what `plan --calibrate` times without params: the paper profiles' networks and batch sizes
-DEFAULT_SET = tuple(("resnet9", 1.0, b, "fp32") for b in (16, 32, 64, 128, 256)) + (
-    ("resnet56", 1.0, 128, "fp32"), ("resnet110", 1.0, 128, "fp32"))
+# (and Muon's step once, the one optimiser whose update costs more than SGD's by more than the noise: its extra
+# cost is added to SGD's at every other configuration, `lookup`)
+DEFAULT_SET = tuple(("resnet9", 1.0, b, "fp32", "sgd") for b in (16, 32, 64, 128, 256)) + (
+    ("resnet56", 1.0, 128, "fp32", "sgd"), ("resnet110", 1.0, 128, "fp32", "sgd"),
+    ("resnet9", 1.0, 128, "fp32", "muon"))
 
 
 # The evaluations made at some epochs only, estimated (docs/planner.md): full_test evaluates the whole test set at
@@ -108,81 +110,70 @@ def sparse_eval_images(config: TrainConfig, sizes: dict[str, int]) -> int:
 
 
 # ---------------------------------------------------------------------------------------------- throughput
-@dataclass(frozen=True)
-class Entry:
-    """One timed (arch, width, batch size, precision, members): seconds per optimiser step, per evaluated image."""
-
-    arch: str
-    width: float
-    batch_size: int
-    precision: str
-    members: int
-    train_step_s: float
-    eval_image_s: float
-
-
-@dataclass
-class Throughput:
-    """A throughput table: the device it was measured on and its entries (docs/planner.md)."""
-
-    device: str
-    torch: str
-    entries: list[Entry]
-    kind: str = "cpu"  # cpu | cuda
-    path: str | None = None
-    created: str | None = None
-    roofline: bool = False  # no entries: every time is `roofline_entry`'s estimate
-
-
-def load_throughput(path: str | Path, kind: str | None = None) -> Throughput:
-    """A throughput table; ConfigError when it is missing, malformed or untrustworthy (`throughput.check_table`)."""
-    try:
-        doc = json.loads(Path(path).read_text(encoding="utf-8"))
-        entries = [Entry(str(e["arch"]), e["width"], e["batch_size"], str(e["precision"]), e.get("members", 1),
-                         e["train_step_s"], e["eval_image_s"]) for e in doc["entries"]]  # as read: check_table checks
-        device = str(doc["device"])
-    except FileNotFoundError:
-        raise ConfigError(f"throughput table {str(path)!r} does not exist (make one with `initmem plan "
-                          "--calibrate`)") from None
-    except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
-        raise ConfigError(f"throughput table {str(path)!r} is invalid ({type(exc).__name__}: {exc}): "
-                          '{"device", "torch", "entries": [{"arch", "width", "batch_size", "precision", '
-                          '"members", "train_step_s", "eval_image_s"}]} is accepted') from None
-    return check_table(Throughput(device, str(doc.get("torch", "")), entries, str(doc.get("kind") or (
-        "cpu" if device.lower().startswith("cpu") else "cuda")), str(path), doc.get("created")), kind, _describe)
-
-
-def save_throughput(table: Throughput, path: str | Path) -> Path:
-    """Write `table` as JSON (atomically); returns the path."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    doc = {"device": table.device, "kind": table.kind, "torch": table.torch, "created": table.created,
-           "entries": [asdict(e) for e in table.entries]}
-    return atomic_write(path, json.dumps(doc, indent=1) + "\n")
-
-
-def _describe(e: Entry) -> str:
-    return f"{e.arch} w{e.width:g} b{e.batch_size} {e.precision}" + (f" x{e.members}" if e.members != 1 else "")
+def plan_key(config: TrainConfig) -> dict[str, Any]:
+    """What times `config`'s runs: arch, width, batch size, precision and the optimiser its step was timed with."""
+    return {"arch": config.arch, "width": config.width, "batch_size": config.batch_size,
+            "precision": config.precision, "optimizer": step_optimizer(config)}
 
 
 def lookup(table: Throughput | None, config: TrainConfig, members: int = 1) -> tuple[Entry | None, str]:
-    """`config`'s entry and its source: "measured", "estimated from <entry>" (the nearest members=1 entry scaled by
-    images per step, width^2 and the arch's MACs) or "no throughput" (None)."""
+    """`config`'s entry and its source: "measured"; else SGD's (`_nearest_sgd`: "measured" or "estimated from ..."),
+    for Muon plus its own extra cost where the table timed Muon (`_optimizer_extra`), the source then saying so after
+    SGD's; "roofline estimate"; or "no throughput" (None). An elementwise optimiser (`SGD_COST`) costs SGD's step."""
     if table is None:
         return None, "no throughput"
     if table.roofline:
         return roofline_entry(config, members), ROOFLINE_SOURCE
-    want = (config.arch, config.width, config.batch_size, config.precision, members)
-    if found := [e for e in table.entries if (e.arch, e.width, e.batch_size, e.precision, e.members) == want]:
+    opt = step_optimizer(config)
+    want = (config.arch, config.width, config.batch_size, config.precision, members, opt)
+    if found := [e for e in table.entries if e.key == want]:
         return found[0], "measured"
-    if not (singles := [e for e in table.entries if e.members == 1]):  # also a table without entries
+    base, source = _nearest_sgd(table, config, members)
+    if base is None or opt in SGD_COST:
+        return base and dataclasses.replace(base, optimizer=opt), source
+    extra = _optimizer_extra(table, config, opt)  # the source's first word stays SGD's: measured or estimated
+    if extra is None:
+        return dataclasses.replace(base, optimizer=opt), f"{source}; {opt}'s own cost not timed here: sgd's step"
+    seconds, at = extra
+    return (dataclasses.replace(base, train_step_s=base.train_step_s + seconds, optimizer=opt),
+            f"{source}, + {opt}'s extra {seconds * 1e3:.3g} ms a step as timed at {describe(at)}")
+
+
+def _nearest_sgd(table: Throughput, config: TrainConfig, members: int = 1) -> tuple[Entry | None, str]:
+    """SGD's entry for `config` ("measured"), else "estimated from <entry>": the nearest members=1 SGD entry scaled
+    by images per step, width^2 and the arch's MACs (on a GPU, images per step as `batch_exponent`)."""
+    want = (config.arch, config.width, config.batch_size, config.precision, members, "sgd")
+    if found := [e for e in table.entries if e.key == want]:
+        return found[0], "measured"
+    if not (singles := [e for e in table.entries if e.members == 1 and e.optimizer == "sgd"]):
         return None, "no throughput"
-    near = min(singles, key=lambda e: (e.arch != config.arch, e.precision != config.precision, abs(math.log(
-        config.width / e.width)) + abs(math.log(config.batch_size / e.batch_size))))
+    near = _nearest(singles, config)
     flops = (config.width / near.width) ** 2 * ARCH_MACS[config.arch] / ARCH_MACS[near.arch]
     alpha, how = batch_exponent(singles, near, config.batch_size) if table.kind == "cuda" else (1.0, "")
     step = near.train_step_s * flops * (config.batch_size / near.batch_size) ** alpha
-    return Entry(*want, step, near.eval_image_s * flops), f"estimated from {_describe(near)}{how}"
+    return Entry(*want[:5], step, near.eval_image_s * flops), f"estimated from {describe(near)}{how}"
+
+
+def _nearest(entries: list[Entry], config: TrainConfig) -> Entry:
+    """The entry nearest `config`: the same arch, then the same precision, then the closest width and batch size."""
+    return min(entries, key=lambda e: (e.arch != config.arch, e.precision != config.precision, abs(math.log(
+        config.width / e.width)) + abs(math.log(config.batch_size / e.batch_size))))
+
+
+def _optimizer_extra(table: Throughput, config: TrainConfig, opt: str) -> tuple[float, Entry] | None:
+    """Seconds optimiser `opt`'s step adds to SGD's at `config`: at the nearest members=1 entry of `opt`, its step
+    minus SGD's there (`_nearest_sgd`), scaled by width^2 and the arch's MACs but not by the batch size (an update
+    costs the same at any batch size); at least 0 (an optimiser timed faster than SGD is planned as SGD's). None
+    where `opt` has no entry or SGD none to compare with."""
+    if not (mine := [e for e in table.entries if e.members == 1 and e.optimizer == opt]):
+        return None
+    at = _nearest(mine, config)
+    sgd, _ = _nearest_sgd(table, TrainConfig(arch=at.arch, width=at.width, batch_size=at.batch_size,
+                                             precision=at.precision))
+    if sgd is None:
+        return None
+    scale = (config.width / at.width) ** 2 * ARCH_MACS[config.arch] / ARCH_MACS[at.arch]
+    return max(0.0, at.train_step_s - sgd.train_step_s) * scale, at
 
 
 def image_flops(arch: str, width: float) -> tuple[float, float]:
@@ -198,7 +189,7 @@ def roofline_entry(config: TrainConfig, members: int = 1) -> Entry:
     train, evaluate = image_flops(config.arch, config.width)
     rate = ROOFLINE_PEAK[config.precision] * ROOFLINE_EFFICIENCY
     return Entry(config.arch, config.width, config.batch_size, config.precision, members,
-                 members * config.batch_size * train / rate, members * evaluate / rate)
+                 members * config.batch_size * train / rate, members * evaluate / rate, step_optimizer(config))
 
 
 def roofline_table() -> Throughput:
@@ -298,7 +289,7 @@ def plan_point(point_id: str, grid: dict[str, Any], params: dict[str, Any],
     r = run_plan(c)
     seconds = None if entry is None else (runs // members) * (r["steps"] * entry.train_step_s
                                                              + r["eval_images"] * entry.eval_image_s)
-    return PointPlan(point_id, dict(grid), runs, r, {k: getattr(c, k) for k in KEY_FIELDS}, members, seconds, source,
+    return PointPlan(point_id, dict(grid), runs, r, plan_key(c), members, seconds, source,
                      done)
 
 

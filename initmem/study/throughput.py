@@ -1,18 +1,106 @@
-"""Torch-free checks of a throughput table (docs/planner.md): what `plan.load_throughput` reads, --calibrate writes;
-and how a GPU table's step time grows with the batch size, as the table itself measured it."""
+"""A throughput table, torch-free (docs/planner.md): its entries, reading and writing one (what `initmem plan` reads
+and --calibrate writes), its checks, and how a GPU table's step time grows with the batch size, as the table itself
+measured it."""
 
 import dataclasses
+import json
 import math
 import os
 from collections.abc import Callable
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 from initmem.checks import check_int, check_real
-from initmem.config import ARCHS, PRECISIONS
+from initmem.config import ARCHS, NS_DTYPES, OPTIMIZERS, PRECISIONS, TrainConfig
 from initmem.errors import ConfigError
+from initmem.store.files import atomic_write
 
 KINDS = ("cpu", "cuda")
+# What a step was timed with: the optimiser, and for Muon at a Newton-Schulz arithmetic other than the default
+# "muon/<ns_dtype>" (on a CPU without native bfloat16 its step costs 4x SGD's in bfloat16, 1.04x in float32)
+STEP_OPTIMIZERS = (*OPTIMIZERS, *(f"muon/{d}" for d in NS_DTYPES[1:]))
+# Optimisers whose update is elementwise: their steps took 0.94-0.97x SGD's (benchmarks/bench_optimizers.py,
+# docs/performance.md), within the noise, so a table without an entry of their own times them as SGD's, silently
+SGD_COST = ("sgd", "sgd_momentum", "adam", "adamw")
+
+
+def step_optimizer(config: TrainConfig) -> str:
+    """The `Entry.optimizer` that times `config`'s step: its optimiser ("muon/float32" for Muon at ns_dtype float32)."""
+    return (f"muon/{config.ns_dtype}" if config.optimizer == "muon" and config.ns_dtype != NS_DTYPES[0]
+            else config.optimizer)
+
+
+def optimizer_fields(label: str) -> dict[str, str]:
+    """The config fields a `step_optimizer` label stands for: {"optimizer"} and, for "muon/<d>", {"ns_dtype": d}."""
+    name, _, ns = label.partition("/")
+    return {"optimizer": name, **({"ns_dtype": ns} if ns else {})}
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One timed (arch, width, batch size, precision, members, optimiser): seconds per optimiser step, per evaluated
+    image. Tables written before the optimiser was part of the key timed plain SGD, the config's default."""
+
+    arch: str
+    width: float
+    batch_size: int
+    precision: str
+    members: int
+    train_step_s: float
+    eval_image_s: float
+    optimizer: str = "sgd"
+
+    @property
+    def key(self) -> tuple:
+        return self.arch, self.width, self.batch_size, self.precision, self.members, self.optimizer
+
+
+@dataclass
+class Throughput:
+    """A throughput table: the device it was measured on and its entries (docs/planner.md)."""
+
+    device: str
+    torch: str
+    entries: list[Entry]
+    kind: str = "cpu"  # cpu | cuda
+    path: str | None = None
+    created: str | None = None
+    roofline: bool = False  # no entries: every time is `plan.roofline_entry`'s estimate
+
+
+def describe(e: Entry) -> str:
+    """"resnet9 w0.25 b32 fp32", with " x<members>" for a population and " <optimizer>" for all but SGD."""
+    return (f"{e.arch} w{e.width:g} b{e.batch_size} {e.precision}" + (f" x{e.members}" if e.members != 1 else "")
+            + (f" {e.optimizer}" if e.optimizer != "sgd" else ""))
+
+
+def load_throughput(path: str | Path, kind: str | None = None) -> Throughput:
+    """A throughput table; ConfigError when it is missing, malformed or untrustworthy (`check_table`)."""
+    try:
+        doc = json.loads(Path(path).read_text(encoding="utf-8"))
+        entries = [Entry(str(e["arch"]), e["width"], e["batch_size"], str(e["precision"]), e.get("members", 1),
+                         e["train_step_s"], e["eval_image_s"], str(e.get("optimizer", "sgd")))
+                   for e in doc["entries"]]  # as read: check_table checks
+        device = str(doc["device"])
+    except FileNotFoundError:
+        raise ConfigError(f"throughput table {str(path)!r} does not exist (make one with `initmem plan "
+                          "--calibrate`)") from None
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
+        raise ConfigError(f"throughput table {str(path)!r} is invalid ({type(exc).__name__}: {exc}): "
+                          '{"device", "torch", "entries": [{"arch", "width", "batch_size", "precision", '
+                          '"members", "train_step_s", "eval_image_s", "optimizer"}]} is accepted') from None
+    return check_table(Throughput(device, str(doc.get("torch", "")), entries, str(doc.get("kind") or (
+        "cpu" if device.lower().startswith("cpu") else "cuda")), str(path), doc.get("created")), kind)
+
+
+def save_throughput(table: Throughput, path: str | Path) -> Path:
+    """Write `table` as JSON (atomically); returns the path."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    doc = {"device": table.device, "kind": table.kind, "torch": table.torch, "created": table.created,
+           "entries": [asdict(e) for e in table.entries]}
+    return atomic_write(path, json.dumps(doc, indent=1) + "\n")
 
 
 MAX_SECONDS = 86400.0  # a step (or an image) slower than a day is no measurement: a typo, or a unit mixed up
@@ -25,10 +113,10 @@ ENTRY_CHECKS: dict[str, Callable[[str, Any], Any]] = {  # each entry field's one
 }
 
 
-def check_table(table: Any, kind: str | None, describe: Callable[[Any], str]) -> Any:
-    """`table` (a `plan.Throughput`) once every entry's numbers have their exact types, are finite, positive and
-    below `MAX_SECONDS`, its arch and precision are known, no configuration has two entries, and its device is a CPU
-    or CUDA one (of `kind`, if given); its entries' reals as floats. Else ConfigError naming the file, entry, value."""
+def check_table(table: Throughput, kind: str | None) -> Throughput:
+    """`table` once every entry's numbers have their exact types, are finite, positive and below `MAX_SECONDS`, its
+    arch, precision and optimiser are known, no configuration has two entries, and its device is a CPU or CUDA one
+    (of `kind`, if given); its entries' reals as floats. Else ConfigError naming the file, entry, value."""
     where = f"throughput table {str(table.path)!r}"
     if not table.entries or not table.device.strip() or table.kind not in KINDS:
         what = "no entries" if not table.entries else f"device {table.device!r} of kind {table.kind!r}"
@@ -39,12 +127,15 @@ def check_table(table: Any, kind: str | None, describe: Callable[[Any], str]) ->
         if e.arch not in ARCHS or e.precision not in PRECISIONS:
             raise ConfigError(f"{where} has arch={e.arch!r}, precision={e.precision!r}: one of {', '.join(ARCHS)} "
                               f"and one of {', '.join(PRECISIONS)} are accepted")
+        if e.optimizer not in STEP_OPTIMIZERS:
+            raise ConfigError(f"{where}, entry {i + 1} has optimizer={e.optimizer!r}: one of "
+                              f"{', '.join(STEP_OPTIMIZERS)} is accepted")
         try:
             table.entries[i] = e = dataclasses.replace(e, **{k: check(k, getattr(e, k)) for k, check in
                                                               ENTRY_CHECKS.items()})
         except ConfigError as exc:
             raise ConfigError(f"{where}, entry {i + 1} ({e.arch} {e.precision}): {exc}") from None
-        key = (e.arch, e.width, e.batch_size, e.precision, e.members)
+        key = e.key
         if (first := seen.setdefault(key, i)) != i:
             raise ConfigError(f"{where} has two entries for {describe(e)}: entry {first + 1} (train_step_s="
                               f"{table.entries[first].train_step_s:g}) and entry {i + 1} (train_step_s="
