@@ -240,8 +240,8 @@ def _add_plan(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--results", help="results tree whose complete runs are counted, as `initmem sweep --results` "
                    "(default: none, the whole cost): adds each point's runs done and the time of those left")
     p.add_argument("--json", action="store_true", help="print one JSON document instead of tables")
-    p.add_argument("--calibrate", action="store_true", help="time the (arch, width, batch size, precision) the "
-                   "params need (default: the paper profiles' set) on --device and store the table")
+    p.add_argument("--calibrate", action="store_true", help="time the (arch, width, batch size, precision, "
+                   "optimiser) the params need (default: the paper profiles' set) on --device and store the table")
     p.add_argument("--steps", type=int, default=None, help="--calibrate: timed optimiser steps each (default: 5)")
     p.add_argument("--members", type=int, action="append", metavar="K", help="--calibrate: time populations of K "
                    "networks trained as one (a point's sigma_w x seed runs); repeat for several (default: 1)")
