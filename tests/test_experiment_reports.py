@@ -3,6 +3,7 @@ matched-learning-rate control (its table reads the effective lr off each configu
 against ε and AMSGrad (the spike table counts what metrics.collapse_epoch finds in each run, the figure marks only what
 happened)."""
 
+import re
 import runpy
 from pathlib import Path
 from types import SimpleNamespace
@@ -11,6 +12,7 @@ import pandas as pd
 import pytest
 
 from initmem.analysis import instrument_plots, instrument_tables, plots, tables
+from initmem.errors import ConfigError
 from initmem.store.results import load_histories, load_runs
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -159,3 +161,41 @@ def test_the_grid_report_takes_an_optimiser_only_with_all_fifteen_runs_complete(
     assert script.complete(full.assign(status=["running", *["complete"] * 14])) == []  # one run unfinished
     assert "sgd | results/cpu_w025_full | 5 | all 10,000 test images" in script.report(full, load_runs(
         ROOT / script.PILOT))
+
+
+def test_the_selection_rule_table_reads_each_rules_epoch_and_equals_t1_for_t1s_rule():
+    runs = load_runs(ROOT / "results" / "cpu_w025")
+    hist = load_histories(ROOT / "results" / "cpu_w025")
+    t = instrument_tables.selection_rule_table(runs, hist)
+    cols = ["spread_pp", "spread_pp_lo", "spread_pp_hi"]
+    t1 = tables.optimizer_table(runs).set_index("optimizer")[cols]
+    own = t[t["rule"] == "lowest validation loss"].set_index("optimizer")[cols]
+    pd.testing.assert_frame_equal(own, t1.loc[own.index])  # T1's rule gives T1, the contrast row included
+    assert list(own.index) == [*tables.optimizer_table(runs)["optimizer"]]
+    # the last epoch by hand: each σ_w's seed mean of the last row's test accuracy, max − min
+    last = hist.sort_values("epoch").groupby("run_id").tail(1).set_index("run_id")["test_acc"]
+    for opt in ("sgd", "muon"):
+        g = runs[runs["optimizer"] == opt]
+        means = last.loc[g["run_id"]].groupby(g["sigma_w"].to_numpy()).mean()
+        row = t[(t["optimizer"] == opt) & (t["rule"] == "last epoch")]
+        assert row["spread_pp"].item() == pytest.approx(100 * (means.max() - means.min()))
+    assert len(t) == 3 * len(own) and list(t["optimizer"][:3]) == ["sgd"] * 3  # configuration by configuration
+    with pytest.raises(ConfigError, match="rule='best' is invalid"):
+        instrument_tables.selection_rule_table(runs, hist, rules=["best"])
+
+
+def test_the_findings_quote_the_grids_spreads_as_the_committed_runs_give_them():
+    """docs/findings.md's "the 5-seed grid's <Optimiser>: s [lo, hi]" (its verdict table) against T1 of the grid's
+    complete optimisers: one quote each, none of an optimiser still training."""
+    script = load_script("grid")
+    grid = load_runs(ROOT / script.GRID)
+    done = script.complete(grid)
+    t1 = tables.optimizer_table(grid[grid["optimizer"].isin(done)]).set_index("optimizer")
+    text = (ROOT / "docs" / "findings.md").read_text(encoding="utf-8")
+    names = {"SGD": "sgd", "SGD+momentum": "sgd_momentum", "Adam": "adam", "AdamW": "adamw", "Muon": "muon"}
+    quoted = {names[n]: (s, lo, hi) for n, s, lo, hi in re.findall(
+        r"the 5-seed grid's (SGD\+momentum|SGD|AdamW|Adam|Muon): ([\d.]+) \[([\d.]+), ([\d.]+)\]", text)}
+    assert set(quoted) == set(done)
+    for opt, q in quoted.items():
+        r = t1.loc[opt]
+        assert q == tuple(f"{v:.1f}" for v in (r["spread_pp"], r["spread_pp_lo"], r["spread_pp_hi"])), opt

@@ -276,3 +276,27 @@ def spike_table(runs: pd.DataFrame, histories: pd.DataFrame, drop: float = metri
     out = cells.finish(pd.DataFrame(rows))
     out.attrs["accuracy"] = common
     return out
+
+
+def selection_rule_table(runs: pd.DataFrame, histories: pd.DataFrame | None = None,
+                         rules: Sequence[str] = tuple(metrics.SELECTION_RULES)) -> pd.DataFrame:
+    """T1's spreads under each selection rule (`metrics.SELECTION_RULES`): per configuration, and SGD − max(adaptive)
+    where T1 has that row, the spread (pp) and its 95 % seed-resampled interval with every run's accuracy re-read from
+    its history at the epoch the rule picks (all 10,000 test images where every run has them there, as T1). Does a
+    verdict depend on which epoch is reported? A rule's rows equal T1's for the rule the runs were summarised with."""
+    h = tables.run_histories(runs, histories, "selection_rule_table: ", trained=True)
+    by_run = {rid: hh.sort_values("epoch") for rid, hh in h.groupby("run_id")}
+    have = runs[runs["run_id"].isin(by_run)]
+    frames = []
+    for rule in [metrics.check_rule(r) for r in rules]:
+        sel = have.assign(**{column: [metrics.test_at_best(by_run[rid], rule=rule, column=test)
+                                      if test in by_run[rid].columns else math.nan for rid in have["run_id"]]
+                             for column, test in ((cells.SUBSET_TEST, "test_acc"), (cells.FULL_TEST, "test_acc_full"))})
+        t = tables.optimizer_table(sel)
+        lead = list(t.columns[:next(i for i, c in enumerate(t.columns) if c.startswith("sigma_w="))])
+        frames.append(t[[*lead, "spread_pp", "spread_pp_lo", "spread_pp_hi"]].assign(
+            rule=metrics.SELECTION_RULES[rule][1]))
+    out = pd.concat(frames, ignore_index=True)  # rule by rule; shown configuration by configuration, in T1's order
+    first = {k: i for i, k in enumerate(dict.fromkeys(frames[0][lead].itertuples(index=False, name=None)))}
+    out = out.iloc[sorted(range(len(out)), key=lambda i: first[tuple(out.loc[i, lead])])].reset_index(drop=True)
+    return cells.finish(out[[*lead, "rule", "spread_pp", "spread_pp_lo", "spread_pp_hi"]])

@@ -44,6 +44,17 @@ def collapses(grid: pd.DataFrame, histories: pd.DataFrame, done: list[str]) -> l
             "epoch, the 2,000-image subset at the last), each with its 95 % seed-resampled interval.", ""]
 
 
+def rules(grid: pd.DataFrame, histories: pd.DataFrame, done: list[str]) -> list[str]:
+    """Each complete optimiser's spread under every selection rule (`instrument_tables.selection_rule_table`)."""
+    t = instrument_tables.selection_rule_table(grid[grid["optimizer"].isin(done)], histories)
+    return ["## Under each selection rule", "", display.markdown_table(*display.display_rows(t)), "",
+            "The spread with every run's test accuracy (all 10,000 images) re-read at the epoch each rule picks: "
+            "T1's rule (lowest validation loss), the highest validation accuracy, the last epoch (60); with its 95 % "
+            "seed-resampled interval. The lowest-validation-loss rule can switch between near-equal minima when a run "
+            "is retrained (docs/findings.md, \"Commit and machine drift\"); whether a verdict depends on the rule is "
+            "read here.", ""]
+
+
 def report(grid: pd.DataFrame, pilot: pd.DataFrame, histories: pd.DataFrame | None = None) -> str:
     """grid.md: what is trained, then per complete optimiser its T1 row from the grid and from the pilot."""
     done = complete(grid)
@@ -67,7 +78,8 @@ def report(grid: pd.DataFrame, pilot: pd.DataFrame, histories: pd.DataFrame | No
                       "(seeds resampled within each σ_w, `metrics.spread_resamples`); interpolated: runs reaching "
                       "99.5 % train accuracy; τ_interp: their median epoch. The grid's seeds 0 and 1 retrain the "
                       "pilot's runs of the same ids at one commit (0b45cbf; docs/experiments/drift/drift_w025.txt).",
-                      "", *([] if histories is None else collapses(grid, histories, done))])
+                      "", *([] if histories is None else [*collapses(grid, histories, done),
+                                                           *rules(grid, histories, done)])])
 
 
 def main() -> None:
