@@ -24,7 +24,7 @@ from initmem.figures import artefacts
 REPO = Path(__file__).resolve().parents[1]
 SECTIONS = ("01_optimizers", "02_long_training", "03_lr_l2", "04_batch_size", "05_depth")
 TABLES = ("T1_optimizers", "T2_long_training", "T3_lr_l2", "T4_batch_size", "T5_depth", "T6_equilibrium",
-          "T7_clock_correlations", "T8_unfolding_collapse")
+          "T7_clock_correlations", "T8_unfolding_collapse", "T9_selection_rules")
 FIGURES = ("F1_accuracy_vs_sigma", "F2_weight_norm", "F3_radial_memory", "F4_spread_vs_batch_size",
            "F5_spread_lr_l2", "F6_depth_interpolation", "F7_spread_vs_clocks", "F8_repair_gap",
            "F9_training_curves", "F10_angle_curves", "F11_spread_vs_measured_clock", "F12_forgetting_unfolds",

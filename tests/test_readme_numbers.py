@@ -34,3 +34,19 @@ def test_readme_block_check_fails_on_a_changed_number():
     assert readme_block_text(changed) != want
     with pytest.raises(AssertionError, match="one"):
         readme_block_text(f"{END}{BEGIN}")
+
+
+def test_the_findings_quote_the_contrast_under_each_selection_rule_as_t9_gives_it():
+    """docs/findings.md's sentence on T9 (the contrast under each selection rule) against T9 of the same tree."""
+    from initmem.analysis import display, instrument_tables
+    from initmem.store.results import load_histories
+
+    t = instrument_tables.selection_rule_table(runs := load_runs(W025), load_histories(W025))
+    assert len(runs) and (t["optimizer"] == tables.CONTRAST).sum() == 3
+    c = t[t["optimizer"] == tables.CONTRAST].set_index("rule")
+    quote = {rule: display.spread(*c.loc[rule, ["spread_pp", "spread_pp_lo", "spread_pp_hi"]])
+             for rule in ("lowest validation loss", "highest validation accuracy", "last epoch")}
+    text = " ".join((ROOT / "docs" / "findings.md").read_text(encoding="utf-8").split())
+    assert (f"the contrast is {quote['lowest validation loss']} at the lowest validation loss, "
+            f"{quote['highest validation accuracy']} at the highest validation accuracy and "
+            f"{quote['last epoch']} at the last epoch") in text

@@ -17,7 +17,8 @@
 #
 # ResNet-9, b = 128, the σ_w grid × SGD / SGD+momentum / Adam / AdamW / Muon (`params/01_optimizers.yaml`).
 # Regenerates **T1** (test accuracy at the best-validation-loss epoch per optimiser and σ_w, with the spread,
-# interpolation epoch and norm ratio, and the paper's spread beside ours), **F1** (accuracy against σ_w, the
+# interpolation epoch and norm ratio, and the paper's spread beside ours), **T9** (T1's spreads under each selection
+# rule), **F1** (accuracy against σ_w, the
 # paper's spreads drawn beside ours), **F2** (weight norm over training, SGD beside Adam), **F3** (final against
 # initial norm, with the radial-memory slope), **F9** (training and validation curves of an SGD/Adam pair) and
 # **F10** (the angle from initialisation over training per optimiser and σ_w, where the runs have the instrument).
@@ -32,7 +33,7 @@ results_dir = "results/cpu"
 out_dir = "figures"
 
 # %%
-from initmem.analysis import findings, instrument_plots, plots, tables
+from initmem.analysis import findings, instrument_plots, instrument_tables, plots, tables
 from initmem import FigureBook
 
 s = FigureBook(results_dir, out_dir, "01_optimizers")
@@ -50,6 +51,14 @@ s.show_table("T1_optimizers", lambda: tables.optimizer_table(s.runs),
              "ResNet-9, b = 128; Muon 'about 4'), runs that interpolated and that diverged ('diverged' in a σ_w cell: "
              "its runs have no accuracy and are outside the spread), median interpolation epoch, final/initial "
              "weight-norm ratio and radial-memory slope")
+
+# %%
+s.show_table("T9_selection_rules", lambda: instrument_tables.selection_rule_table(s.runs, s.histories),
+             "T1's spread across σ_w (pp) and its 95 % seed-resampled interval under each selection rule, every "
+             "run's test accuracy re-read from its history at the epoch the rule picks: the lowest validation loss "
+             "(T1's, so those rows are T1's), the highest validation accuracy, the last epoch; on all 10,000 test "
+             "images where every run of the row has them at that epoch, else on the test subset; sgd − "
+             "max(adaptive) as in T1: whether a verdict depends on which epoch is reported")
 
 # %%
 s.figure("F1_accuracy_vs_sigma", lambda: plots.accuracy_vs_sigma(s.runs),
