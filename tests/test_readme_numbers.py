@@ -50,3 +50,6 @@ def test_the_findings_quote_the_contrast_under_each_selection_rule_as_t9_gives_i
     assert (f"the contrast is {quote['lowest validation loss']} at the lowest validation loss, "
             f"{quote['highest validation accuracy']} at the highest validation accuracy and "
             f"{quote['last epoch']} at the last epoch") in text
+    readme = " ".join((ROOT / "README.md").read_text(encoding="utf-8").split())
+    said = "the contrast's interval stays above 0 whichever epoch is reported" in readme
+    assert said and (c["spread_pp_lo"] > 0).all()  # the README's claim, true of every rule's interval
