@@ -180,6 +180,9 @@ def test_the_selection_rule_table_reads_each_rules_epoch_and_equals_t1_for_t1s_r
         row = t[(t["optimizer"] == opt) & (t["rule"] == "last epoch")]
         assert row["spread_pp"].item() == pytest.approx(100 * (means.max() - means.min()))
     assert len(t) == 3 * len(own) and list(t["optimizer"][:3]) == ["sgd"] * 3  # configuration by configuration
+    one = runs[runs["seed"] == runs["seed"].min()]  # one seed: the spreads without an interval, as T1
+    t1 = instrument_tables.selection_rule_table(one, hist)
+    assert list(t1.columns) == ["optimizer", "rule", "spread_pp"] and t1["spread_pp"].notna().all()
     with pytest.raises(ConfigError, match="rule='best' is invalid"):
         instrument_tables.selection_rule_table(runs, hist, rules=["best"])
 

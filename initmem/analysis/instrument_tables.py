@@ -294,9 +294,9 @@ def selection_rule_table(runs: pd.DataFrame, histories: pd.DataFrame | None = No
                              for column, test in ((cells.SUBSET_TEST, "test_acc"), (cells.FULL_TEST, "test_acc_full"))})
         t = tables.optimizer_table(sel)
         lead = list(t.columns[:next(i for i, c in enumerate(t.columns) if c.startswith("sigma_w="))])
-        frames.append(t[[*lead, "spread_pp", "spread_pp_lo", "spread_pp_hi"]].assign(
-            rule=metrics.SELECTION_RULES[rule][1]))
+        spread = [c for c in ("spread_pp", "spread_pp_lo", "spread_pp_hi") if c in t.columns]  # one seed: no interval
+        frames.append(t[[*lead, *spread]].assign(rule=metrics.SELECTION_RULES[rule][1]))
     out = pd.concat(frames, ignore_index=True)  # rule by rule; shown configuration by configuration, in T1's order
     first = {k: i for i, k in enumerate(dict.fromkeys(frames[0][lead].itertuples(index=False, name=None)))}
     out = out.iloc[sorted(range(len(out)), key=lambda i: first[tuple(out.loc[i, lead])])].reset_index(drop=True)
-    return cells.finish(out[[*lead, "rule", "spread_pp", "spread_pp_lo", "spread_pp_hi"]])
+    return cells.finish(out[[*lead, "rule", *spread]])
