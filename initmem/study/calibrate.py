@@ -134,7 +134,7 @@ def from_runs(trees: list[str | Path], base: Throughput, created: str | None = N
         by_key.setdefault(tuple(getattr(config, k) for k in KEY_FIELDS[:4]), []).append((plan.run_plan(config), wall))
     entries = []
     for key, runs in by_key.items():
-        entry, _ = plan.lookup(base, TrainConfig(**dict(zip(KEY_FIELDS, key, strict=False))))
+        entry, _ = plan.lookup(base, TrainConfig(**dict(zip(KEY_FIELDS[:4], key, strict=True))))
         planned = sum(r["steps"] * entry.train_step_s + r["eval_images"] * entry.eval_image_s for r, _ in runs)
         f = sum(w for _, w in runs) / planned
         entries.append(Entry(*key, 1, entry.train_step_s * f, entry.eval_image_s * f))
