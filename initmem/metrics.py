@@ -109,13 +109,22 @@ def _column(history: pd.DataFrame, column: str) -> str:
     return column
 
 
+def _selected_row(history: pd.DataFrame, upto: int | None, rule: str) -> pd.Series:
+    """The row (epoch >= 1, and <= upto if given) that `rule` selects (`best_epoch`); the rules but the default skip
+    rows whose val_loss is not finite (a diverged epoch's accuracy is a broken network's)."""
+    h = _trained(history, upto)
+    return h.iloc[best_epoch(_rule_values(h, rule), rule) - 1]
+
+
+def selected_epoch(history: pd.DataFrame, upto: int | None = None, rule: str = DEFAULT_RULE) -> int:
+    """The epoch `rule` selects (`_selected_row`)."""
+    return int(_selected_row(history, upto, rule)["epoch"])
+
+
 def test_at_best(history: pd.DataFrame, upto: int | None = None, rule: str = DEFAULT_RULE,
                  column: str = "test_acc") -> float:
-    """`column` (test_acc; test_acc_full: the whole test set) at the row (epoch >= 1, and <= upto if given) that `rule`
-    selects (`best_epoch`); the rules but the default skip rows whose val_loss is not finite (a diverged epoch's
-    accuracy is a broken network's)."""
-    h = _trained(history, upto)
-    return float(h[_column(history, column)].iloc[best_epoch(_rule_values(h, rule), rule) - 1])
+    """`column` (test_acc; test_acc_full: the whole test set) at the epoch `rule` selects (`_selected_row`)."""
+    return float(_selected_row(history, upto, rule)[_column(history, column)])
 
 
 test_at_best.__test__ = False  # a metric, not a test: stops pytest collecting it where a test module imports it

@@ -182,7 +182,14 @@ def test_the_selection_rule_table_reads_each_rules_epoch_and_equals_t1_for_t1s_r
     assert len(t) == 3 * len(own) and list(t["optimizer"][:3]) == ["sgd"] * 3  # configuration by configuration
     one = runs[runs["seed"] == runs["seed"].min()]  # one seed: the spreads without an interval, as T1
     t1 = instrument_tables.selection_rule_table(one, hist)
-    assert list(t1.columns) == ["optimizer", "rule", "spread_pp"] and t1["spread_pp"].notna().all()
+    assert list(t1.columns) == ["optimizer", "rule", "spread_pp", "selected_after_tau"]
+    assert t1["spread_pp"].notna().all()
+    # how many selected networks had interpolated: under T1's rule, each run's own summary (best_epoch >= τ_interp)
+    for opt, g in runs.groupby("optimizer"):
+        row = t[(t["optimizer"] == opt) & (t["rule"] == "lowest validation loss")]
+        assert row["selected_after_tau"].item() == f"{int((g['best_epoch'] >= g['tau_interp']).sum())}/{len(g)}"
+    assert (t.loc[t["rule"] == "last epoch", "selected_after_tau"].iloc[:-1] == "6/6").all()  # all interpolate
+    assert t.loc[t["optimizer"] == tables.CONTRAST, "selected_after_tau"].eq("–").all()
     with pytest.raises(ConfigError, match="rule='best' is invalid"):
         instrument_tables.selection_rule_table(runs, hist, rules=["best"])
 

@@ -282,8 +282,9 @@ def selection_rule_table(runs: pd.DataFrame, histories: pd.DataFrame | None = No
                          rules: Sequence[str] = tuple(metrics.SELECTION_RULES)) -> pd.DataFrame:
     """T1's spreads under each selection rule (`metrics.SELECTION_RULES`): per configuration, and SGD − max(adaptive)
     where T1 has that row, the spread (pp) and its 95 % seed-resampled interval with every run's accuracy re-read from
-    its history at the epoch the rule picks (all 10,000 test images where every run has them there, as T1). Does a
-    verdict depend on which epoch is reported? A rule's rows equal T1's for the rule the runs were summarised with."""
+    its history at the epoch the rule picks (all 10,000 test images where every run has them there, as T1), and how
+    many of the selected networks had interpolated (`selected_after_tau`: selected at or after τ_interp, 'k/n'). Does
+    a verdict depend on which epoch is reported? A rule's rows equal T1's for the rule the runs were summarised with."""
     h = tables.run_histories(runs, histories, "selection_rule_table: ", trained=True)
     by_run = {rid: hh.sort_values("epoch") for rid, hh in h.groupby("run_id")}
     have = runs[runs["run_id"].isin(by_run)]
@@ -295,8 +296,13 @@ def selection_rule_table(runs: pd.DataFrame, histories: pd.DataFrame | None = No
         t = tables.optimizer_table(sel)
         lead = list(t.columns[:next(i for i, c in enumerate(t.columns) if c.startswith("sigma_w="))])
         spread = [c for c in ("spread_pp", "spread_pp_lo", "spread_pp_hi") if c in t.columns]  # one seed: no interval
-        frames.append(t[[*lead, *spread]].assign(rule=metrics.SELECTION_RULES[rule][1]))
+        confs = tables.configurations(sel.assign(selected=[metrics.selected_epoch(by_run[rid], rule=rule)
+                                                           for rid in sel["run_id"]]))
+        after = {k: f"{int((g['selected'] >= g['tau_interp']).sum())}/{len(g)}"  # NaN τ_interp: never interpolated
+                 for k, g in confs.groupby(lead, sort=False)}
+        frames.append(t[[*lead, *spread]].assign(rule=metrics.SELECTION_RULES[rule][1], selected_after_tau=[
+            after.get(k, "–") for k in t[lead].itertuples(index=False, name=None)]))
     out = pd.concat(frames, ignore_index=True)  # rule by rule; shown configuration by configuration, in T1's order
     first = {k: i for i, k in enumerate(dict.fromkeys(frames[0][lead].itertuples(index=False, name=None)))}
     out = out.iloc[sorted(range(len(out)), key=lambda i: first[tuple(out.loc[i, lead])])].reset_index(drop=True)
-    return cells.finish(out[[*lead, "rule", *spread]])
+    return cells.finish(out[[*lead, "rule", *spread, "selected_after_tau"]])

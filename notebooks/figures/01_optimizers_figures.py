@@ -58,7 +58,8 @@ s.show_table("T9_selection_rules", lambda: instrument_tables.selection_rule_tabl
              "run's test accuracy re-read from its history at the epoch the rule picks: the lowest validation loss "
              "(T1's, so those rows are T1's), the highest validation accuracy, the last epoch; on all 10,000 test "
              "images where every run of the row has them at that epoch, else on the test subset; sgd − "
-             "max(adaptive) as in T1: whether a verdict depends on which epoch is reported")
+             "max(adaptive) as in T1; selected after τ_interp: how many of the selected networks had interpolated "
+             "(99.5 % train accuracy) by then. Whether a verdict depends on which epoch is reported")
 
 # %%
 s.figure("F1_accuracy_vs_sigma", lambda: plots.accuracy_vs_sigma(s.runs),

@@ -50,7 +50,8 @@ def rules(grid: pd.DataFrame, histories: pd.DataFrame, done: list[str]) -> list[
     return ["## Under each selection rule", "", display.markdown_table(*display.display_rows(t)), "",
             "The spread with every run's test accuracy (all 10,000 images) re-read at the epoch each rule picks: "
             "T1's rule (lowest validation loss), the highest validation accuracy, the last epoch (60); with its 95 % "
-            "seed-resampled interval. The lowest-validation-loss rule can switch between near-equal minima when a run "
+            "seed-resampled interval; selected after τ_interp: the selected networks that had interpolated by "
+            "then. The lowest-validation-loss rule can switch between near-equal minima when a run "
             "is retrained (docs/findings.md, \"Commit and machine drift\"); whether a verdict depends on the rule is "
             "read here.", ""]
 
