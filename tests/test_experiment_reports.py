@@ -184,6 +184,8 @@ def test_the_selection_rule_table_reads_each_rules_epoch_and_equals_t1_for_t1s_r
     t1 = instrument_tables.selection_rule_table(one, hist)
     assert list(t1.columns) == ["optimizer", "rule", "spread_pp", "selected_after_tau"]
     assert t1["spread_pp"].notna().all()
+    never = instrument_tables.selection_rule_table(one.assign(tau_interp=None), hist)  # as a run that never fit
+    assert never["selected_after_tau"].eq(f"0/{len(one) // one['optimizer'].nunique()}").all()
     # how many selected networks had interpolated: under T1's rule, each run's own summary (best_epoch >= τ_interp)
     for opt, g in runs.groupby("optimizer"):
         row = t[(t["optimizer"] == opt) & (t["rule"] == "lowest validation loss")]

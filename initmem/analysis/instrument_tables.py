@@ -298,8 +298,9 @@ def selection_rule_table(runs: pd.DataFrame, histories: pd.DataFrame | None = No
         spread = [c for c in ("spread_pp", "spread_pp_lo", "spread_pp_hi") if c in t.columns]  # one seed: no interval
         confs = tables.configurations(sel.assign(selected=[metrics.selected_epoch(by_run[rid], rule=rule)
                                                            for rid in sel["run_id"]]))
-        after = {k: f"{int((g['selected'] >= g['tau_interp']).sum())}/{len(g)}"  # NaN τ_interp: never interpolated
+        after = {k: f"{int((g['selected'] >= pd.to_numeric(g['tau_interp'], errors='coerce')).sum())}/{len(g)}"
                  for k, g in confs.groupby(lead, sort=False)}
+        # (a run that never interpolated has τ_interp None or NaN: never "after")
         frames.append(t[[*lead, *spread]].assign(rule=metrics.SELECTION_RULES[rule][1], selected_after_tau=[
             after.get(k, "–") for k in t[lead].itertuples(index=False, name=None)]))
     out = pd.concat(frames, ignore_index=True)  # rule by rule; shown configuration by configuration, in T1's order
