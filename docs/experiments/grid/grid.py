@@ -34,26 +34,31 @@ def complete(runs: pd.DataFrame) -> list[str]:
     return [o for o in dict.fromkeys(tables.configurations(done)["optimizer"]) if have.get(o, set()) >= want]
 
 
+def section(title: str, table: pd.DataFrame, caption: str) -> list[str]:
+    """grid.md's lines of one table: its heading, the table, its caption."""
+    return [f"## {title}", "", display.markdown_table(*display.display_rows(table)), "", caption, ""]
+
+
 def collapses(grid: pd.DataFrame, histories: pd.DataFrame, done: list[str]) -> list[str]:
     """The late collapses of each complete optimiser's grid runs (`instrument_tables.spike_table`): grid.md's lines."""
-    t = instrument_tables.spike_table(grid[grid["optimizer"].isin(done)], histories)
-    return ["## Late collapses", "", display.markdown_table(*display.display_rows(t)), "",
-            "collapsed: runs whose train accuracy falls 20 pp or more below its best since τ_interp "
-            "(`metrics.collapse_epoch`), at those epochs; selected after collapse: runs whose selected epoch comes at "
-            "or after it; spread at the selected epoch and at the last (on all 10,000 test images at the selected "
-            "epoch, the 2,000-image subset at the last), each with its 95 % seed-resampled interval.", ""]
+    return section("Late collapses", instrument_tables.spike_table(grid[grid["optimizer"].isin(done)], histories),
+                   "collapsed: runs whose train accuracy falls 20 pp or more below its best since τ_interp "
+                   "(`metrics.collapse_epoch`), at those epochs; selected after collapse: runs whose selected epoch "
+                   "comes at or after it; spread at the selected epoch and at the last (on all 10,000 test images at "
+                   "the selected epoch, the 2,000-image subset at the last), each with its 95 % seed-resampled "
+                   "interval.")
 
 
 def rules(grid: pd.DataFrame, histories: pd.DataFrame, done: list[str]) -> list[str]:
     """Each complete optimiser's spread under every selection rule (`instrument_tables.selection_rule_table`)."""
-    t = instrument_tables.selection_rule_table(grid[grid["optimizer"].isin(done)], histories)
-    return ["## Under each selection rule", "", display.markdown_table(*display.display_rows(t)), "",
-            "The spread with every run's test accuracy (all 10,000 images) re-read at the epoch each rule picks: "
-            "T1's rule (lowest validation loss), the highest validation accuracy, the last epoch (60); with its 95 % "
-            "seed-resampled interval; selected after τ_interp: the selected networks that had interpolated by "
-            "then. The lowest-validation-loss rule can switch between near-equal minima when a run "
-            "is retrained (docs/findings.md, \"Commit and machine drift\"); whether a verdict depends on the rule is "
-            "read here.", ""]
+    return section("Under each selection rule",
+                   instrument_tables.selection_rule_table(grid[grid["optimizer"].isin(done)], histories),
+                   "The spread with every run's test accuracy (all 10,000 images) re-read at the epoch each rule "
+                   "picks: T1's rule (lowest validation loss), the highest validation accuracy, the last epoch (60); "
+                   "with its 95 % seed-resampled interval; selected after τ_interp: the selected networks that had "
+                   "interpolated by then. The lowest-validation-loss rule can switch between near-equal minima when "
+                   "a run is retrained (docs/findings.md, \"Commit and machine drift\"); whether a verdict depends on "
+                   "the rule is read here.")
 
 
 def report(grid: pd.DataFrame, pilot: pd.DataFrame, histories: pd.DataFrame | None = None) -> str:
