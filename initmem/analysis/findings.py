@@ -62,10 +62,6 @@ def verdict(n: int, text: str | None = None) -> str:
     return m.group(1).strip() if m else ""
 
 
-def _pp(v: float) -> str:
-    return display.number(v, "percent") + " pp"
-
-
 def _spread(row: pd.Series, col: str = "spread_pp") -> str:
     """`row[col]` with its 95 % seed-resampled interval `col_lo`–`col_hi` where the table has one (`display.spread`)."""
     return display.spread(float(row[col]), row.get(f"{col}_lo", math.nan), row.get(f"{col}_hi", math.nan))
@@ -221,6 +217,6 @@ def what_we_found(section: str, point: pd.DataFrame | None = None, results: str 
     head = ""
     if point is not None and len(point):
         s = metrics.point_summary(point)
-        head = (f"This point: a spread of {'–' if s['spread_pp'] is None else _pp(s['spread_pp'])} across "
+        head = (f"This point: a spread of {'–' if s['spread_pp'] is None else display.spread(s['spread_pp'])} across "
                 f"{len(s['sigma_ws'])} σ_w ({len(s['seeds'])} seed(s)). ")
     return dataclasses.replace(found, sentence=f"{head}The committed study ({results}): {found.sentence}")

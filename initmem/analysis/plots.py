@@ -70,7 +70,6 @@ def accuracy_vs_sigma(runs: pd.DataFrame) -> Figure:
     return fig
 
 
-
 def paper_note(runs: pd.DataFrame) -> str:
     """What F1 draws of the paper (`tables.paper_spread`), as its caption says it: the brackets, or why none."""
     confs = tables.configurations(runs)
