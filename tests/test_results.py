@@ -21,7 +21,7 @@ from initmem.engine.trainer import RunResult, TrainConfig
 from initmem.errors import ConfigError, ResultsError
 from initmem.metrics import point_summary
 from initmem.store.folders import RunFolders
-from initmem.store.provenance import provenance
+from initmem.store.provenance import cpu_bf16, provenance
 from initmem.store.record import HISTORY_COLUMNS
 from initmem.store.results import (
     HISTORY_CONFIG_COLUMNS,
@@ -244,13 +244,24 @@ def test_provenance_names_the_code_the_software_and_the_machine():
     assert p["torch"] and p["numpy"] and p["device"] == "cpu" and p["cpu_count"] >= 1
     import torch  # loaded (the engine's tests import it): the vector ISA its CPU kernels dispatch to is named
     assert p["cpu_capability"] == torch.backends.cpu.get_cpu_capability() and p["cpu_capability"]
-    if Path("/proc/cpuinfo").is_file():  # native bfloat16 or not, as this CPU's flags say
-        flags = next(line for line in Path("/proc/cpuinfo").read_text().splitlines() if line.startswith("flags"))
-        assert p["cpu_bf16"] is (" avx512_bf16" in flags or " amx_bf16" in flags)
+    assert p["cpu_bf16"] is cpu_bf16()
     assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\+00:00", p["timestamp_utc"])
     if (Path(__file__).resolve().parents[1] / ".git").exists() and p["git_commit"] is not None:
         assert re.fullmatch(r"[0-9a-f]{40}", p["git_commit"]) and isinstance(p["git_dirty"], bool)
         assert (p["git_diff"] is None) is (not p["git_dirty"])  # a modified tree records its modification
+
+
+@pytest.mark.parametrize("text, want", [("flags\t\t: fpu avx2 avx512f\n", False),
+                                        ("model name: x\nflags\t: fpu avx512_bf16 avx2\n", True),
+                                        ("flags\t: sse amx_bf16\n", True),
+                                        ("Features\t: fp asimd bf16 i8mm\n", True),  # Arm
+                                        ("Features\t: fp asimd\n", False),
+                                        ("processor\t: 0\n", None), (None, None)])
+def test_cpu_bf16_reads_the_cpus_flags(tmp_path, text, want):
+    path = tmp_path / "cpuinfo"
+    if text is not None:
+        path.write_text(text)
+    assert cpu_bf16(path) is want
 
 
 def test_provenance_without_git_gives_none_and_does_not_raise(monkeypatch):

@@ -113,13 +113,14 @@ def cpu_model() -> str | None:
     return platform.processor() or None
 
 
-def cpu_bf16() -> bool | None:
-    """Whether this CPU computes bfloat16 natively (AVX512-BF16 or AMX-BF16 in /proc/cpuinfo's flags), or None where
-    the flags are not readable. Without it Muon's bfloat16 Newton-Schulz costs 20-30x float32's (performance.md)."""
+def cpu_bf16(cpuinfo: str | Path = "/proc/cpuinfo") -> bool | None:
+    """Whether this CPU computes bfloat16 natively (x86: AVX512-BF16 or AMX-BF16 in /proc/cpuinfo's `flags`; Arm: BF16
+    in its `Features`), or None where neither line is readable. Without it Muon's bfloat16 Newton-Schulz costs 20-30x
+    float32's (performance.md)."""
     with contextlib.suppress(OSError):
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("flags"):
-                return bool({"avx512_bf16", "amx_bf16"} & set(line.split(":", 1)[1].split()))
+        for line in Path(cpuinfo).read_text().splitlines():
+            if line.startswith(("flags", "Features")):
+                return bool({"avx512_bf16", "amx_bf16", "bf16"} & set(line.split(":", 1)[1].split()))
     return None
 
 
