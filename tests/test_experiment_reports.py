@@ -211,3 +211,17 @@ def test_the_findings_quote_the_grids_spreads_as_the_committed_runs_give_them():
     for opt, q in quoted.items():
         r = t1.loc[opt]
         assert q == tuple(f"{v:.1f}" for v in (r["spread_pp"], r["spread_pp_lo"], r["spread_pp_hi"])), opt
+
+
+def test_the_findings_quote_each_complete_optimisers_grid_spread_under_the_other_rules():
+    """docs/findings.md gives, for each optimiser of the grid with all 15 runs, its spread "s [lo, hi]" under the
+    highest-validation-accuracy and last-epoch rules as T9 (`selection_rule_table`) computes them from the runs."""
+    script = load_script("grid")
+    grid = load_runs(ROOT / script.GRID)
+    done = script.complete(grid)
+    t = instrument_tables.selection_rule_table(grid[grid["optimizer"].isin(done)],
+                                               load_histories(ROOT / script.GRID / "01_optimizers"))
+    text = " ".join((ROOT / "docs" / "findings.md").read_text(encoding="utf-8").split())
+    for r in t[t["rule"] != "lowest validation loss"].itertuples():
+        quote = f"{r.spread_pp:.1f} [{r.spread_pp_lo:.1f}, {r.spread_pp_hi:.1f}]"
+        assert quote in text, (r.optimizer, r.rule, quote)
