@@ -1,7 +1,8 @@
-"""Layout defects a reader sees without a person looking (`initmem.figures.layout`): text outside the canvas, a title
-of more than one line, a legend entry for nothing drawn. Every committed figure is checked where it is made:
-tests/test_figures_clean.py regenerates every committed set with `initmem figures --check-layout`, which fails on
-any such defect; here the checks catch planted ones, and `--check-layout` names the figure that has one."""
+"""Layout defects a reader sees without a person looking (`initmem.figures.layout`): text outside the canvas or
+under a legend, a title of more than one line, a legend entry for nothing drawn. Every committed figure is checked
+where it is made: tests/test_figures_clean.py regenerates every committed set with `initmem figures --check-layout`,
+which fails on any such defect; here the checks catch planted ones, and `--check-layout` names the figure that
+has one."""
 
 import textwrap
 
@@ -45,6 +46,21 @@ def test_a_clipped_label_or_a_lying_legend_is_caught(legend_handles):
     assert [p for p in layout.layout_problems(fig, legend_handles) if "a label pushed off the canvas" in p]
     fig.suptitle("a title\nof two lines")
     assert [p for p in layout.layout_problems(fig, legend_handles) if "more than one line" in p]
+
+
+def test_a_value_label_under_the_legend_is_caught(legend_handles):
+    """F13's bar labels once reached into its one-row legend when a collapse ratio passed 1.15 (its fixed ylim)."""
+    with matplotlib.rc_context(style.STYLE):
+        fig, (ax,) = style.new_figure(width=3.0, height=2.0)
+        ax.bar([0, 1], [0.5, 1.1], label="bars")
+        ax.set_ylim(0, 1.2)
+        labels = [ax.text(0, 0.5, "0.50", ha="center", va="bottom"), ax.text(1, 1.1, "1.10", ha="center")]
+        ax.legend(loc="upper right")
+    problems = layout.layout_problems(fig, legend_handles)
+    assert [p for p in problems if "under the legend" in p and "1.10" in p]
+    assert not [p for p in problems if "0.50" in p or "'bars'" in p]  # clear of it; the legend's own text is not
+    labels[1].set_position((1, 0.3))
+    assert not [p for p in layout.layout_problems(fig, legend_handles) if "under the legend" in p]
 
 
 PLANTED = '''

@@ -52,6 +52,7 @@ def test_a_tree_named_otherwise_is_stamped_with_the_profile_its_runs_belong_to()
     grid = load_runs(ROOT / "results" / "cpu_w025_full")
     assert artefacts.Stamp.of(grid, ROOT / "results" / "cpu_w025_full", ["01_optimizers"]).profile == "cpu_w025"
     assert artefacts.tree_profile(grid, ROOT / "results" / "anything", ["01_optimizers"]) == "cpu_w025"
+    assert artefacts.Stamp.of(grid, ROOT / "results" / "cpu_w025_full", []).profile == "cpu_w025"  # all sections
     committed = load_runs(ROOT / "results" / "cpu_steps")  # a committed tree keeps its own name
     assert artefacts.tree_profile(committed, ROOT / "results" / "cpu_steps", ["01_optimizers"]) == "cpu_steps"
     mixed = pd.concat([grid, committed])  # no one profile holds both: the folder's name, as before

@@ -128,7 +128,8 @@ def selection_rules_figure(runs: pd.DataFrame | None = None, histories: pd.DataF
                     va="bottom", fontsize=6)
     ax.set_xticks(range(len(clocks)), [UNFOLD_TITLES.get(k, k) for k in clocks])
     ax.set_ylabel("collapse ratio (0: one curve)")
-    ax.set_ylim(0, 1.15)
+    top = max(1.0, *(v for v in c["collapse_ratio"] if not math.isnan(v)))  # a ratio can pass 1 (worse than none)
+    ax.set_ylim(0, top * 1.18)  # headroom for the value labels and, above them, the one-row legend
     ax.grid(axis="x", visible=False)
     style.legend(ax, loc="upper left", ncols=len(rules), fontsize=6)
     return fig

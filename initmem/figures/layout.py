@@ -1,5 +1,5 @@
-"""Layout defects a reader sees, found without a person looking: every drawn text inside the canvas, a one-line title
-that fits the figure's width, and legend entries only for what is drawn (no error-bar marker without an error bar).
+"""Layout defects a reader sees, found without a person looking: every drawn text inside the canvas and clear of the
+legends, a one-line title that fits the figure's width, and legend entries only for what is drawn (no error-bar marker without an error bar).
 `initmem figures --check-layout` runs it on every figure a figure notebook saves (`FigureBook.figure`)."""
 
 import io
@@ -59,7 +59,8 @@ def layout_problems(fig: Figure, legend_handles: dict[int, list] | None = None) 
     given (`legend_handles`, default `GIVEN`)."""
     given = GIVEN if legend_handles is None else legend_handles
     problems = []
-    for text, box, page in drawn_texts(fig):
+    texts = drawn_texts(fig)
+    for text, box, page in texts:
         if box.x0 < page.x0 - 1 or box.y0 < page.y0 - 1 or box.x1 > page.x1 + 1 or box.y1 > page.y1 + 1:
             problems.append(f"text outside the canvas: {text.get_text()!r} at {box.bounds} (canvas {page.bounds})")
     title = fig.get_suptitle()
@@ -68,10 +69,23 @@ def layout_problems(fig: Figure, legend_handles: dict[int, list] | None = None) 
     if fig._suptitle is not None and fig._suptitle.get_window_extent().width > fig.bbox.width:
         problems.append(f"title wider than the figure: {title!r}")
     legends = [*fig.legends, *(ax.get_legend() for ax in fig.axes if ax.get_legend() is not None)]
+    problems += covered_by_legend(texts, legends)
     for leg in legends:
         for handle, text in zip(given.get(id(leg), []), leg.get_texts(), strict=False):
             if why := undrawn(handle, fig):
                 problems.append(f"legend entry {text.get_text()!r}: {why}")
+    return problems
+
+
+def covered_by_legend(texts: list[tuple[Text, object, object]], legends: list[Legend]) -> list[str]:
+    """A drawn text (a value label, an annotation) that a legend's box overlaps: one hides the other."""
+    problems = []
+    for leg in legends:
+        own = {id(t) for t in leg.findobj(Text)}
+        frame = leg.get_window_extent()
+        for text, box, _ in texts:
+            if id(text) not in own and box.overlaps(frame):
+                problems.append(f"text under the legend: {text.get_text()!r} at {box.bounds} (legend {frame.bounds})")
     return problems
 
 
