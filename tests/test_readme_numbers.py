@@ -1,7 +1,10 @@
 """README.md's result numbers are T1 of the committed width-0.25 runs: the block between its markers is exactly what
 `tables.readme_block` renders from the results tree behind figures/cpu_w025 (`paths.COMMITTED_SETS`: one place to
-change when the five-seed grid replaces the two-seed one), so a number that differs fails here."""
+change when the five-seed grid replaces the two-seed one), so a number that differs fails here; so does a spread its
+prose quotes that is no T1 or T9 row of that tree or the 5-seed grid, and docs/findings.md's contrast under each
+selection rule."""
 
+import re
 from pathlib import Path
 
 import pytest
@@ -53,3 +56,48 @@ def test_the_findings_quote_the_contrast_under_each_selection_rule_as_t9_gives_i
     readme = " ".join((ROOT / "README.md").read_text(encoding="utf-8").split())
     said = "the contrast's interval stays above 0 whichever epoch is reported" in readme
     assert said and (c["spread_pp_lo"] > 0).all()  # the README's claim, true of every rule's interval
+
+
+NAMES = {"SGD": "sgd", "SGD+momentum": "sgd_momentum", "Adam": "adam", "AdamW": "adamw", "Muon": "muon"}
+QUOTE = r"(\d+\.\d)(?: pp)? \[(\d+\.\d), (\d+\.\d)\]"  # "23.7 pp [23.0, 24.3]" or "7.9 [3.7, 12.4]"
+
+
+def committed_spreads() -> dict[str, set[tuple[str, str, str]]]:
+    """optimiser (or the contrast row) -> every "s [lo, hi]" T1 and T9 give it in the trees the README draws on:
+    figures/cpu_w025's tree and the 5-seed grid's complete optimisers (docs/experiments/grid/grid.py's `complete`)."""
+    import runpy
+
+    from initmem.analysis import instrument_tables
+    from initmem.store.results import load_histories
+
+    grid_script = runpy.run_path(str(ROOT / "docs" / "experiments" / "grid" / "grid.py"))
+    trees = {W025: None, ROOT / grid_script["GRID"]: grid_script["complete"]}
+    spreads: dict[str, set[tuple[str, str, str]]] = {}
+    for tree, complete in trees.items():
+        runs = load_runs(tree)
+        if complete is not None:
+            runs = runs[runs["optimizer"].isin(complete(runs))]
+        rows = [*tables.optimizer_table(runs).itertuples(),
+                *instrument_tables.selection_rule_table(runs, load_histories(tree)).itertuples()]
+        for r in rows:
+            spreads.setdefault(r.optimizer, set()).add(
+                tuple(f"{v:.1f}" for v in (r.spread_pp, r.spread_pp_lo, r.spread_pp_hi)))
+    return spreads
+
+
+def test_every_interval_the_readme_result_quotes_is_a_committed_t1_or_t9_spread():
+    """README.md's "The result" prose, beyond its generated block: a spread quoted after an optimiser's name
+    ("SGD 23.7 pp [23.0, 24.3]") is that optimiser's T1 or T9 spread in figures/cpu_w025's tree or the grid, and any
+    other "s [lo, hi]" is some committed row's; a number left behind by new runs fails here."""
+    text = " ".join((ROOT / "README.md").read_text(encoding="utf-8").split())
+    section = text[text.index("## The result"):text.index("## Two commands")]
+    prose = section.replace(section[section.index(BEGIN):section.index(END)], "")  # the block: the test above
+    spreads = committed_spreads()
+    named = re.findall(r"(SGD\+momentum|SGD|AdamW|Adam|Muon),? " + QUOTE, prose)
+    for name, *quote in named:
+        assert tuple(quote) in spreads[NAMES[name]], (name, quote, sorted(spreads[NAMES[name]]))
+    every = re.findall(QUOTE, prose)
+    assert len(every) >= 3 and len(named) >= 1  # the README quotes the grid's spreads: this test reads them
+    anyone = set().union(*spreads.values())
+    for quote in every:
+        assert tuple(quote) in anyone, quote
