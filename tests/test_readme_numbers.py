@@ -39,6 +39,16 @@ def test_readme_block_check_fails_on_a_changed_number():
         readme_block_text(f"{END}{BEGIN}")
 
 
+def test_the_block_calls_its_interval_crude_only_with_two_seeds():
+    """The pilot's two seeds make a crude interval (each σ_w's mean is a, b or their average); five do not."""
+    assert "crude with 2 seeds" in tables.readme_block(load_runs(ROOT / "results" / "cpu_w025"))
+    grid = load_runs(ROOT / "results" / "cpu_w025_full")
+    five = grid[grid["optimizer"].isin(["sgd", "adam", "muon"])]  # complete in the grid (its runs are 5 seeds each)
+    assert (five.groupby("optimizer")["seed"].nunique() == 5).all()
+    block = tables.readme_block(five)
+    assert "| sgd | 23.7 | 23.0–24.3 | 5 |" in block and "crude" not in block and "all 10,000 test images" in block
+
+
 def test_the_findings_quote_the_contrast_under_each_selection_rule_as_t9_gives_it():
     """docs/findings.md's sentence on T9 (the contrast under each selection rule) against T9 of the same tree."""
     from initmem.analysis import display, instrument_tables

@@ -353,13 +353,15 @@ def readme_block(runs: pd.DataFrame) -> str:
     t, confs = optimizer_table(runs), configurations(runs)
     pct = lambda v: display.number(v, "percent")  # noqa: E731
     column = cells.spread_column(confs)
-    lines = ["| optimiser | spread (pp) | 95 % interval (pp) | seeds |", "|---|---|---|---|"]
+    lines, seeds = ["| optimiser | spread (pp) | 95 % interval (pp) | seeds |", "|---|---|---|---|"], []
     for r in t.to_dict("records"):
         name = r["optimizer"]
         n = confs["seed"].nunique() if name == CONTRAST else confs.loc[confs["optimizer"] == name, "seed"].nunique()
+        seeds.append(n)
         lines.append(f"| {name} | {pct(r['spread_pp'])} | {pct(r['spread_pp_lo'])}–{pct(r['spread_pp_hi'])} | {n} |")
     what = ("all 10,000 test images" if column == cells.FULL_TEST else "the 2,000-image test subset")
+    crude = "; crude with 2 seeds" if min(seeds, default=0) <= 2 else ""  # each σ_w's mean: a, b or their average
     lines += ["", f"Spread: max − min over σ_w of the seed-mean test accuracy ({what}) at the lowest-validation-loss "
               "epoch; interval: the same statistic with seeds resampled within each σ_w (`metrics.spread_resamples`, "
-              "percentile 95 %; crude with 2 seeds)."]
+              f"percentile 95 %{crude})."]
     return "\n".join(lines)
