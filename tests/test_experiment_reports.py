@@ -10,6 +10,7 @@ from types import SimpleNamespace
 
 import pandas as pd
 import pytest
+from conftest import PROSE_NAMES
 
 from initmem.analysis import instrument_plots, instrument_tables, plots, tables
 from initmem.errors import ConfigError
@@ -204,8 +205,7 @@ def test_the_findings_quote_the_grids_spreads_as_the_committed_runs_give_them():
     done = script.complete(grid)
     t1 = tables.optimizer_table(grid[grid["optimizer"].isin(done)]).set_index("optimizer")
     text = (ROOT / "docs" / "findings.md").read_text(encoding="utf-8")
-    names = {"SGD": "sgd", "SGD+momentum": "sgd_momentum", "Adam": "adam", "AdamW": "adamw", "Muon": "muon"}
-    quoted = {names[n]: (s, lo, hi) for n, s, lo, hi in re.findall(
+    quoted = {PROSE_NAMES[n]: (s, lo, hi) for n, s, lo, hi in re.findall(
         r"the 5-seed grid's (SGD\+momentum|SGD|AdamW|Adam|Muon): ([\d.]+) \[([\d.]+), ([\d.]+)\]", text)}
     assert set(quoted) == set(done)
     for opt, q in quoted.items():

@@ -8,6 +8,7 @@ import re
 from pathlib import Path
 
 import pytest
+from conftest import PROSE_NAMES
 
 from initmem.analysis import tables
 from initmem.figures.paths import COMMITTED_SETS
@@ -43,9 +44,8 @@ def test_the_block_calls_its_interval_crude_only_with_two_seeds():
     """The pilot's two seeds make a crude interval (each σ_w's mean is a, b or their average); five do not."""
     assert "crude with 2 seeds" in tables.readme_block(load_runs(ROOT / "results" / "cpu_w025"))
     grid = load_runs(ROOT / "results" / "cpu_w025_full")
-    five = grid[grid["optimizer"].isin(["sgd", "adam", "muon"])]  # complete in the grid (its runs are 5 seeds each)
-    assert (five.groupby("optimizer")["seed"].nunique() == 5).all()
-    block = tables.readme_block(five)
+    assert (grid.groupby("optimizer")["seed"].nunique() == 5).all()
+    block = tables.readme_block(grid)
     assert "| sgd | 23.7 | 23.0–24.3 | 5 |" in block and "crude" not in block and "all 10,000 test images" in block
 
 
@@ -68,7 +68,6 @@ def test_the_findings_quote_the_contrast_under_each_selection_rule_as_t9_gives_i
     assert said and (c["spread_pp_lo"] > 0).all()  # the README's claim, true of every rule's interval
 
 
-NAMES = {"SGD": "sgd", "SGD+momentum": "sgd_momentum", "Adam": "adam", "AdamW": "adamw", "Muon": "muon"}
 QUOTE = r"(\d+\.\d)(?: pp)? \[(\d+\.\d), (\d+\.\d)\]"  # "23.7 pp [23.0, 24.3]" or "7.9 [3.7, 12.4]"
 
 
@@ -105,7 +104,7 @@ def test_every_interval_the_readme_result_quotes_is_a_committed_t1_or_t9_spread(
     spreads = committed_spreads()
     named = re.findall(r"(SGD\+momentum|SGD|AdamW|Adam|Muon),? " + QUOTE, prose)
     for name, *quote in named:
-        assert tuple(quote) in spreads[NAMES[name]], (name, quote, sorted(spreads[NAMES[name]]))
+        assert tuple(quote) in spreads[PROSE_NAMES[name]], (name, quote, sorted(spreads[PROSE_NAMES[name]]))
     every = re.findall(QUOTE, prose)
     assert len(every) >= 3 and len(named) >= 1  # the README quotes the grid's spreads: this test reads them
     anyone = set().union(*spreads.values())

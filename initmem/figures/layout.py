@@ -1,5 +1,6 @@
 """Layout defects a reader sees, found without a person looking: every drawn text inside the canvas and clear of the
-legends, a one-line title that fits the figure's width, and legend entries only for what is drawn (no error-bar marker without an error bar).
+legends, a one-line title that fits the figure's width, and legend entries only for what is drawn (no error-bar
+marker without an error bar).
 `initmem figures --check-layout` runs it on every figure a figure notebook saves (`FigureBook.figure`)."""
 
 import io
