@@ -1,6 +1,6 @@
 """README.md's result numbers are T1 of the committed width-0.25 runs: the block between its markers is exactly what
 `tables.readme_block` renders from the results tree behind figures/cpu_w025 (`paths.COMMITTED_SETS`: one place to
-change when the five-seed grid replaces the two-seed one), so a number that differs fails here; so does a spread its
+change when another set of runs replaces the 5-seed grid), so a number that differs fails here; so does a spread its
 prose quotes that is no T1 or T9 row of that tree or the 5-seed grid, and docs/findings.md's contrast under each
 selection rule."""
 
@@ -33,8 +33,8 @@ def test_readme_block_is_t1_of_the_committed_runs():
 
 def test_readme_block_check_fails_on_a_changed_number():
     want = tables.readme_block(load_runs(W025))
-    assert "| sgd | 22.5 |" in want  # the number the README's summary quotes
-    changed = f"{BEGIN}\n{want.replace('| sgd | 22.5 |', '| sgd | 22.4 |')}\n{END}"
+    assert "| sgd | 23.7 |" in want  # the number the README's summary quotes
+    changed = f"{BEGIN}\n{want.replace('| sgd | 23.7 |', '| sgd | 23.6 |')}\n{END}"
     assert readme_block_text(changed) != want
     with pytest.raises(AssertionError, match="one"):
         readme_block_text(f"{END}{BEGIN}")

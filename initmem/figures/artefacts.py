@@ -222,7 +222,7 @@ class FigureBook:
         self.figures: dict[str, Figure] = {}  # what `figure` built, by name (tests check their layout)
         self.tables: dict[str, pd.DataFrame | str] = {}  # what `table` built (or its placeholder), by name
         self._titles: dict[str, str] = {}
-        if os.environ.get(layout.CHECK_ENV) == "1":  # `make_figures(check_layout=True)`: legends judged by their handles
+        if os.environ.get(layout.CHECK_ENV) == "1":  # make_figures(check_layout=True): legends judged by their handles
             layout.record_legend_handles()
 
     def param(self, name: str, default=None):

@@ -33,8 +33,8 @@ results_dir = "results/cpu"
 out_dir = "figures"
 
 # %%
-from initmem.analysis import findings, instrument_plots, instrument_tables, plots, tables
 from initmem import FigureBook
+from initmem.analysis import findings, instrument_plots, instrument_tables, plots, tables
 
 s = FigureBook(results_dir, out_dir, "01_optimizers")
 

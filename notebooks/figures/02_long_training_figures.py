@@ -28,8 +28,8 @@ results_dir = "results/cpu"
 out_dir = "figures"
 
 # %%
-from initmem.analysis import findings, tables
 from initmem import FigureBook
+from initmem.analysis import findings, tables
 
 s = FigureBook(results_dir, out_dir, "02_long_training")
 

@@ -26,8 +26,8 @@ results_dir = "results/cpu"
 out_dir = "figures"
 
 # %%
-from initmem.analysis import findings, plots, tables
 from initmem import FigureBook
+from initmem.analysis import findings, plots, tables
 
 s = FigureBook(results_dir, out_dir, "03_lr_l2")
 

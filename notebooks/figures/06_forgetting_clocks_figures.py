@@ -47,8 +47,8 @@ out_dir = "figures"
 # %%
 from functools import cache
 
-from initmem.analysis import findings, instrument_plots, instrument_tables, plots
 from initmem import FigureBook
+from initmem.analysis import findings, instrument_plots, instrument_tables, plots
 
 s = FigureBook(results_dir, out_dir)
 
