@@ -1,8 +1,8 @@
 """Adam's and AdamW's late collapses: do they go away when the step cannot grow back after the training set is fitted?
 Tests beside the 5-seed cpu_w025 grid's Adam and AdamW at their defaults (`results/cpu_w025_full`, trained at the
 tests' commits on the same machine; the two-seed pilot stood there until the grid was complete), each the cpu_w025
-protocol with one change: Adam at a larger ε, 1e-6 and 1e-4 (profile `cpu_w025_eps`, `results/cpu_w025_eps`), and Adam and AdamW
-with AMSGrad, the running maximum of the second moment in the denominator (profile `cpu_w025_ams`,
+protocol with one change: Adam at a larger ε, 1e-6 and 1e-4 (profile `cpu_w025_eps`, `results/cpu_w025_eps`), and
+Adam and AdamW with AMSGrad, the running maximum of the second moment in the denominator (profile `cpu_w025_ams`,
 `results/cpu_w025_ams`). Run from the repository root:
 
     python docs/experiments/adam_collapses/adam_collapses.py
