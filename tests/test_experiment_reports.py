@@ -78,6 +78,30 @@ def test_the_last_epoch_spread_is_the_range_of_the_seed_mean_final_accuracies(w0
     assert u["last_spread_pp"].tolist() != pytest.approx(t["last_spread_pp"].tolist())
 
 
+def test_the_last_epoch_spread_reads_the_whole_test_set_where_every_run_has_it_there():
+    """`tables.last_accuracy`: the grid's histories have the whole test set at the last epoch, so the control's
+    last-epoch spreads are T9's (one definition); one run without it there sends every row back to the subset."""
+    from initmem.analysis.cells import FULL_TEST, SUBSET_TEST
+
+    tree = ROOT / "results" / "cpu_w025_full"
+    runs = load_runs(tree)
+    runs = runs[runs["optimizer"].isin(["sgd", "sgd_momentum"])].reset_index(drop=True)
+    hist = load_histories(tree)
+    last = tables.last_accuracy(runs, hist)
+    assert last.attrs["accuracy"] == FULL_TEST and not last.equals(runs["final_test_acc"].astype(float))
+    t = tables.effective_lr_table(runs, hist).set_index("optimizer")
+    assert t.attrs["last_accuracy"] == FULL_TEST
+    t9 = instrument_tables.selection_rule_table(runs, hist)
+    for r in t9[t9["rule"] == "last epoch"].itertuples():
+        assert [r.spread_pp, r.spread_pp_lo, r.spread_pp_hi] == pytest.approx(
+            t.loc[r.optimizer, ["last_spread_pp", "last_spread_pp_lo", "last_spread_pp_hi"]].tolist())
+    rid = runs["run_id"][0]
+    end = (hist["run_id"] == rid) & (hist["epoch"] == hist.loc[hist["run_id"] == rid, "epoch"].max())
+    back = tables.last_accuracy(runs, hist.assign(test_acc_full=hist["test_acc_full"].mask(end)))
+    assert back.attrs["accuracy"] == SUBSET_TEST and back.tolist() == pytest.approx(runs["final_test_acc"].tolist())
+    assert tables.last_accuracy(runs.drop(columns="path")).attrs["accuracy"] == SUBSET_TEST  # nothing to read
+
+
 def test_the_figure_draws_both_selection_rules_per_optimiser(w025):
     fig = plots.spread_vs_effective_lr(w025)
     (ax,) = fig.axes

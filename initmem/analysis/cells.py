@@ -83,6 +83,7 @@ def narrowed_note(confs: pd.DataFrame, sigmas: Sequence[float]) -> str:
 
 FULL_TEST = "test_acc_full_at_best"  # the selected network on all 10,000 test images, where the runs have it
 SUBSET_TEST = "test_acc_at_best"
+TEST_SETS = {FULL_TEST: "all 10,000 test images", SUBSET_TEST: "the 2,000-image test subset"}  # how captions name them
 
 
 def spread_column(g: pd.DataFrame) -> str:

@@ -259,9 +259,9 @@ def spike_table(runs: pd.DataFrame, histories: pd.DataFrame, drop: float = metri
     """Late collapses per configuration (Adam's loss spikes, docs/findings.md): its seeds, how many runs lose their fit
     after τ_interp (`metrics.collapse_epoch`: train accuracy `drop` or more below its best since), at which epochs,
     how many are selected at or after their collapse, and the spread with its interval at the selected and the last
-    epoch (`tables.rule_spreads`, on the accuracy every run has)."""
-    common = tables.common_accuracy(runs)
-    confs = tables.configurations(runs)
+    epoch (`tables.rule_spreads`, each on the accuracy every run has: `tables.common_accuracy`, `last_accuracy`)."""
+    common, last = tables.common_accuracy(runs), tables.last_accuracy(runs, histories)
+    confs = tables.configurations(runs.assign(**{tables.LAST_TEST: last.to_numpy()}))
     lead = list(dict.fromkeys(c for s in confs["section"].unique() for c in confs.attrs["label_columns"][s]))
     by_run = {rid: h[h["epoch"] >= 1].sort_values("epoch") for rid, h in histories.groupby("run_id")}
     rows = []
@@ -274,7 +274,7 @@ def spike_table(runs: pd.DataFrame, histories: pd.DataFrame, drop: float = metri
                      "selected_after_collapse": f"{sum(b >= e for e, b in hit)}/{len(g)}",
                      **tables.rule_spreads(g, common)})
     out = cells.finish(pd.DataFrame(rows))
-    out.attrs["accuracy"] = common
+    out.attrs.update(accuracy=common, last_accuracy=last.attrs["accuracy"])
     return out
 
 

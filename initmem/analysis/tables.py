@@ -229,14 +229,14 @@ def config_spreads(runs: pd.DataFrame) -> pd.DataFrame:
     return out
 
 
-def effective_lr_table(runs: pd.DataFrame) -> pd.DataFrame:
+def effective_lr_table(runs: pd.DataFrame, histories: pd.DataFrame | None = None) -> pd.DataFrame:
     """The matched-learning-rate control: per configuration its lr, momentum, effective lr (lr / (1 − β) for heavy-ball
     SGD, `metrics.lr_scale`), momentum-aware T_SGD_eff, seeds, spread (pp) with its 95 % seed-resampled interval at
-    the selected and at the last epoch (`rule_spreads`), and how many selected epochs come at or after the run's
-    τ_interp (a network that had interpolated when it was selected)."""
-    common = common_accuracy(runs)
+    the selected and at the last epoch (`rule_spreads`, the last on `last_accuracy`), and how many selected epochs
+    come at or after the run's τ_interp (a network that had interpolated when it was selected)."""
+    common, last = common_accuracy(runs), last_accuracy(runs, histories)
     rows = []
-    for _, g in configurations(runs).groupby("config", sort=True):
+    for _, g in configurations(runs.assign(**{LAST_TEST: last.to_numpy()})).groupby("config", sort=True):
         r = g.iloc[0]
         beta = float(r["momentum"]) if r["optimizer"] == "sgd_momentum" else 0.0
         after = (pd.to_numeric(g["best_epoch"]) >= pd.to_numeric(g["tau_interp"])).fillna(False)
@@ -245,7 +245,7 @@ def effective_lr_table(runs: pd.DataFrame) -> pd.DataFrame:
                      "T_SGD_eff": run_median(g, "T_SGD_eff"), "seeds": int(g["seed"].nunique()),
                      "selected_after_tau": f"{int(after.sum())}/{len(g)}", **rule_spreads(g, common)})
     out = finish(pd.DataFrame(rows).sort_values(["effective_lr", "optimizer"], kind="stable").reset_index(drop=True))
-    out.attrs["accuracy"] = common
+    out.attrs.update(accuracy=common, last_accuracy=last.attrs["accuracy"])
     return out
 
 
@@ -255,12 +255,37 @@ def common_accuracy(runs: pd.DataFrame) -> str:
     return cells.FULL_TEST if cells.spread_column(runs) == cells.FULL_TEST else cells.SUBSET_TEST
 
 
+LAST_TEST = "test_acc_at_last"  # `last_accuracy` as a column of the runs a table groups (read by `rule_spreads`)
+
+
+def last_accuracy(runs: pd.DataFrame, histories: pd.DataFrame | None = None) -> pd.Series:
+    """Every run's test accuracy at its last epoch, indexed like `runs`: on all 10,000 test images (its history's
+    test_acc_full there) where every run has it, else the summaries' final_test_acc on the test subset, so that a
+    table compares like with like; `attrs["accuracy"]` names which (`cells.FULL_TEST` or `cells.SUBSET_TEST`).
+    Histories default to the runs' `path`s; runs without one (and no histories) get the subset."""
+    out = pd.to_numeric(runs["final_test_acc"], errors="coerce")
+    out.attrs["accuracy"] = cells.SUBSET_TEST
+    if histories is None and "path" not in runs.columns:
+        return out
+    h = run_histories(runs, histories, "last_accuracy: ")
+    if "test_acc_full" not in h.columns or h.empty:
+        return out
+    at_last = h.sort_values(["run_id", "epoch"]).groupby("run_id").tail(1).set_index("run_id")["test_acc_full"]
+    full = pd.Series(pd.to_numeric(at_last.reindex(runs["run_id"]), errors="coerce").to_numpy(), index=runs.index)
+    if not full.notna().all():  # a run without the whole test set at its last epoch, or without a history
+        return out
+    full.attrs["accuracy"] = cells.FULL_TEST
+    return full
+
+
 def rule_spreads(g: pd.DataFrame, common: str) -> dict:
     """A configuration's spread (pp) and 95 % seed interval on accuracy `common` at the selected epoch (`spread_pp*`)
-    and the same on the test subset at the last epoch (`last_spread_pp*`: every network there has trained as long)."""
+    and the same at the last epoch (`last_spread_pp*`: every network there has trained as long) on its `LAST_TEST`
+    column (`last_accuracy`) where it has one, else the summaries' final_test_acc (the test subset)."""
+    at_last = g[LAST_TEST] if LAST_TEST in g.columns else g["final_test_acc"]
     g = g.assign(**{cells.SUBSET_TEST: g[common]}).drop(columns=[cells.FULL_TEST], errors="ignore")
-    last = g.assign(**{cells.SUBSET_TEST: g["final_test_acc"]})
-    return {**spread_cells(g, True), **{f"last_{k}": v for k, v in spread_cells(last, True).items()}}
+    last_g = g.assign(**{cells.SUBSET_TEST: at_last})
+    return {**spread_cells(g, True), **{f"last_{k}": v for k, v in spread_cells(last_g, True).items()}}
 
 
 def run_median(g: pd.DataFrame, column: str) -> float:
@@ -359,7 +384,7 @@ def readme_block(runs: pd.DataFrame) -> str:
         n = confs["seed"].nunique() if name == CONTRAST else confs.loc[confs["optimizer"] == name, "seed"].nunique()
         seeds.append(n)
         lines.append(f"| {name} | {pct(r['spread_pp'])} | {pct(r['spread_pp_lo'])}–{pct(r['spread_pp_hi'])} | {n} |")
-    what = ("all 10,000 test images" if column == cells.FULL_TEST else "the 2,000-image test subset")
+    what = cells.TEST_SETS[column]
     crude = "; crude with 2 seeds" if min(seeds, default=0) <= 2 else ""  # each σ_w's mean: a, b or their average
     lines += ["", f"Spread: max − min over σ_w of the seed-mean test accuracy ({what}) at the lowest-validation-loss "
               "epoch; interval: the same statistic with seeds resampled within each σ_w (`metrics.spread_resamples`, "

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from initmem.analysis import display, instrument_tables, tables
+from initmem.analysis import cells, display, instrument_tables, tables
 from initmem.store.results import load_histories, load_runs
 from initmem.study.params import load_section
 
@@ -42,12 +42,13 @@ def section(title: str, table: pd.DataFrame, caption: str) -> list[str]:
 
 def collapses(grid: pd.DataFrame, histories: pd.DataFrame, done: list[str]) -> list[str]:
     """The late collapses of each complete optimiser's grid runs (`instrument_tables.spike_table`): grid.md's lines."""
-    return section("Late collapses", instrument_tables.spike_table(grid[grid["optimizer"].isin(done)], histories),
+    t = instrument_tables.spike_table(grid[grid["optimizer"].isin(done)], histories)
+    selected, last = (cells.TEST_SETS[t.attrs[k]] for k in ("accuracy", "last_accuracy"))
+    return section("Late collapses", t,
                    "collapsed: runs whose train accuracy falls 20 pp or more below its best since τ_interp "
                    "(`metrics.collapse_epoch`), at those epochs; selected after collapse: runs whose selected epoch "
-                   "comes at or after it; spread at the selected epoch and at the last (on all 10,000 test images at "
-                   "the selected epoch, the 2,000-image subset at the last), each with its 95 % seed-resampled "
-                   "interval.")
+                   f"comes at or after it; spread at the selected epoch and at the last (on {selected} at the "
+                   f"selected epoch, {last} at the last), each with its 95 % seed-resampled interval.")
 
 
 def rules(grid: pd.DataFrame, histories: pd.DataFrame, done: list[str]) -> list[str]:
