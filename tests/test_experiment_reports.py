@@ -27,15 +27,15 @@ def load_script(name: str) -> SimpleNamespace:
 
 @pytest.fixture(scope="module")
 def w025():
-    runs = load_runs(ROOT / "results" / "cpu_w025")
+    runs = load_runs(ROOT / "results" / "cpu_w025_pilot")
     return runs[runs["optimizer"].isin(["sgd", "sgd_momentum"])].reset_index(drop=True)
 
 
 @pytest.fixture(scope="module")
 def adaptive():
-    runs = load_runs(ROOT / "results" / "cpu_w025")
+    runs = load_runs(ROOT / "results" / "cpu_w025_pilot")
     runs = runs[runs["optimizer"].isin(["adam", "adamw"])].reset_index(drop=True)
-    hist = load_histories(ROOT / "results" / "cpu_w025")
+    hist = load_histories(ROOT / "results" / "cpu_w025_pilot")
     return runs, hist[hist["run_id"].isin(runs["run_id"])].reset_index(drop=True)
 
 
@@ -83,7 +83,7 @@ def test_the_last_epoch_spread_reads_the_whole_test_set_where_every_run_has_it_t
     last-epoch spreads are T9's (one definition); one run without it there sends every row back to the subset."""
     from initmem.analysis.cells import FULL_TEST, SUBSET_TEST
 
-    tree = ROOT / "results" / "cpu_w025_full"
+    tree = ROOT / "results" / "cpu_w025"
     runs = load_runs(tree)
     runs = runs[runs["optimizer"].isin(["sgd", "sgd_momentum"])].reset_index(drop=True)
     hist = load_histories(tree)
@@ -184,13 +184,13 @@ def test_the_grid_report_takes_an_optimiser_only_with_all_fifteen_runs_complete(
     assert script.complete(full) == ["sgd"]
     assert script.complete(full.iloc[1:]) == []  # one run missing
     assert script.complete(full.assign(status=["running", *["complete"] * 14])) == []  # one run unfinished
-    assert "sgd | results/cpu_w025_full | 5 | all 10,000 test images" in script.report(full, load_runs(
+    assert "sgd | results/cpu_w025 | 5 | all 10,000 test images" in script.report(full, load_runs(
         ROOT / script.PILOT))
 
 
 def test_the_selection_rule_table_reads_each_rules_epoch_and_equals_t1_for_t1s_rule():
-    runs = load_runs(ROOT / "results" / "cpu_w025")
-    hist = load_histories(ROOT / "results" / "cpu_w025")
+    runs = load_runs(ROOT / "results" / "cpu_w025_pilot")
+    hist = load_histories(ROOT / "results" / "cpu_w025_pilot")
     t = instrument_tables.selection_rule_table(runs, hist)
     cols = ["spread_pp", "spread_pp_lo", "spread_pp_hi"]
     t1 = tables.optimizer_table(runs).set_index("optimizer")[cols]

@@ -47,12 +47,12 @@ def test_relative_paths_mean_the_repository_root_wherever_the_caller_is(tmp_path
 
 def test_a_tree_named_otherwise_is_stamped_with_the_profile_its_runs_belong_to():
     """Runs do not record their profile: the stamp names the one whose points hold every run, so the five-seed grid
-    in results/cpu_w025_full (swept with --profile cpu_w025) is not called 'profile cpu_w025_full'."""
+    in results/cpu_w025 (swept with --profile cpu_w025) is not called 'profile cpu_w025'."""
     from initmem.store.results import load_runs
-    grid = load_runs(ROOT / "results" / "cpu_w025_full")
-    assert artefacts.Stamp.of(grid, ROOT / "results" / "cpu_w025_full", ["01_optimizers"]).profile == "cpu_w025"
+    grid = load_runs(ROOT / "results" / "cpu_w025")
+    assert artefacts.Stamp.of(grid, ROOT / "results" / "cpu_w025", ["01_optimizers"]).profile == "cpu_w025"
     assert artefacts.tree_profile(grid, ROOT / "results" / "anything", ["01_optimizers"]) == "cpu_w025"
-    assert artefacts.Stamp.of(grid, ROOT / "results" / "cpu_w025_full", []).profile == "cpu_w025"  # all sections
+    assert artefacts.Stamp.of(grid, ROOT / "results" / "cpu_w025", []).profile == "cpu_w025"  # all sections
     committed = load_runs(ROOT / "results" / "cpu_steps")  # a committed tree keeps its own name
     assert artefacts.tree_profile(committed, ROOT / "results" / "cpu_steps", ["01_optimizers"]) == "cpu_steps"
     mixed = pd.concat([grid, committed])  # no one profile holds both: the folder's name, as before

@@ -1,6 +1,6 @@
 """The committed figures/ are what the figures command makes from the committed results, the way a user meets
 them: `git clone` the repository, run `initmem figures` (what `make figures` runs: every set of
-`initmem.figures.artefacts.COMMITTED_SETS`, results/cpu -> figures/, results/cpu_steps and results/cpu_w025_full ->
+`initmem.figures.artefacts.COMMITTED_SETS`, results/cpu -> figures/, results/cpu_steps and results/cpu_w025 ->
 figures/<profile>/) in the clone, with the clone's own code, and `git status --porcelain` there stays empty.
 
 While the working tree has changes nobody committed yet, the clone gets them on top of HEAD (one commit in the

@@ -468,7 +468,7 @@ def test_show_point_shows_each_view_under_the_line_that_says_what_it_is(diverged
 
 def test_a_points_spread_is_shown_with_t1s_interval_where_it_has_seeds():
     from initmem.store.results import load_runs
-    runs = load_runs(Path(__file__).resolve().parents[1] / "results" / "cpu_w025")
+    runs = load_runs(Path(__file__).resolve().parents[1] / "results" / "cpu_w025_pilot")
     sgd = runs[runs["optimizer"] == "sgd"]
     t1 = cells.spread_cells(sgd, multi=True)
     assert point_report.summary_table(sgd).loc["spread across σ_w (pp)", "value"] == (

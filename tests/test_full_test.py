@@ -170,7 +170,7 @@ def test_the_cpu_w025_profiles_keep_the_committed_run_ids_and_pair_the_effective
     section = load_section(REPO / "params" / "01_optimizers.yaml")
     w025 = [c for p in section.points("cpu_w025") for c in point_configs(section.effective(p))]
     assert len(w025) == 75 and all(c.full_test for c in w025) and {c.seed for c in w025} == {0, 1, 2, 3, 4}
-    committed = {p.name for p in (REPO / "results" / "cpu_w025" / "01_optimizers").iterdir() if p.is_dir()}
+    committed = {p.name for p in (REPO / "results" / "cpu_w025_pilot" / "01_optimizers").iterdir() if p.is_dir()}
     old = {run_id(c) for c in w025 if c.seed in (0, 1)}
     assert len(old) == 30 and committed >= old  # seeds 0 and 1 are the committed runs, full_test or not
     points = section.points("cpu_w025_lr")

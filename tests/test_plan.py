@@ -216,7 +216,7 @@ def test_plan_with_results_counts_the_runs_done_there_and_times_those_left(tmp_p
     monkeypatch.setenv("INITMEM_CACHE", str(tmp_path / "empty-cache"))  # the reference CPU table
     table, _ = calibrate.choose_table("cpu")
     whole = plan.plan_section(OPT, "cpu_w025", table)
-    asked = plan.plan_section(OPT, "cpu_w025", table, results=REPO / "results" / "cpu_w025")
+    asked = plan.plan_section(OPT, "cpu_w025", table, results=REPO / "results" / "cpu_w025_pilot")
     assert all(p.done is None for p in whole.points) and "left_runs" not in whole.totals()
     assert [(p.done, p.left) for p in asked.points] == [(6, 9)] * 5
     for p, q in zip(whole.points, asked.points, strict=True):
@@ -226,14 +226,14 @@ def test_plan_with_results_counts_the_runs_done_there_and_times_those_left(tmp_p
     empty = plan.plan_section(OPT, "cpu_w025", table, results=tmp_path / "nothing-yet")
     assert empty.totals()["left_seconds"] == pytest.approx(t["seconds"])
     assert main(["plan", OPT, "--profile", "cpu_w025", "--device", "cpu", "--results",
-                 str(REPO / "results" / "cpu_w025")]) == 0
+                 str(REPO / "results" / "cpu_w025_pilot")]) == 0
     out = capsys.readouterr().out
     assert out.count("; done 6/15, left ") == 5 and "30 complete, 45 runs left: " in out
     assert main(["plan", OPT, "--profile", "cpu_w025", "--device", "cpu", "--json", "--results",
-                 str(REPO / "results" / "cpu_w025")]) == 0
+                 str(REPO / "results" / "cpu_w025_pilot")]) == 0
     doc = json.loads(capsys.readouterr().out)
     assert doc["totals"]["left_runs"] == 45 and [p["done"] for p in doc["sections"][0]["points"]] == [6] * 5
-    for wrong, what in ((OPT, "a folder, not a file"), (REPO / "results" / "cpu_w025" / "01_optimizers",
+    for wrong, what in ((OPT, "a folder, not a file"), (REPO / "results" / "cpu_w025_pilot" / "01_optimizers",
                                                         "is a section folder")):
         assert main(["plan", OPT, "--profile", "cpu_w025", "--results", str(wrong)]) == 2  # not a silent 0 done
         assert what in capsys.readouterr().err

@@ -42,8 +42,8 @@ def test_readme_block_check_fails_on_a_changed_number():
 
 def test_the_block_calls_its_interval_crude_only_with_two_seeds():
     """The pilot's two seeds make a crude interval (each σ_w's mean is a, b or their average); five do not."""
-    assert "crude with 2 seeds" in tables.readme_block(load_runs(ROOT / "results" / "cpu_w025"))
-    grid = load_runs(ROOT / "results" / "cpu_w025_full")
+    assert "crude with 2 seeds" in tables.readme_block(load_runs(ROOT / "results" / "cpu_w025_pilot"))
+    grid = load_runs(ROOT / "results" / "cpu_w025")
     assert (grid.groupby("optimizer")["seed"].nunique() == 5).all()
     block = tables.readme_block(grid)
     assert "| sgd | 23.7 | 23.0–24.3 | 5 |" in block and "crude" not in block and "all 10,000 test images" in block

@@ -57,7 +57,7 @@ def data_name(source: str) -> str:
 def tree_profile(runs: pd.DataFrame, results_dir: str | Path, sections: Sequence[str]) -> str:
     """The profile a results tree's runs were swept with (runs do not record it): the tree's folder name where that
     profile holds them all, or where no profile of their sections' params files does (a tree of hand-made runs),
-    else the profile that holds them all (`Section.profiles_holding`), e.g. cpu_w025 for results/cpu_w025_full.
+    else the profile that holds them all (`Section.profiles_holding`), e.g. cpu_w025 for results/cpu_w025.
     No `sections`: every section of the runs (a notebook reading the whole tree)."""
     from initmem.study.params import load_section
     name = repo_path(results_dir).name

@@ -1,5 +1,5 @@
 """Adam's and AdamW's late collapses: do they go away when the step cannot grow back after the training set is fitted?
-Tests beside the 5-seed cpu_w025 grid's Adam and AdamW at their defaults (`results/cpu_w025_full`, trained at the
+Tests beside the 5-seed cpu_w025 grid's Adam and AdamW at their defaults (`results/cpu_w025`, trained at the
 tests' commits on the same machine; the two-seed pilot stood there until the grid was complete), each the cpu_w025
 protocol with one change: Adam at a larger ε, 1e-6 and 1e-4 (profile `cpu_w025_eps`, `results/cpu_w025_eps`), and
 Adam and AdamW with AMSGrad, the running maximum of the second moment in the denominator (profile `cpu_w025_ams`,
@@ -22,7 +22,7 @@ from initmem.store.results import load_histories, load_runs
 
 ROOT = Path(__file__).resolve().parents[3]
 HERE = Path(__file__).resolve().parent
-TREES = ("results/cpu_w025_full", "results/cpu_w025_eps", "results/cpu_w025_ams")
+TREES = ("results/cpu_w025", "results/cpu_w025_eps", "results/cpu_w025_ams")
 
 
 def adam_runs() -> tuple[pd.DataFrame, pd.DataFrame]:

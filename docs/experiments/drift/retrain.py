@@ -2,7 +2,7 @@
 train_loss equals the committed one bit for bit, with full_test off and on (an observation option outside the run
 id that must change no training step). Run from the repository root:
 
-    python docs/experiments/drift/retrain.py results/cpu_w025/01_optimizers/252ae157f1b7 ... > retrain.txt
+    python docs/experiments/drift/retrain.py results/cpu_w025_pilot/01_optimizers/252ae157f1b7 ... > retrain.txt
 
 or against an older commit's engine (before full_test existed, one line a run):
 

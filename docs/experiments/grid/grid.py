@@ -1,6 +1,6 @@
 """The 5-seed width-0.25 grid against its two-seed pilot: T1 (`tables.optimizer_table`) of each optimiser whose 15
-runs (σ_w 0.1 / 1 / 2.5 × seeds 0–4) are all committed in `results/cpu_w025_full` (profile `cpu_w025`, full_test: the
-spreads are over all 10,000 test images), beside the same optimiser's T1 row from the two-seed `results/cpu_w025`
+runs (σ_w 0.1 / 1 / 2.5 × seeds 0–4) are all committed in `results/cpu_w025` (profile `cpu_w025`, full_test: the
+spreads are over all 10,000 test images), beside the same optimiser's T1 row from the two-seed `results/cpu_w025_pilot`
 (the 2,000-image test subset). Run from the repository root:
 
     python docs/experiments/grid/grid.py
@@ -20,7 +20,7 @@ from initmem.study.params import load_section
 
 ROOT = Path(__file__).resolve().parents[3]
 HERE = Path(__file__).resolve().parent
-GRID, PILOT = "results/cpu_w025_full", "results/cpu_w025"
+GRID, PILOT = "results/cpu_w025", "results/cpu_w025_pilot"
 POINTS = load_section(ROOT / "params" / "01_optimizers.yaml").points("cpu_w025")  # the grid: one point per optimiser
 SIGMA_WS, SEEDS = POINTS[0].parameters["sigma_ws"], POINTS[0].parameters["seeds"]  # the profile's `fixed`
 COLUMNS = ["optimizer", "runs", "seeds", "test", *(f"sigma_w={s:g}{std}" for s in SIGMA_WS for std in ("", "_std")),

@@ -1,7 +1,7 @@
 """The hypothesis runs (docs/findings.md, "Which small protocol shows the contrast?"): each job is
 `candidate:optimizer:sigma_w:seed[:lr=...]`, trained run by run on one torch thread through `point.train_point`
 (the path a notebook takes), into `results/hypotheses/<candidate>/01_optimizers/` (w025, the winning protocol: into
-`results/cpu_w025/01_optimizers/`, the tree of its params profile `cpu_w025`, whose run ids it shares). From the
+`results/cpu_w025_pilot/01_optimizers/`, the tree of its params profile `cpu_w025`, whose run ids it shares). From the
 repository root:
 
     python docs/experiments/hypotheses/hypotheses.py w025:adam:2.5:0 w025:adam:0.1:0
@@ -51,7 +51,7 @@ def main(specs: list[str]) -> None:
     for spec in specs:
         cand, params = job(spec)
         t = time.time()
-        tree = "results/cpu_w025" if cand == "w025" else f"results/hypotheses/{cand}"
+        tree = "results/cpu_w025_pilot" if cand == "w025" else f"results/hypotheses/{cand}"
         rows = train_point(point_configs(params), results=tree, section="01_optimizers",
                            population=False, progress=True)
         r = rows.iloc[0]

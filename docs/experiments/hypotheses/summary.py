@@ -2,7 +2,7 @@
 selected (lowest validation loss) epoch at each sigma_w, the spread, the selected epoch, tau_interp, and at
 sigma_w 2.5 the angle from initialisation and Theta at the selected epoch; the last-epoch spread beside it.
 
-    python docs/experiments/hypotheses/summary.py            # reads results/hypotheses and results/cpu_w025
+    python docs/experiments/hypotheses/summary.py            # reads results/hypotheses and results/cpu_w025_pilot
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from initmem.store.results import load_histories, load_runs
 
 
 def summary(*trees: str) -> pd.DataFrame:
-    trees = trees or ("results/hypotheses", "results/cpu_w025")
+    trees = trees or ("results/hypotheses", "results/cpu_w025_pilot")
     runs = pd.concat([load_runs(t) for t in trees], ignore_index=True)
     hist = pd.concat([load_histories(t) for t in trees], ignore_index=True)
     runs["candidate"] = runs.path.map(lambda p: p.split("/")[-3])

@@ -1,7 +1,7 @@
 """The matched-learning-rate control: does initialisation memory follow the effective learning rate or the
 optimiser's name? SGD+momentum at lr 0.001 (effective 0.001 / (1 − 0.9) = 0.01, plain SGD's default) and plain SGD
 at lr 0.1 (effective as SGD+momentum's default) in `results/cpu_w025_lr` (profile `cpu_w025_lr`), beside the 5-seed
-cpu_w025 grid's SGD and SGD+momentum at their defaults (`results/cpu_w025_full`: trained at the control's commit, on
+cpu_w025 grid's SGD and SGD+momentum at their defaults (`results/cpu_w025`: trained at the control's commit, on
 the same machine, and like the control with full_test, so every spread is over all 10,000 test images). Run from the
 repository root:
 
@@ -21,7 +21,7 @@ from initmem.store.results import load_runs
 
 ROOT = Path(__file__).resolve().parents[3]
 HERE = Path(__file__).resolve().parent
-TREES = ("results/cpu_w025_full", "results/cpu_w025_lr")
+TREES = ("results/cpu_w025", "results/cpu_w025_lr")
 OPTIMIZERS = ("sgd", "sgd_momentum")
 
 

@@ -17,8 +17,8 @@ def main() -> None:
         by = runs.groupby("section")["wall_time_s"].sum() / 3600
         print(f"{profile}: wall_time_s per section (h): " + ", ".join(f"{k} {v:.2f}" for k, v in by.items())
               + f"; total {by.sum():.2f} h ({len(runs)} runs)")
-    runs = load_runs(ROOT / "results" / "cpu_w025")
-    hist = load_histories(ROOT / "results" / "cpu_w025")
+    runs = load_runs(ROOT / "results" / "cpu_w025_pilot")
+    hist = load_histories(ROOT / "results" / "cpu_w025_pilot")
     below, rows = 0, []
     for rid, h in hist.groupby("run_id"):
         r = runs[runs["run_id"] == rid].iloc[0]
