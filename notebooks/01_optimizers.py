@@ -55,8 +55,8 @@ initmem.show_point(runs)  # per sigma_w, the point's figure, per run, and its nu
 # ## What we found
 #
 # This point's spread, then what the committed study found for this section, computed from its runs in
-# `results/cpu` (`initmem.what_we_found`), with the verdict and what this scale cannot show from
-# [docs/findings.md](../docs/findings.md).
+# `results/cpu_w025` (the 5-seed grid, this section's headline set) (`initmem.what_we_found`), with the verdict and what this scale cannot
+# show from [docs/findings.md](../docs/findings.md).
 
 # %%
 initmem.what_we_found(section, runs)

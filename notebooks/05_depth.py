@@ -61,8 +61,8 @@ point_report.interpolation_table(runs)
 # ## What we found
 #
 # This point's spread, then what the committed study found for this section, computed from its runs in
-# `results/cpu` (`initmem.what_we_found`), with the verdict and what this scale cannot show from
-# [docs/findings.md](../docs/findings.md).
+# `results/cpu` (this section's headline set) (`initmem.what_we_found`), with the verdict and what this scale cannot
+# show from [docs/findings.md](../docs/findings.md).
 
 # %%
 initmem.what_we_found(section, runs)

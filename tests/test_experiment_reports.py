@@ -3,14 +3,12 @@ matched-learning-rate control (its table reads the effective lr off each configu
 against ε and AMSGrad (the spike table counts what metrics.collapse_epoch finds in each run, the figure marks only what
 happened)."""
 
-import re
 import runpy
 from pathlib import Path
 from types import SimpleNamespace
 
 import pandas as pd
 import pytest
-from conftest import PROSE_NAMES
 
 from initmem.analysis import instrument_plots, instrument_tables, plots, tables
 from initmem.errors import ConfigError
@@ -221,31 +219,3 @@ def test_the_selection_rule_table_reads_each_rules_epoch_and_equals_t1_for_t1s_r
         instrument_tables.selection_rule_table(runs, hist, rules=["best"])
 
 
-def test_the_findings_quote_the_grids_spreads_as_the_committed_runs_give_them():
-    """docs/findings.md's "the 5-seed grid's <Optimiser>: s [lo, hi]" (its verdict table) against T1 of the grid's
-    complete optimisers: one quote each, none of an optimiser still training."""
-    script = load_script("grid")
-    grid = load_runs(ROOT / script.GRID)
-    done = script.complete(grid)
-    t1 = tables.optimizer_table(grid[grid["optimizer"].isin(done)]).set_index("optimizer")
-    text = (ROOT / "docs" / "findings.md").read_text(encoding="utf-8")
-    quoted = {PROSE_NAMES[n]: (s, lo, hi) for n, s, lo, hi in re.findall(
-        r"the 5-seed grid's (SGD\+momentum|SGD|AdamW|Adam|Muon): ([\d.]+) \[([\d.]+), ([\d.]+)\]", text)}
-    assert set(quoted) == set(done)
-    for opt, q in quoted.items():
-        r = t1.loc[opt]
-        assert q == tuple(f"{v:.1f}" for v in (r["spread_pp"], r["spread_pp_lo"], r["spread_pp_hi"])), opt
-
-
-def test_the_findings_quote_each_complete_optimisers_grid_spread_under_the_other_rules():
-    """docs/findings.md gives, for each optimiser of the grid with all 15 runs, its spread "s [lo, hi]" under the
-    highest-validation-accuracy and last-epoch rules as T9 (`selection_rule_table`) computes them from the runs."""
-    script = load_script("grid")
-    grid = load_runs(ROOT / script.GRID)
-    done = script.complete(grid)
-    t = instrument_tables.selection_rule_table(grid[grid["optimizer"].isin(done)],
-                                               load_histories(ROOT / script.GRID / "01_optimizers"))
-    text = " ".join((ROOT / "docs" / "findings.md").read_text(encoding="utf-8").split())
-    for r in t[t["rule"] != "lowest validation loss"].itertuples():
-        quote = f"{r.spread_pp:.1f} [{r.spread_pp_lo:.1f}, {r.spread_pp_hi:.1f}]"
-        assert quote in text, (r.optimizer, r.rule, quote)

@@ -1,5 +1,5 @@
 """The notebooks' closing "What we found" cells: their numbers are the committed tables' (computed, never typed),
-their verdict is docs/findings.md's heading, and a section without results says so instead."""
+their verdict is `verdicts.VERDICTS`'s, and a section without results says so instead."""
 
 import re
 from pathlib import Path
@@ -7,7 +7,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from initmem.analysis import display, findings, tables
+from initmem.analysis import display, findings, tables, verdicts
 from initmem.store.results import load_runs
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -42,17 +42,7 @@ def test_section_01_says_the_spreads_of_the_committed_t1(t1):
     lo, hi = (display.number(csv.at["sgd", c], "percent") for c in ("spread_pp_lo", "spread_pp_hi"))
     assert f"| sgd | 22.9 | {lo} | {hi} |" in md and "[docs/findings.md](../../docs/findings.md)" in md
     assert "sgd − max(adaptive))" not in found.sentence  # the contrast row is not one of the optimisers
-    assert f"finding 1: *{findings.verdict(1)}*" in md and findings.verdict(1).startswith("reproduced")
-
-
-def test_the_verdict_is_the_heading_of_its_finding():
-    text = "# Findings\n\n## 1. SGD remembers — reproduced at small scale\n\n## 2. Adam — partly: slow\n"
-    assert findings.verdict(1, text) == "reproduced at small scale" and findings.verdict(2, text) == "partly: slow"
-    assert findings.verdict(3, text) == ""
-    on_disk = (ROOT / "docs" / "findings.md").read_text(encoding="utf-8")
-    for n in range(1, 8):  # every finding a section notebook cites has a verdict to show
-        assert findings.verdict(n), n
-        assert re.search(rf"^## {n}\. .*— {re.escape(findings.verdict(n))}$", on_disk, flags=re.MULTILINE)
+    assert f"{verdicts.VERDICTS[1].line()}, read from `results/cpu_w025`" in md
 
 
 @pytest.mark.parametrize("section", ["03_lr_l2", "04_batch_size", "05_depth"])
@@ -83,8 +73,10 @@ def test_a_section_notebook_says_its_point_then_the_committed_study():
     spread = point.groupby("sigma_w")["test_acc_at_best"].mean()
     assert found.sentence.startswith(f"This point: a spread of {100 * (spread.max() - spread.min()):.1f} pp across "
                                      "4 σ_w (1 seed(s)).")
-    assert ("The committed study (results/cpu): plain SGD's test-accuracy spread across σ_w is 22.9 pp ["
-            in found.sentence)
+    grid = tables.optimizer_table(load_runs(ROOT / "results" / "cpu_w025")).set_index("optimizer").loc["sgd"]
+    assert ("The committed study (results/cpu_w025, this section's headline set): plain SGD's test-accuracy spread "
+            f"across σ_w is {display.spread(grid['spread_pp'], grid['spread_pp_lo'], grid['spread_pp_hi'])}"
+            in found.sentence), found.sentence
     assert "[docs/findings.md](../docs/findings.md)" in found.markdown()
 
 

@@ -308,3 +308,11 @@ def test_spread_resamples_and_interval_reject_bad_input():
 def test_contrast_resamples_subtracts_the_largest_other():
     c = metrics.contrast_resamples(np.array([20.0, 22.0]), [np.array([3.0]), np.array([5.0, 7.0])])
     assert set(np.unique(c)) <= {13.0, 15.0, 17.0} and len(c) == metrics.BOOT_RESAMPLES
+
+
+def test_the_end_of_training_reading_is_the_median_of_the_last_window_and_ignores_one_collapsed_epoch():
+    h = pd.DataFrame({"epoch": range(0, 21), "test_acc": [0.1] + [0.5] * 19 + [0.2]})  # epoch 20 caught mid-collapse
+    assert metrics.end_accuracy(h) == 0.5 and metrics.end_accuracy(h, window=1) == 0.2
+    h.loc[h["epoch"].between(8, 10), "test_acc"] = 0.6
+    assert metrics.end_accuracy(h, end=10, window=3) == pytest.approx(0.6)  # epochs 8-10: a prefix read as a run
+    assert math.isnan(metrics.end_accuracy(h.iloc[:1]))  # only the initialisation row: nothing trained to read

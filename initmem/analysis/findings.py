@@ -1,19 +1,19 @@
 """What a section found, in a notebook's closing "What we found" cell: one sentence whose every number is computed
 from a table the section's figure notebook writes (T1-T5, T7, T8), the table's key numbers as a small table, the
-verdict of docs/findings.md for the study's finding it tests, and a link there. Pure functions of the tables."""
+verdict of the study's finding it tests (`verdicts.VERDICTS`, with the set it is read from), and a link to
+docs/findings.md. Pure functions of the tables."""
 
 import dataclasses
 import math
-import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import pandas as pd
 
-from initmem.analysis import display
+from initmem.analysis import display, verdicts
 from initmem.analysis.tables import CONTRAST
 
-FINDINGS = Path(__file__).resolve().parents[2] / "docs" / "findings.md"
+ROOT = Path(__file__).resolve().parents[2]
 FINDINGS_LINK = "docs/findings.md"
 SECTION_FINDINGS = {"01_optimizers": (1, 2), "02_long_training": (3,), "03_lr_l2": (4,), "04_batch_size": (5,),
                     "05_depth": (6,), "06_forgetting_clocks": (7,)}
@@ -38,28 +38,17 @@ class Found:
         return dataclasses.replace(self, up=up)
 
     def markdown(self) -> str:
-        verdicts = [f"finding {n}: *{v}*" for n in self.findings if (v := verdict(n))]
+        found = [verdicts.VERDICTS[n] for n in self.findings]
         link = f"[{FINDINGS_LINK}]({'../' * self.up}{FINDINGS_LINK})"
         lines = ["**What we found.** " + self.sentence, ""]
         if len(self.numbers):
             headers, rows = display.display_rows(self.numbers)
             lines += [display.markdown_table(headers, rows), ""]
-        lines.append("Verdict (" + "; ".join(verdicts) + f") and what it cannot show: {link}." if verdicts
-                     else f"What it cannot show: {link}.")
+        lines.append("Verdict (" + "; ".join(f"{v.line()}, read from `{v.evidence}`" for v in found)
+                     + f") and what it cannot show: {link}." if found else f"What it cannot show: {link}.")
         return "\n".join(lines)
 
     _repr_markdown_ = markdown
-
-
-def verdict(n: int, text: str | None = None) -> str:
-    """The verdict of finding `n` as docs/findings.md's heading states it ('## 1. SGD remembers — reproduced ...')."""
-    if text is None:
-        try:
-            text = FINDINGS.read_text(encoding="utf-8")
-        except OSError:
-            return ""
-    m = re.search(rf"^## {n}\. [^\n—]*— ([^\n]+)$", text, flags=re.MULTILINE)
-    return m.group(1).strip() if m else ""
 
 
 def _spread(row: pd.Series, col: str = "spread_pp") -> str:
@@ -190,7 +179,7 @@ def _epoch_marks(section: str, profile: str) -> list[int] | None:
     """`epoch_marks` of `params/<section>.yaml`'s `profile` (what the figure notebook reads), else None."""
     import yaml
     try:
-        doc = yaml.safe_load((FINDINGS.parents[1] / "params" / f"{section}.yaml").read_text(encoding="utf-8"))
+        doc = yaml.safe_load((ROOT / "params" / f"{section}.yaml").read_text(encoding="utf-8"))
         return doc["profiles"][profile]["fixed"].get("epoch_marks")
     except (OSError, KeyError, TypeError, AttributeError, yaml.YAMLError):
         return None
@@ -206,12 +195,14 @@ def study_tables(section: str, runs: pd.DataFrame, profile: str = "cpu") -> dict
     return {BUILDERS[section][1][0]: build[section](runs)}
 
 
-def what_we_found(section: str, point: pd.DataFrame | None = None, results: str | Path = "results/cpu") -> Found:
+def what_we_found(section: str, point: pd.DataFrame | None = None, results: str | Path | None = None) -> Found:
     """A section notebook's closing cell: this `point`'s spread (its `run_point` rows), then what the committed
-    study (`results`, relative to the repository root) found for `section`, computed from its runs."""
+    study found for `section`, computed from its runs in `results` (relative to the repository root; default the
+    section's headline set, `verdicts.headline_set`)."""
     from initmem import metrics
     from initmem.store.results import load_runs
-    root = FINDINGS.parents[1] / results
+    results = results or verdicts.headline_set(section)
+    root = ROOT / results
     runs = load_runs(root / section) if (root / section).is_dir() else pd.DataFrame()
     found = of(section, study_tables(section, runs, root.name) if len(runs) else {}, up=1)
     head = ""
@@ -219,4 +210,5 @@ def what_we_found(section: str, point: pd.DataFrame | None = None, results: str 
         s = metrics.point_summary(point)
         head = (f"This point: a spread of {'–' if s['spread_pp'] is None else display.spread(s['spread_pp'])} across "
                 f"{len(s['sigma_ws'])} σ_w ({len(s['seeds'])} seed(s)). ")
-    return dataclasses.replace(found, sentence=f"{head}The committed study ({results}): {found.sentence}")
+    return dataclasses.replace(found, sentence=f"{head}The committed study ({results}, this section's headline set): "
+                                               f"{found.sentence}")

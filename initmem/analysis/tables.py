@@ -133,12 +133,13 @@ def optimizer_table(runs: pd.DataFrame) -> pd.DataFrame:
     """T1: per configuration the test accuracy (%) at the selected epoch per σ_w, the spread and the paper's (pp), runs
     interpolated and diverged, the median τ_interp, the norm ratio's range and the radial-memory slope."""
     confs = configurations(runs)
+    confs[END_TEST] = end_accuracy(confs)
     lead, sigmas, multi = label_columns(confs), sorted(confs["sigma_w"].unique()), multi_seed(confs)
     rows = []
     for _, g in confs.groupby("config", sort=True):
         tau = g["tau_interp"].dropna().astype(float)
         ratio = g["final_weight_norm"].astype(float) / g["init_weight_norm"].astype(float)
-        rows.append({**lead_cells(g, lead), **sigma_cells(g, sigmas, multi), **spread_cells(g, multi),
+        rows.append({**lead_cells(g, lead), **sigma_cells(g, sigmas, multi), **spread_cells(g, multi), **end_cells(g),
                      "paper_spread_pp": paper_spread(g.iloc[0]),
                      "interpolated": f"{len(tau)}/{len(g)}", "diverged": diverged_count(g),
                      "tau_interp": float(tau.median()) if len(tau) else math.nan,
@@ -146,7 +147,9 @@ def optimizer_table(runs: pd.DataFrame) -> pd.DataFrame:
                      "radial_slope": radial_slope(g)})
     contrast = cells.contrast_cells(confs)
     if contrast is not None:  # the study's central contrast, its interval from both sides' seeds resampled
-        rows.append({lead[0]: CONTRAST, **contrast})
+        at_end = confs.assign(**{cells.SUBSET_TEST: confs[END_TEST]}).drop(columns=[cells.FULL_TEST], errors="ignore")
+        end = cells.contrast_cells(at_end) if confs[END_TEST].notna().all() else None
+        rows.append({lead[0]: CONTRAST, **contrast, **{f"end_{k}": v for k, v in (end or {}).items()}})
     out = finish(pd.DataFrame(rows))
     out.attrs["narrowed_note"] = cells.narrowed_note(confs, sigmas)
     return out
@@ -278,6 +281,29 @@ def last_accuracy(runs: pd.DataFrame, histories: pd.DataFrame | None = None) -> 
     return full
 
 
+END_TEST = "test_acc_end"  # `end_accuracy` as a column of the runs a table groups
+
+
+def end_accuracy(runs: pd.DataFrame, histories: pd.DataFrame | None = None) -> pd.Series:
+    """Every run's end-of-training reading (`metrics.end_accuracy`: the median test accuracy on the per-epoch test
+    subset over its last `metrics.END_WINDOW` epochs), indexed like `runs`; NaN where a run has no history (runs
+    without `path`s and no histories: all NaN)."""
+    if histories is None and "path" not in runs.columns:
+        return pd.Series(math.nan, index=runs.index)
+    h = run_histories(runs, histories, "end_accuracy: ")
+    by = {rid: metrics.end_accuracy(g) for rid, g in h.groupby("run_id")}
+    return pd.Series([by.get(r, math.nan) for r in runs["run_id"]], index=runs.index, dtype=float)
+
+
+def end_cells(g: pd.DataFrame) -> dict:
+    """A configuration's end-of-training spread (pp) and 95 % seed interval (`end_spread_pp*`) over its `END_TEST`
+    column; empty where a run lacks it."""
+    if END_TEST not in g.columns or g[END_TEST].isna().any():
+        return {}
+    at_end = g.assign(**{cells.SUBSET_TEST: g[END_TEST]}).drop(columns=[cells.FULL_TEST], errors="ignore")
+    return {f"end_{k}": v for k, v in spread_cells(at_end, multi_seed(g)).items()}
+
+
 def rule_spreads(g: pd.DataFrame, common: str) -> dict:
     """A configuration's spread (pp) and 95 % seed interval on accuracy `common` at the selected epoch (`spread_pp*`)
     and the same at the last epoch (`last_spread_pp*`: every network there has trained as long) on its `LAST_TEST`
@@ -370,23 +396,3 @@ def depth_table(runs: pd.DataFrame) -> pd.DataFrame:
         rows.append({**row, "interpolated": f"{int(g['tau_interp'].notna().sum())}/{len(g)}",
                      "diverged": diverged_count(g), **spread_cells(g, multi)})
     return finish(pd.DataFrame(rows))
-
-
-def readme_block(runs: pd.DataFrame) -> str:
-    """The README's result block: T1's spread per optimiser with its 95 % interval and seeds, then the contrast row
-    and a caption naming the statistic (tests/test_readme_numbers.py keeps README.md equal to it)."""
-    t, confs = optimizer_table(runs), configurations(runs)
-    pct = lambda v: display.number(v, "percent")  # noqa: E731
-    column = cells.spread_column(confs)
-    lines, seeds = ["| optimiser | spread (pp) | 95 % interval (pp) | seeds |", "|---|---|---|---|"], []
-    for r in t.to_dict("records"):
-        name = r["optimizer"]
-        n = confs["seed"].nunique() if name == CONTRAST else confs.loc[confs["optimizer"] == name, "seed"].nunique()
-        seeds.append(n)
-        lines.append(f"| {name} | {pct(r['spread_pp'])} | {pct(r['spread_pp_lo'])}–{pct(r['spread_pp_hi'])} | {n} |")
-    what = cells.TEST_SETS[column]
-    crude = "; crude with 2 seeds" if min(seeds, default=0) <= 2 else ""  # each σ_w's mean: a, b or their average
-    lines += ["", f"Spread: max − min over σ_w of the seed-mean test accuracy ({what}) at the lowest-validation-loss "
-              "epoch; interval: the same statistic with seeds resampled within each σ_w (`metrics.spread_resamples`, "
-              f"percentile 95 %{crude})."]
-    return "\n".join(lines)

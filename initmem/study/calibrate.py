@@ -16,7 +16,7 @@ from initmem.study.throughput import Entry, Throughput, describe, optimizer_fiel
 # The committed CPU runs' own cost: `from_runs(COMMITTED_CPU, <an --calibrate table>)` (docs/planner.md). No GPU table.
 _REFERENCE = "initmem/study/throughput/reference-cpu.json"  # in the repository: how the line names it, in every clone
 REFERENCE_CPU = Path(__file__).resolve().parents[2] / _REFERENCE
-COMMITTED_CPU = ("results/cpu", "results/cpu_steps", "results/cpu_w025_pilot")  # the trees the reference table reproduces
+COMMITTED_CPU = ("results/cpu", "results/cpu_steps", "results/cpu_w025_pilot")  # what the reference table reproduces
 # The one GPU measured: the device check's table of docs/gpu/2026-12-04-h200-speeds/ (tests/test_gpu_record.py: equal)
 _REFERENCE_GPU = "initmem/study/throughput/reference-h200.json"
 REFERENCE_GPU = Path(__file__).resolve().parents[2] / _REFERENCE_GPU

@@ -1,0 +1,187 @@
+"""The study's verdicts as data: one `Verdict` per finding, the single source of the verdict that docs/findings.md (its
+table and headings), README, the notebooks' "What we found" and the figure indexes show (tests/test_verdicts.py keeps
+each page equal to it; `python -m initmem.analysis.verdicts` prints the blocks to paste). The words are
+docs/study.md's (`WORDS`); a verdict's numbers are computed from the committed runs of its `evidence` tree, never
+typed, and `limits` says what it does not show."""
+
+import math
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+
+import pandas as pd
+
+from initmem import metrics
+from initmem.analysis import cells, display, instrument_tables, tables
+
+ROOT = Path(__file__).resolve().parents[2]
+WORDS = ("consistent", "partly", "not shown", "contradicted")  # docs/study.md#verdicts defines each
+HEADLINE = "results/cpu_w025"  # the 5-seed width-0.25 grid: section 01's headline set
+SECTION_SETS = {"01_optimizers": HEADLINE}  # each section's headline set; the others' is results/cpu
+
+
+def headline_set(section: str) -> str:
+    """The committed results tree a section's "What we found" reads (its headline set)."""
+    return SECTION_SETS.get(section, "results/cpu")
+
+
+@cache
+def _runs(tree: str, section: str | None = None) -> pd.DataFrame:
+    from initmem.store.results import load_runs
+    path = ROOT / tree / section if section else ROOT / tree
+    return load_runs(path)
+
+
+@cache
+def _t1(tree: str) -> pd.DataFrame:
+    return tables.optimizer_table(_runs(tree)).set_index("optimizer")
+
+
+def _pp(row: pd.Series, prefix: str = "") -> str:
+    """A spread with its interval, as T1 shows it: '23.7 [23.0, 24.3]'."""
+    v, lo, hi = (row.get(f"{prefix}spread_pp{s}", math.nan) for s in ("", "_lo", "_hi"))
+    return display.spread(float(v), float(lo), float(hi)).removesuffix(" pp").replace(" pp [", " [")
+
+
+def _seeds(tree: str) -> int:
+    return int(_runs(tree).groupby(["optimizer", "sigma_w"])["seed"].nunique().min())
+
+
+def _quote_1() -> str:
+    t, n = _t1(HEADLINE), _seeds(HEADLINE)
+    return (f"SGD's spread {_pp(t.loc['sgd'])} pp at the selected epoch, {_pp(t.loc['sgd'], 'end_')} at the end "
+            f"of training (n = {n} seeds a σ_w)")
+
+
+def _quote_2() -> str:
+    t = _t1(HEADLINE)
+    parts = ", ".join(f"{n} {_pp(t.loc[o])}" for o, n in (("adam", "Adam"), ("adamw", "AdamW"), ("muon", "Muon")))
+    return (f"{parts} pp; SGD − max(adaptive) {_pp(t.loc[tables.CONTRAST])} selected, "
+            f"{_pp(t.loc[tables.CONTRAST], 'end_')} at the end (n = {_seeds(HEADLINE)})")
+
+
+def _quote_3() -> str:
+    t2 = tables.long_training_table(_runs("results/cpu", "02_long_training"), marks=[25, 400])
+    sgd = t2[t2["optimizer"] == "sgd"].set_index("epoch")["spread_pp"]
+    pct = lambda e: display.number(sgd[e], "percent")  # noqa: E731
+    return f"SGD's selected spread {pct(25)} pp at epoch 25, {pct(400)} at epoch 400 (results/cpu, 1 seed)"
+
+
+def _quote_4() -> str:
+    lr = tables.optimizer_table(_runs("results/cpu_w025_lr").query("optimizer == 'sgd'")).iloc[0]
+    return (f"SGD at lr 0.1: {_pp(lr)} pp (n = 3), at lr 0.01: {_pp(_t1(HEADLINE).loc['sgd'])} (n = 5); no L2 run "
+            "with seeds yet")
+
+
+def _quote_5() -> str:
+    t4 = tables.batch_size_table(_runs("results/cpu", "04_batch_size")).set_index("batch_size")["sgd"]
+    return "SGD's spread " + ", ".join(f"b = {b}: {display.number(v, 'percent')}" for b, v in t4.items()) + \
+        " pp (1 seed each)"
+
+
+def _quote_6() -> str:
+    t5 = tables.depth_table(_runs("results/cpu", "05_depth"))
+    sgd = t5[t5["optimizer"] == "sgd"]
+    return "SGD interpolates " + ", ".join(f"{r.interpolated} σ_w at {r.arch}" for r in sgd.itertuples()) + \
+        " (800 steps, 1 seed)"
+
+
+def _quote_7() -> str:
+    t7 = instrument_tables.clock_correlations(_runs(HEADLINE)).set_index("x")
+    r = t7.loc["T_SGD"]
+    return (f"ρ(spread, T_SGD) = {display.number(r['spearman'], 'signed')} over {int(r['n_configs'])} "
+            "configurations; the designed test (docs/experiments/clocks) is training")
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """A finding's verdict: its `word` (one of `WORDS`), the `evidence` tree its numbers come from, `quote` (the
+    numbers, computed), `limits` (what it does not show)."""
+
+    finding: int
+    title: str
+    anchor: str  # docs/study.md's heading anchor
+    word: str
+    evidence: str
+    quote: Callable[[], str]
+    limits: str
+
+    def line(self) -> str:
+        """'finding 1 (SGD remembers): *consistent*', as the notebooks and indexes show it."""
+        return f"finding {self.finding} ({self.title}): *{self.word}*"
+
+    def heading(self) -> str:
+        return f"## {self.finding}. {self.title} — {self.word}"
+
+
+VERDICTS = {v.finding: v for v in (
+    Verdict(1, "SGD remembers", "finding-1-sgd-remembers", "consistent", HEADLINE, _quote_1,
+            "one protocol (ResNet-9 width 0.25, 2,000 images); memory follows the effective lr more than the "
+            "optimiser's name (docs/experiments/matched_lr)"),
+    Verdict(2, "Adaptive methods forget", "finding-2-adaptive-methods-forget", "partly", HEADLINE, _quote_2,
+            "they keep a third to a half of SGD's spread, not the paper's near zero; Muon's and SGD+momentum's "
+            "selected networks have not yet fitted"),
+    Verdict(3, "Time alone is not enough", "finding-3-time-alone-is-not-enough", "not shown", "results/cpu",
+            _quote_3, "selection freezes early, so a flat selected spread says little; the 600-epoch clock route "
+            "will decide"),
+    Verdict(4, "Regularisation and learning rate make SGD forget",
+            "finding-4-regularisation-and-learning-rate-make-sgd-forget", "partly", "results/cpu_w025_lr", _quote_4,
+            "lr: consistent, two lrs in one protocol; L2: not shown (the clock experiment's L2 route will read it)"),
+    Verdict(5, "Batch size", "finding-5-batch-size", "not shown", "results/cpu", _quote_5,
+            "one seed and unequal fitting across b; the clock experiment's batch route will decide"),
+    Verdict(6, "Depth", "finding-6-depth", "partly", "results/cpu", _quote_6,
+            "800 steps and one seed cannot tell 'fails to fit' from 'fits slowly'; not more so in the deeper net"),
+    Verdict(7, "Clocks, not epochs", "finding-7-clocks-not-epochs", "not shown", HEADLINE, _quote_7,
+            "5 configurations cannot settle a sign; lr and T_SGD vary together in the committed runs"),
+)}
+
+
+def findings_table() -> str:
+    """docs/findings.md's verdict table (between its `<!-- verdicts:begin/end -->` markers)."""
+    rows = ["| finding | verdict | numbers | read from | what it does not show |", "|---|---|---|---|---|"]
+    for v in VERDICTS.values():
+        rows.append(f"| {v.finding}. {v.title} | **{v.word}** | {v.quote()} | "
+                    f"`{v.evidence}` | {v.limits} |")
+    return "\n".join(rows)
+
+
+def readme_table() -> str:
+    """README's verdict table: a line a finding, its word and link."""
+    rows = ["| finding | verdict at CPU scale |", "|---|---|"]
+    rows += [f"| {v.finding}. {v.title} | [{v.word}](docs/findings.md#{v.finding}-{_slug(v.title)}--{_slug(v.word)}) |"
+             for v in VERDICTS.values()]
+    return "\n".join(rows)
+
+
+def _slug(text: str) -> str:
+    """GitHub's heading anchor of `text` (lower case, spaces to '-', punctuation dropped)."""
+    return "".join(c for c in text.lower().replace(" ", "-") if c.isalnum() or c in "-_")
+
+
+def readme_block(runs: pd.DataFrame) -> str:
+    """The README's result block: T1's spread per optimiser at the selected epoch and at the end of training, each
+    with its 95 % interval, the seeds, then the contrast row and a caption naming the statistics
+    (tests/test_readme_numbers.py keeps README.md equal to it)."""
+    t, confs = tables.optimizer_table(runs), tables.configurations(runs)
+    lines = ["| optimiser | spread at the selected epoch (pp) | spread at the end of training (pp) | seeds |",
+             "|---|---|---|---|"]
+    seeds = []
+    for r in t.to_dict("records"):
+        name = r["optimizer"]
+        n = confs["seed"].nunique() if name == tables.CONTRAST else \
+            confs.loc[confs["optimizer"] == name, "seed"].nunique()
+        seeds.append(n)
+        lines.append(f"| {name} | {_pp(pd.Series(r))} | {_pp(pd.Series(r), 'end_')} | {n} |")
+    what = cells.TEST_SETS[cells.spread_column(confs)]
+    crude = "; crude with 2 seeds" if min(seeds, default=0) <= 2 else ""  # each σ_w's mean: a, b or their average
+    lines += ["", f"Spread: max − min over σ_w of the seed-mean test accuracy at the lowest-validation-loss epoch "
+              f"({what}) and at the end of training (each run's median over its last {metrics.END_WINDOW} epochs, "
+              f"{cells.TEST_SETS[cells.SUBSET_TEST]}); [95 % interval]: seeds resampled within each σ_w "
+              f"(`metrics.spread_resamples`{crude})."]
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":  # the generated blocks, to paste between their markers
+    print(findings_table(), readme_table(), readme_block(_runs(HEADLINE)), sep="\n\n", file=sys.stdout)
