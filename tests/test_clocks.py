@@ -1,0 +1,83 @@
+"""The clock experiment's analysis (initmem.analysis.clocks): its report equals the committed runs' (clocks.md),
+G and its interval, the curve f, and each registered criterion deciding as registered on readings made to order."""
+
+import math
+import runpy
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from initmem.analysis import clocks
+
+ROOT = Path(__file__).resolve().parents[1]
+SCRIPT = ROOT / "docs" / "experiments" / "clocks" / "clocks.py"
+
+
+def test_the_committed_report_is_what_the_committed_runs_give():
+    script = runpy.run_path(str(SCRIPT))
+    runs, hist = script["clock_data"]()
+    assert (SCRIPT.parent / "clocks.md").read_text(encoding="utf-8") == script["report"](runs, hist)
+
+
+def test_g_is_the_gap_of_seed_means_with_an_enumerated_interval():
+    g = clocks.gap(np.array([60.0, 62.0, 61.0]), np.array([40.0, 41.0, 39.0]))
+    assert g["G_pp"] == pytest.approx(21.0) and g["n"] == 3
+    assert g["se_pp"] == pytest.approx(math.sqrt(1 / 3 + 1 / 3))
+    assert 19.0 <= g["G_lo"] < 21.0 < g["G_hi"] <= 23.0  # within the extreme resamples (60-41 .. 62-39)
+
+
+def reading(route, lr, epoch, t_sgd, g, se=0.5, epochs=60, optimizer="sgd", b=32, wd=0.0, fitted="6/6", **kw):
+    return {"route": route, "optimizer": optimizer, "lr": lr, "batch_size": b, "weight_decay": wd, "epochs": epochs,
+            "epoch": epoch, "T_SGD": t_sgd, "T_L2": kw.get("t_l2", 0.0), "T_adapt": kw.get("t_adapt", 1.0),
+            "G_pp": g, "se_pp": se, "G_lo": g - 1, "G_hi": g + 1, "n": 3, "fitted": fitted}
+
+
+LR_ROUTE = [reading("lr", 0.01, 60, 0.01, 20.0), reading("lr", 0.1, 60, 1.0, 4.0)]
+
+
+def test_f_is_linear_in_log_t_between_the_lr_routes_points_and_undefined_outside():
+    pts = clocks.curve(pd.DataFrame(LR_ROUTE))
+    assert clocks.f_at(pts, 0.1) == pytest.approx((12.0, 0.5))
+    assert math.isnan(clocks.f_at(pts, 5.0)[0]) and math.isnan(clocks.f_at(pts, 0.001)[0])
+
+
+@pytest.mark.parametrize("g600, outcome", [(12.5, "held"), (19.0, "refuted")])
+def test_the_time_route_refutes_the_clock_only_when_its_memory_stays_above_f(g600, outcome):
+    r = pd.DataFrame(LR_ROUTE + [reading("time", 0.01, 60, 0.01, 20.0, epochs=600),
+                                 reading("time", 0.01, 600, 0.1, g600, epochs=600)])
+    said, got = clocks.clock_time(r)
+    assert got == outcome and "e600" in said
+
+
+def test_a_reading_without_power_decides_nothing():
+    r = pd.DataFrame(LR_ROUTE + [reading("time", 0.01, 60, 0.1, 13.0, epochs=600),  # its own 60 already near f
+                                 reading("time", 0.01, 600, 0.1, 13.0, epochs=600)])
+    said, got = clocks.clock_time(r)
+    assert "no power" in said and got == "pending"
+
+
+def test_batch_and_l2_and_t_adapt_criteria_decide_as_registered():
+    base = [reading("lr", 0.01, 60, 0.01, 20.0)]
+    rising = base + [reading("batch", 0.01, 60, 0.04, 14.0, b=16), reading("batch", 0.01, 120, 0.005, 21.0, b=64,
+                     epochs=120), reading("batch", 0.01, 120, 0.001, 22.0, b=128, epochs=120)]
+    assert clocks.finding5(pd.DataFrame(rising))[1] == "consistent"
+    flat = [dict(x, G_pp=19.5) if x["batch_size"] == 16 else x for x in rising]
+    assert clocks.finding5(pd.DataFrame(flat))[1] == "contradicted"
+    assert clocks.finding5(pd.DataFrame(base))[1] == "pending"
+    l2 = [reading("L2", 0.01, 60, 0.01, 10.0, wd=0.03), None]
+    for g, want in ((2.0, "held"), (8.0, "refuted")):
+        l2[1] = reading("L2", 0.01, 60, 0.01, g, wd=0.3)
+        assert clocks.t_l2(pd.DataFrame(l2))[1] == want
+    adam = [reading("adaptive", 1e-3, 180, 0.0, 8.0, optimizer="adam", epochs=180),
+            reading("adaptive", 3e-3, 60, 0.0, 9.0, optimizer="adam")]
+    assert clocks.t_adapt(pd.DataFrame(adam))[1] == "held"
+    adam[1] = reading("adaptive", 3e-3, 60, 0.0, 15.0, optimizer="adam")
+    assert clocks.t_adapt(pd.DataFrame(adam))[1] == "refuted"
+
+
+def test_each_configuration_has_its_route():
+    assert [clocks.route(dict(optimizer=o, weight_decay=w, batch_size=b, epochs=e)) for o, w, b, e in (
+        ("adam", 0.0, 32, 60), ("sgd", 0.3, 32, 60), ("sgd", 0.0, 16, 60), ("sgd", 0.0, 32, 600),
+        ("sgd", 0.0, 32, 60))] == ["adaptive", "L2", "batch", "time", "lr"]
