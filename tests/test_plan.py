@@ -337,3 +337,17 @@ def test_the_reference_table_is_what_the_committed_runs_derive():
     for d, s in zip(sorted(derived.entries, key=key), shipped.entries, strict=True):
         assert d.train_step_s == pytest.approx(s.train_step_s, rel=1e-9)
         assert d.eval_image_s == pytest.approx(s.eval_image_s, rel=1e-9)
+
+
+@pytest.mark.parametrize("params, profile", [
+    ("01_optimizers", "cpu"), ("01_optimizers", "cpu_steps"), ("01_optimizers", "cpu_w025"),
+    ("01_optimizers", "cpu_w025_pilot"), ("01_optimizers", "cpu_w025_lr"), ("01_optimizers", "cpu_w025_eps"),
+    ("01_optimizers", "cpu_w025_ams"), ("02_long_training", "cpu"), ("03_lr_l2", "cpu"), ("04_batch_size", "cpu"),
+    ("05_depth", "cpu")])
+def test_every_committed_profile_finds_its_runs_where_its_command_points(params, profile, tmp_path, monkeypatch):
+    """A finished profile's default tree, results/<profile>, holds every run it asks for: its command resumes
+    nothing (the headline grid included), and a refactor of params/ that changed a run id fails here."""
+    monkeypatch.setenv("INITMEM_CACHE", str(tmp_path / "empty-cache"))
+    table, _ = calibrate.choose_table("cpu")
+    got = plan.plan_section(REPO / "params" / f"{params}.yaml", profile, table, results=REPO / "results" / profile)
+    assert got.totals()["left_runs"] == 0 and got.totals()["done_runs"] == got.totals()["runs"]
