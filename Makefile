@@ -66,13 +66,13 @@ lab: venv  ## JupyterLab in the repository root (the .py notebooks open as noteb
 	$(VENV)/bin/jupyter lab $(if $(filter 0,$(shell id -u)),--allow-root)
 
 bench: venv  ## training-speed benchmark (engine fp32 and bf16 vs DataLoader, population vs separate)
-	$(PY) benchmarks/bench_train.py
+	$(PY) -m benchmarks.bench_train
 
 # No venv needed: a GPU box with only a stock PyTorch runs it with python3 (docs/gpu/README.md).
 CHECK_PY := $(if $(wildcard $(PY)),$(PY),python3)
 DEVICE_CHECK_ARGS ?= --device cuda
 device-check:  ## correctness and speed on this device in <= 285 s (--budget-s; DEVICE_CHECK_ARGS="--device cuda --out DIR")
-	PYTHONPATH=. $(CHECK_PY) benchmarks/device_check.py $(DEVICE_CHECK_ARGS)
+	$(CHECK_PY) -m benchmarks.device_check $(DEVICE_CHECK_ARGS)
 
 ARCHIVE ?=
 gpu-prepare:  ## lay data/cifar10-jpeg.tar.gz (ARCHIVE=path) and print the device check's command and what to carry

@@ -22,7 +22,9 @@ Prints the median over repeats and ends with `ratio_engine_vs_dataloader=X ratio
 ratio_ensemble_vs_separate=Z` (X and Y against the faster DataLoader variant). `--components` times the parts
 (best of N), `--profile` prints top ops.
 
-    .venv/bin/python benchmarks/bench_train.py [--width 0.25 --batch-size 128 --steps 20 --k 3 --repeats 3]
+    .venv/bin/python -m benchmarks.bench_train [--width 0.25 --batch-size 128 --steps 20 --k 3 --repeats 3]
+
+What it measured and what that means: docs/performance.md.
 """
 
 from __future__ import annotations
@@ -31,21 +33,18 @@ import argparse
 import math
 import os
 import statistics
-import sys
 import time
 from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
-
-from initmem.config import TrainConfig  # noqa: E402
-from initmem.data import splits as _data  # noqa: E402
-from initmem.engine import members as _members  # noqa: E402
-from initmem.engine import models, optim  # noqa: E402
-from initmem.engine.trainer import train  # noqa: E402
-from initmem.store.provenance import portable_source  # noqa: E402
+from initmem.config import TrainConfig
+from initmem.data import splits as _data
+from initmem.engine import members as _members
+from initmem.engine import models, optim
+from initmem.engine.trainer import train
+from initmem.store.provenance import portable_source
 
 SIGMA_GRID = (0.1, 0.25, 0.5, 1.0, 1.5, 2.0, 2.5)
 DATA = Path(__file__).resolve().parents[1] / "data"  # the repository's data/, where `initmem data` puts CIFAR-10

@@ -1,36 +1,12 @@
 """Device check: is initmem's engine right and fast on this device? One command, at most `--budget-s` seconds.
 
-    PYTHONPATH=. python3 benchmarks/device_check.py --device cuda --out /tmp/dc    # a GPU box: <= 285 s (--budget-s)
-    PYTHONPATH=. python3 benchmarks/device_check.py --device cpu --tiny --out /tmp/dc   # CI: seconds a step
+    python3 -m benchmarks.device_check --device cuda --out /tmp/dc         # a GPU box: <= 285 s (--budget-s)
+    python3 -m benchmarks.device_check --device cpu --tiny --out /tmp/dc   # CI: seconds a step
 
-Steps (benchmarks/device_steps.py; docs/gpu/README.md says what each measures and its tolerance), the ones that
-decide correctness first: env; parity_fp32 (device against CPU fp32 on a short deterministic run);
-population_vs_separate (a 2-member population against its 2 separate runs, on the device); resume (a run SIGKILLed
-mid-checkpoint and resumed, identical to the uninterrupted one); rerun (two deterministic runs bit-identical);
-parity_bf16, parity_muon, parity_tf32; then the measurements: epoch_eager (epoch times, train and eval, peak
-memory); population (K members as one population vs K separate runs vs K concurrent processes); and the optional
-ones: epoch_compile (torch.compile: each graph's compile time as it finishes, whether CUDA graphs were used);
-paper (SGD and Adam populations at sigma_w 0.1 and 2.5 on the full split, as many epochs as the budget leaves).
-Each runs in its own process under a time limit (its cap, and never more than the budget leaves after the later
-steps' minimums); a step that fails or times out is recorded with its error (and whatever it had measured) and the
-others go on. With `--device cpu` the CPU stands in for CUDA (CPU against CPU; tf32 skipped) so that every branch
-runs in CI.
-
-Writes exactly four files to `--out`, rewritten after every step (a check killed from outside leaves what it had):
-`device_check.json`, `device_check.md`, `throughput.json` (the planner's table: `initmem plan params/*.yaml
---profile paper --throughput <out>/throughput.json`) and `logs.tar.gz` (`logs/<step>.log` and its helper processes'
-logs). Exit code 0 when at least one check ran, no step failed or timed out and no check missed its tolerance, else
-1; 2 (one line, before any step) for a bad flag, a missing archive (unless --tiny or --synthetic) or an --out that
-cannot be written.
-
-device_check.json: {"schema": 1, "tool", "created", "finished", "seconds", "args": {...}, "settings": {device,
-mode, data, data_root, precision, ...}, "device_name", "kind", "stand_in": null | "<what stands in>",
-"counts": {"ok", "failed", "timed_out", "skipped"}, "checks": {"passed": [...], "failed": [...]}, "exit_code",
-"throughput": {"path", "entries"}, "steps": [{"name", "title", "status": ok|failed|timed_out|skipped, "pass":
-true|false|null, "seconds", "limit_s", "error", "reason", "results": {...}}]}.
-
-Test hooks: `--fail STEP` makes a step raise at once, `--hang STEP` makes it sleep past its limit, `--limit
-STEP=SECONDS` overrides a step's cap, `--only STEP` runs a subset (env always runs).
+Run from the repository root (nothing to install beyond torch, numpy, pandas, pyyaml, tqdm, Pillow). Each step
+(`benchmarks.device_steps`) runs in its own process under a time limit; a step that fails or times out is recorded
+and the others go on. The steps, the flags, the four files written to `--out` (the JSON's schema) and the exit
+codes: docs/gpu/device_check.md.
 """
 
 from __future__ import annotations
@@ -53,17 +29,16 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(REPO), str(Path(__file__).resolve().parent)]  # a checkout, without installing
+from benchmarks import device_steps as ds
+from benchmarks import parity
+from initmem.store.files import atomic_write, ensure_writable
 
-import device_steps as ds  # noqa: E402
-import parity  # noqa: E402
-
+REPO = ds.ROOT
 SCHEMA = 1
 ARCHIVE = REPO / "data" / "cifar10-jpeg.tar.gz"  # where benchmarks/gpu_prepare.sh lays it (git-ignored, carried)
 # seconds: (cap on CUDA, cap with --tiny, minimum worth starting); "paper" takes what is left
 # The correctness steps first (they decide whether the GPU computes what the CPU does), the measurements after them,
-# the optional ones last; docs/gpu/README.md gives each step's time measured on an H200 (the correctness steps: 97 s).
+# the optional ones last; docs/gpu/device_check.md gives each step's time measured on an H200 (correctness: 97 s).
 LIMITS = {"env": (120, 60, 10), "parity_fp32": (60, 60, 10), "population_vs_separate": (60, 60, 10),
           "resume": (60, 90, 15), "rerun": (60, 60, 10), "parity_bf16": (45, 60, 10), "parity_muon": (45, 60, 10),
           "parity_tf32": (45, 60, 10), "epoch_eager": (100, 90, 20), "population": (90, 120, 20),
@@ -114,9 +89,9 @@ def run_step(name: str, settings: dict, limit: float, logs: Path, hang: bool, fa
     if launch == "fork":
         pid = _fork(name, ctxfile, logs / f"{name}.log")
     else:
+        cmd, env = ds.worker_command(name, ctxfile)
         with open(logs / f"{name}.log", "w") as log:
-            pid = subprocess.Popen([sys.executable, str(Path(__file__).resolve()), "--worker", name, "--ctx",
-                                    str(ctxfile)], stdout=log, stderr=subprocess.STDOUT, start_new_session=True).pid
+            pid = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True, env=env).pid
     rc: int | None = None
     while rc is None and time.time() - t0 < limit:
         done, status = os.waitpid(pid, os.WNOHANG)
@@ -192,7 +167,8 @@ def settings_for(args: argparse.Namespace) -> tuple[dict[str, Any], list[str]]:
         data, root = "auto", str(Path(args.archive or ARCHIVE).resolve())
     s = {"device": args.device, "mode": mode, "data": data, "data_root": root, "precision": args.precision,
          "paper_epochs": args.paper_epochs, "threads": args.threads or (1 if args.tiny else None),
-         "plant": args.plant}
+         "plant": args.plant,  # `--limit paper=S`: the paper step trains for all of its S, as on a GPU
+         "paper_cap_s": None if "paper" in dict(args.limit) else ds.SIZES[mode]["paper_cap_s"]}
     return s, notes
 
 
@@ -222,7 +198,6 @@ def run_all(args: argparse.Namespace) -> dict[str, Any]:
     out.mkdir(parents=True, exist_ok=True)
     logs = Path(tempfile.mkdtemp(prefix="device-check-"))  # contexts, results files, logs: tarred into --out
     settings, notes = settings_for(args)
-    os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, (str(REPO), os.environ.get("PYTHONPATH"))))  # helpers
     if args.launch == "fork":
         preload()
     names = [n for n in ds.STEPS if n == "env" or not args.only or n in args.only]  # what runs; all are reported
@@ -245,9 +220,7 @@ def run_all(args: argparse.Namespace) -> dict[str, Any]:
             print(f"[{time.time() - t_start:5.0f} s] {name} (limit {limit:.0f} s) ...", flush=True)
             steps.append(run_step(name, settings, limit, logs, name in args.hang, name in args.fail, args.launch))
         rec = steps[-1]
-        print(f"[{time.time() - t_start:5.0f} s] {name}: {rec['status']}" + (f", pass={rec['pass']}" if rec[
-            "pass"] is not None else "") + (f": {rec['error'] or rec['reason']}" if rec["status"] != "ok" else ""),
-              flush=True)
+        print(f"[{time.time() - t_start:5.0f} s] {name}: {outcome(rec)}", flush=True)
         if name == "env":
             res = rec["results"]
             if res.get("device_ok") is False:
@@ -284,12 +257,15 @@ def report(args: argparse.Namespace, steps: list[dict], settings: dict, notes: l
     table = throughput(doc)
     doc["throughput"] = {"path": "throughput.json", "entries": len(table.entries)}
     save_throughput(table, out / "throughput.json")
-    with tarfile.open(out / "logs.tar.gz.tmp", "w:gz") as tar:  # the step logs (helpers' logs are named in them)
-        for log in sorted(logs.glob("*.log")):
-            tar.add(log, arcname=f"logs/{log.name}")
-    os.replace(out / "logs.tar.gz.tmp", out / "logs.tar.gz")
-    (out / "device_check.json").write_text(json.dumps(doc, indent=1, default=str) + "\n", encoding="utf-8")
-    (out / "device_check.md").write_text(markdown(doc), encoding="utf-8")
+
+    def tar_logs(f) -> None:  # the step logs (helpers' logs are named in them)
+        with tarfile.open(fileobj=f, mode="w:gz") as tar:
+            for log in sorted(logs.glob("*.log")):
+                tar.add(log, arcname=f"logs/{log.name}")
+
+    atomic_write(out / "logs.tar.gz", tar_logs)
+    atomic_write(out / "device_check.json", json.dumps(doc, indent=1, default=str) + "\n")
+    atomic_write(out / "device_check.md", markdown(doc))
     return doc
 
 
@@ -306,12 +282,37 @@ def portable(doc: Any, root: Path = REPO) -> Any:
     return doc.replace(f"{root}{os.sep}", "") if isinstance(doc, str) else doc
 
 
+def _engine_checks(doc: dict[str, Any]) -> list[str]:
+    """The checks that ran, but env's (it checks the machine, not the engine)."""
+    return [c for c in doc["checks"]["passed"] + doc["checks"]["failed"] if c != "env"]
+
+
 def exit_code(doc: dict[str, Any]) -> int:
     """0 when at least one check ran, none missed its tolerance and no step failed or timed out; 1 otherwise (a
     check that checked nothing is no pass; steps skipped for --only or the budget do not fail it by themselves)."""
-    checks = doc["checks"]
-    engine = [c for c in checks["passed"] + checks["failed"] if c != "env"]  # env checks the machine, not the engine
-    return int(bool(doc["counts"]["failed"] or doc["counts"]["timed_out"] or checks["failed"] or not engine))
+    failed = doc["counts"]["failed"] or doc["counts"]["timed_out"] or doc["checks"]["failed"]
+    return int(bool(failed or not _engine_checks(doc)))
+
+
+def exit_reason(doc: dict[str, Any]) -> str:
+    """Why `exit_code` is 1, in one line ("" when it is 0): each failed or timed-out step with its error, each check
+    that missed with what it found, or that no check of the engine ran (and why: --only, or the budget)."""
+    why = [f"{r['name']} {r['status']}: {r['error']}" for r in doc["steps"] if r["status"] in ("failed", "timed_out")]
+    why += [f"{r['name']} failed its check: {headline(r)}" for r in doc["steps"] if r["pass"] is False]
+    if not _engine_checks(doc):
+        only = doc["args"].get("only")
+        why.append("no check of the engine ran (" + (
+            f"--only {' --only '.join(only)} selects none: add a check, e.g. --only parity_fp32" if only else
+            "every check was skipped: see the steps above") + ")")
+    return "; ".join(why)
+
+
+def outcome(rec: dict[str, Any]) -> str:
+    """A step's status in one line: with its error or reason when it is not ok, what it found when it missed."""
+    text = rec["status"] + (f", pass={rec['pass']}" if rec["pass"] is not None else "")
+    if rec["status"] != "ok":
+        return f"{text}: {rec['error'] or rec['reason']}"
+    return f"{text}: {headline(rec)}" if rec["pass"] is False else text
 
 
 # ------------------------------------------------------------------------------------------------ outputs
@@ -353,9 +354,9 @@ def headline(rec: dict[str, Any]) -> str:
         return rec["reason"] or ""
     if n == "env":
         data = r.get("data", {})
-        err = f"; data error: {r['data_error']}" if "data_error" in r else ""
-        return (f"{r.get('device_name')}, torch {r.get('env', {}).get('torch')}, data {data.get('source')} "
-                f"({_g(data.get('load_s'), '.1f')} s){err}")
+        loaded = f"data error: {r['data_error']}" if "data_error" in r else (
+            f"data {data.get('source')} ({_g(data.get('load_s'), '.1f')} s)")
+        return f"{r.get('device_name')}, torch {r.get('env', {}).get('torch')}, {loaded}"
     if n.startswith("parity") and "verdict" in r:
         d, s, v = r["differences"], r["setup"], r["verdict"]
         return (f"{s['target']} vs {s['reference']}: epoch 0 max rel diff {_g(v['epoch0']['max'])} (tolerance "
@@ -479,14 +480,19 @@ def preflight(args: argparse.Namespace) -> str | None:
     folder this process can write (created if missing; a file, or a read-only place, is refused before any step)."""
     if not (args.tiny or args.synthetic) and not Path(args.archive or ARCHIVE).exists():
         return (f"--archive={str(args.archive or ARCHIVE)!r} does not exist: a CIFAR-10 .tar.gz is accepted "
-                "(benchmarks/gpu_prepare.sh lays data/cifar10-jpeg.tar.gz), or --synthetic for speeds without it")
-    out = Path(args.out)
+                "(make gpu-prepare lays data/cifar10-jpeg.tar.gz), or --synthetic for speeds without it")
+    if not args.out.strip():
+        return (f"--out={args.out!r} is empty (an unset variable?): a folder is accepted (without --out: "
+                "docs/gpu/<date>-<gpu name>)")
+    out, records = Path(args.out), REPO / "docs" / "gpu"
+    where = out.resolve()
+    if where.is_relative_to(REPO) and (where == records or not where.is_relative_to(records)):
+        return (f"--out={args.out!r} is inside the repository but not a folder under docs/gpu/: a folder outside the "
+                "repository, or docs/gpu/<date>-<gpu>/ (a record to commit), is accepted")
     if out.exists() and not out.is_dir():
         return f"--out={str(out)!r} is a file: a folder (created if missing) is accepted"
     try:
-        out.mkdir(parents=True, exist_ok=True)
-        with tempfile.TemporaryFile(dir=out):  # os.access says yes to root on a read-only mount
-            pass
+        ensure_writable(out)  # os.access says yes to root on a read-only mount
     except OSError as exc:
         return f"--out={str(out)!r} is not a writable folder ({exc.strerror or exc}): a writable folder is accepted"
     return None
@@ -495,7 +501,7 @@ def preflight(args: argparse.Namespace) -> str | None:
 def parser() -> argparse.ArgumentParser:
     from initmem.cli.args import Parser
 
-    ap = Parser(prog="device_check.py", description=__doc__.split("\n\n")[0])
+    ap = Parser(prog="python -m benchmarks.device_check", description=__doc__.split("\n\n")[0])
     ap.add_argument("--device", choices=("cuda", "cpu"), default="cuda")
     ap.add_argument("--archive", default=None, help=f"CIFAR-10 .tar.gz (default: {ARCHIVE.relative_to(REPO)}); "
                                                     "missing: an error unless --tiny or --synthetic")
@@ -504,7 +510,7 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--tiny", action="store_true", help="seconds on a CPU: synthetic data, width 1/16, few steps")
     ap.add_argument("--out", default=None, help="output folder (default: docs/gpu/<date>-<gpu name>)")
     ap.add_argument("--budget-s", type=_seconds, default=BUDGET_S, help="wall-clock budget of the whole check "
-                    "(default %(default)g: start + two runs fit 15 minutes of device time, docs/gpu/README.md)")
+                    "(default %(default)g: start + two runs fit 15 minutes of device time, docs/gpu/device_check.md)")
     ap.add_argument("--precision", choices=("fp32", "tf32", "bf16"), default="fp32",
                     help="precision of the population and paper steps (the study's default fp32)")
     ap.add_argument("--paper-epochs", type=int, default=200,
@@ -530,16 +536,21 @@ def main(argv: list[str] | None = None) -> int:
     vars(args).pop("_given", None)
     if args.worker:
         return worker(args.worker, args.ctx)
-    args.out = args.out or default_out(args.device, args.tiny)
+    if args.out is None:
+        args.out = default_out(args.device, args.tiny)
     args.launch = args.launch or ("exec" if args.device == "cuda" else "fork")
     if unknown := [n for n in [*args.only, *args.fail, *args.hang] if n not in ds.STEPS]:
         ap.error(f"unknown step(s) {unknown}: one of {', '.join(ds.STEPS)}")
     if problem := preflight(args):
         ap.error(problem)
+    if Path(args.out).resolve().is_relative_to(REPO):
+        print(f"writing into the repository: {Path(args.out).resolve().relative_to(REPO)} (a record to commit, "
+              "docs/gpu/README.md; elsewhere: --out DIR)", flush=True)
     doc = run_all(args)
     print(f"wrote {args.out}/{', '.join(OUTPUTS)} (throughput: {doc['throughput']['entries']} entries) in "
           f"{doc['seconds']:.0f} s: {doc['counts']}; checks passed: {doc['checks']['passed'] or 'none'}, failed: "
-          f"{doc['checks']['failed'] or 'none'}; exit code {doc['exit_code']}")
+          f"{doc['checks']['failed'] or 'none'}; exit code {doc['exit_code']}" + (
+              f": {exit_reason(doc)}" if doc["exit_code"] else ""))
     return doc["exit_code"]
 
 

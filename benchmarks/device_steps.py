@@ -1,4 +1,5 @@
-"""The steps of `benchmarks/device_check.py`, each run in its own process by `device_check.py --worker NAME`.
+"""The steps of `benchmarks.device_check`, each run in its own process by `python -m benchmarks.device_check --worker
+NAME` (`worker_command`).
 
 A step function takes a `Ctx` (the settings, its deadline, `put`/`add` to record results as it goes: a step killed
 at its limit keeps what it had recorded) and returns a verdict: True / False (a check passed or not) or None (a
@@ -24,17 +25,19 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
-import parity
 
+from benchmarks import parity
+from initmem.store.files import atomic_write
+
+ROOT = Path(__file__).resolve().parents[1]  # the repository: its root on a worker's PYTHONPATH
 # the population check's max relative loss difference after 2 epochs: a member and its separate run sum in other
 # orders, and at sigma_w 2 two epochs amplify that to ~4e-3 (measured on the CPU stand-in); a member fed another's data
-# or state differs by order 1. The device-vs-CPU checks: benchmarks/parity.py (epoch 0 tight, trained from the spread)
+# or state differs by order 1. The device-vs-CPU checks: benchmarks.parity (epoch 0 tight, trained from the spread)
 POPULATION_TOL = 5e-2
 LOSSES = ("train_loss", "val_loss", "test_loss")
 ABSOLUTE = ("train_acc", "val_acc", "test_acc", "angle")  # compared as absolute differences (fractions, degrees)
 SIZES = {  # per mode: the parity runs, the speed runs' split, batch sizes, population size, timed steps
-    "full": {"parity": dict(arch="resnet9", width=0.25, n_train=512, n_val=500, n_test=500, train_eval_size=512,
-                            batch_size=128, epochs=2),
+    "full": {"parity": parity.RUN,
              "split": dict(width=1.0, n_train=None, n_val=5000, n_test=None, train_eval_size=None, epochs=2),
              "batches": (128, 512), "deep": "resnet56", "pop_batches": (32, 128, 512), "members": 7,
              "steps": 20, "warmup": 5, "paper_cap_s": None},
@@ -82,9 +85,7 @@ class Ctx:
         self.write()
 
     def write(self, **extra: Any) -> None:
-        tmp = self.path.with_name(self.path.name + ".tmp")
-        tmp.write_text(json.dumps({"results": self.res, **extra}, default=_plain), encoding="utf-8")
-        os.replace(tmp, self.path)
+        atomic_write(self.path, json.dumps({"results": self.res, **extra}, default=_plain))
 
 
 def _plain(x: Any) -> Any:
@@ -108,14 +109,22 @@ def config(ctx: Ctx, kind: str, **changes: Any):
     return TrainConfig(**{"arch": "resnet9", "device": s["device"], **data, **size, **changes})
 
 
+def worker_command(name: str, ctxfile: Path) -> tuple[list[str], dict[str, str]]:
+    """The command and environment of a worker process running the step or helper `name` (`ROOT` first on its
+    PYTHONPATH: `benchmarks` and `initmem` import from the checkout, installed or not)."""
+    path = os.pathsep.join(filter(None, (str(ROOT), os.environ.get("PYTHONPATH"))))
+    return ([sys.executable, "-m", "benchmarks.device_check", "--worker", name, "--ctx", str(ctxfile)],
+            {**os.environ, "PYTHONPATH": path})
+
+
 def spawn(ctx: Ctx, worker: str, args: dict, log: Path, env: dict | None = None) -> subprocess.Popen:
-    """Start `device_check.py --worker <worker>` (a helper process of this step) with `args`."""
+    """Start the helper `worker` (a process of this step) with `args`."""
     ctxfile = log.with_suffix(".ctx.json")
     ctxfile.write_text(json.dumps({"settings": ctx.s, "args": args, "deadline": ctx.deadline,
                                    "result": str(log.with_suffix(".result.json"))}), encoding="utf-8")
-    cmd = [sys.executable, str(Path(__file__).with_name("device_check.py")), "--worker", worker, "--ctx", str(ctxfile)]
+    cmd, base = worker_command(worker, ctxfile)
     with open(log, "w") as out:
-        return subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env={**os.environ, **(env or {})})
+        return subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env={**base, **(env or {})})
 
 
 # ------------------------------------------------------------------------------------------------ comparisons
@@ -526,9 +535,14 @@ class _Deadline(Exception):
 def step_paper(ctx: Ctx) -> bool:
     """The paper's setting in the minutes left: full split, width 1, b = 128, SGD and Adam each as a population
     of sigma_w 0.1 and 2.5, as many epochs as fit: each trains (checkpointed every epoch) until its share of the
-    time is up, then its measured epochs are read from its newest checkpoint."""
+    time is up, then its measured epochs are read from its newest checkpoint. The time: what the step's limit leaves,
+    at most `paper_cap_s` of training (--tiny: 10 s; none under `--limit paper=S`), counted once the training stack is
+    imported (a fresh interpreter on a loaded machine takes seconds)."""
+    import initmem.engine.trainer  # noqa: F401 - before the clock starts
+    import initmem.metrics  # noqa: F401
+
     opts, tmp = ("sgd", "adam"), Path(tempfile.mkdtemp(prefix="device-check-paper-"))
-    cap = SIZES[ctx.s["mode"]]["paper_cap_s"]
+    cap = ctx.s.get("paper_cap_s", SIZES[ctx.s["mode"]]["paper_cap_s"])
     end = time.time() + min(ctx.left() - 2, cap or math.inf)
     for i, opt in enumerate(opts):
         configs = [config(ctx, "split", batch_size=128, optimizer=opt, sigma_w=s, precision=ctx.s["precision"],
@@ -614,9 +628,7 @@ def child_steps(ctx: Ctx) -> None:
             time.sleep(0.005)
         start = time.time()
         step_s = time_steps(cfg, size["steps"], size["warmup"], population=1)
-        res = {"step_s": step_s, "start": start, "end": time.time()}
-        (barrier / f"res-{b}-{i}.json.tmp").write_text(json.dumps(res))
-        os.replace(barrier / f"res-{b}-{i}.json.tmp", barrier / f"res-{b}-{i}.json")
+        atomic_write(barrier / f"res-{b}-{i}.json", json.dumps({"step_s": step_s, "start": start, "end": time.time()}))
 
 
 STEPS = {  # name -> (title, function); the order is the run order: correctness first, the optional steps last

@@ -28,6 +28,6 @@ got=$(sha256sum "$DEST" | cut -d' ' -f1)
 [ "$got" = "$SHA" ] || echo "gpu_prepare.sh: warning: $DEST has sha256 $got, not the committed results' $SHA" >&2
 echo "ready: $DEST ($(du -h "$DEST" | cut -f1), sha256 ${got:0:12}...)"
 echo "on the GPU machine, in the repository root (timeout $((BUDGET + 60)) s; \$OUT: the folder that comes back):"
-echo "  PYTHONPATH=. INITMEM_CACHE=\$(mktemp -d) python3 benchmarks/device_check.py --device cuda --archive $DEST --out \"\$OUT\" --budget-s $BUDGET"
+echo "  INITMEM_CACHE=\$(mktemp -d) python3 -m benchmarks.device_check --device cuda --archive $DEST --out \"\$OUT\" --budget-s $BUDGET"
 echo "carry: $DEST"
 echo "then: copy \$OUT to docs/gpu/<date>-<gpu>/ and commit it (docs/gpu/README.md, 'Feeding the planner')"

@@ -2,9 +2,11 @@
 of a profile through `point.train_point`, into the run folders `initmem sweep` writes, one worker process per point,
 side by side on one device. The figures are made elsewhere: `initmem figures --results DIR` where papermill is.
 
-    PYTHONPATH=. python3 benchmarks/gpu_sweep.py params/01_optimizers.yaml --profile cpu_w025 \\
-        --results results/h200_w025 --device cuda --population
-    PYTHONPATH=. python3 benchmarks/gpu_sweep.py params/01_optimizers.yaml --profile smoke --results /tmp/s --device cpu
+    python3 -m benchmarks.gpu_sweep params/01_optimizers.yaml --profile cpu_w025 --results results/h200_w025 \\
+        --device cuda --population
+    python3 -m benchmarks.gpu_sweep params/01_optimizers.yaml --profile smoke --results /tmp/s --device cpu
+
+Run from the repository root (the checkout on the path: nothing installed but torch, numpy, pandas and pyyaml).
 
 The profile's `device` is replaced by `--device` (not part of the run id: a GPU tree is its own tree, never mixed
 into a CPU one: `--results` must not hold runs trained on another device). `--population` trains each point's runs
@@ -22,11 +24,9 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # a checkout, without installing
-
-from initmem.config import point_configs  # noqa: E402
-from initmem.errors import InitmemError  # noqa: E402
-from initmem.study.params import load_section  # noqa: E402
+from initmem.config import point_configs
+from initmem.errors import InitmemError
+from initmem.study.params import load_section
 
 
 def _point(job: dict) -> dict:
@@ -70,7 +70,7 @@ def _foreign(results: Path, device: str) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(prog="python -m benchmarks.gpu_sweep", description=__doc__.split("\n\n")[0])
     ap.add_argument("params")
     ap.add_argument("--profile", required=True)
     ap.add_argument("--results", required=True, help="the results tree (its own: one device kind)")

@@ -1,9 +1,9 @@
-"""The parity verdict of `benchmarks/device_check.py`: does the device compute what the CPU does? It separates a bug
+"""The parity verdict of `benchmarks.device_check`: does the device compute what the CPU does? It separates a bug
 from rounding in two parts. At epoch 0 nothing has trained: the three evaluations are forward passes of the same
 initial weights, so a correct device agrees to ~1e-7 (fp32) and the check is tight. After training, a different
 summation order (another conv algorithm, memory layout or thread count) is amplified by every step, so the
-tolerance is a multiple of the spread measured on the CPU under those changes (`python benchmarks/parity.py`,
-numbers in docs/gpu/README.md). A real bug (a wrong lr, another seed's minibatches, BatchNorm statistics never
+tolerance is a multiple of the spread measured on the CPU under those changes (`python -m benchmarks.parity`,
+numbers in docs/gpu/device_check.md). A real bug (a wrong lr, another seed's minibatches, BatchNorm statistics never
 updated) moves the losses by far more; `plant` puts one into a target run so that a test can show it still fails.
 """
 
@@ -14,26 +14,28 @@ import itertools
 import json
 import sys
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
 LOSSES = ("train_loss", "val_loss", "test_loss")
+# the device check's full-mode parity run (`device_steps.SIZES`), on which the tolerances below were measured
+RUN = dict(arch="resnet9", width=0.25, n_train=512, n_val=500, n_test=500, train_eval_size=512, batch_size=128,
+           epochs=2)
 # epoch 0 (forward only, the same initial weights): largest relative difference of val/test loss and weight norm.
 # fp32 measured <= 2e-7 on the CPU (layout, threads); tf32 and bf16 round the forward pass itself (10- and 8-bit
 # mantissas), so theirs are their rounding's size
 EPOCH0 = {"fp32": 1e-5, "tf32": 1e-2, "bf16": 5e-2}
 # after training (2 epochs of the parity run): largest relative loss difference. fp32: 5x the largest spread measured
 # on the CPU under channels_last on/off and 1/2 threads (1.96e-3), 7x under the smallest planted bug's (7.0e-2;
-# docs/gpu/README.md); tf32 and bf16 round every step's arithmetic more coarsely still
+# docs/gpu/device_check.md); tf32 and bf16 round every step's arithmetic more coarsely still
 TRAINED = {"fp32": 1e-2, "tf32": 5e-2, "bf16": 5e-2}
 # the initial weights: one draw on the CPU moved to the device, so equal (a device-side draw or a wrong seed: order 1)
 INIT_TOL = 1e-7
 # after training: the BatchNorm running statistics' difference relative to how far training moved them (`States`):
-# rounding moved them <= 5.2e-3 on the CPU (docs/gpu/README.md); a skipped BN update leaves them where they started
-# (1.0), which the losses may not show at sigma_w 1 (eval-mode statistics near their initial 0 and 1)
+# rounding moved them <= 5.2e-3 on the CPU (docs/gpu/device_check.md); a skipped BN update leaves them where they
+# started (1.0), which the losses may not show at sigma_w 1 (eval-mode statistics near their initial 0 and 1)
 BUFFERS_TOL = {"fp32": 0.1, "tf32": 0.2, "bf16": 0.3, "population": 0.1}
 # what `plant` can put into the target run: rounding changes (must pass) and bugs (must fail)
 ROUNDING = ("channels_last", "threads")
@@ -217,14 +219,12 @@ def spread(cfg: Any, plants: tuple[str, ...] = BUGS, layouts: tuple[tuple[bool, 
 
 
 def main() -> int:
-    """Print the spread of the device check's full-mode parity run on this CPU (the archive as its first argument)."""
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-    from device_steps import SIZES
-
+    """Print the spread of the device check's full-mode parity run on this CPU (the archive as its first argument):
+    `python -m benchmarks.parity [ARCHIVE]` from the repository root."""
     from initmem.config import TrainConfig
 
     archive = sys.argv[1] if len(sys.argv) > 1 else "data/cifar10-jpeg.tar.gz"
-    cfg = TrainConfig(data="auto", data_root=archive, device="cpu", deterministic=True, **SIZES["full"]["parity"])
+    cfg = TrainConfig(data="auto", data_root=archive, device="cpu", deterministic=True, **RUN)
     print(json.dumps(spread(cfg), indent=1, default=str))
     return 0
 

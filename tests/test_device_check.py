@@ -1,7 +1,7 @@
-"""benchmarks/device_check.py on the CPU, as CI runs it: `--device cpu --tiny` in a subprocess with PYTHONPATH=repo
-(the CPU stands in for CUDA), then its JSON, Markdown, throughput table and logs archive (the only four files it
-leaves in --out); a failing and a hanging step are recorded while the others run, and the check exits non-zero;
-an exhausted budget skips the rest."""
+"""benchmarks.device_check on the CPU, as CI runs it: `python -m benchmarks.device_check --device cpu --tiny` from
+the repository root (the CPU stands in for CUDA), then its JSON, Markdown, throughput table and logs archive (the only
+four files it leaves in --out); a failing and a hanging step are recorded while the others run, and the check exits
+non-zero with its reason on screen; an exhausted budget skips the rest."""
 
 from __future__ import annotations
 
@@ -16,6 +16,10 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from benchmarks import device_check as dc
+from benchmarks import device_steps as ds
+from benchmarks import parity
+
 REPO = Path(__file__).resolve().parents[1]
 STATUSES = {"ok", "failed", "skipped", "timed_out"}
 STEPS = ("env", "parity_fp32", "population_vs_separate", "resume", "rerun", "parity_bf16", "parity_muon", "parity_tf32",
@@ -23,24 +27,29 @@ STEPS = ("env", "parity_fp32", "population_vs_separate", "resume", "rerun", "par
 OUTPUTS = {"device_check.json", "device_check.md", "throughput.json", "logs.tar.gz"}
 
 
-def _check(out: Path, *args: str, timeout: float = 800, rc: int = 0) -> tuple[dict, float]:
-    t0 = time.perf_counter()
-    proc = subprocess.run([sys.executable, "benchmarks/device_check.py", "--device", "cpu", "--tiny", "--out",
-                           str(out), *args], cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)},
+def _run(*args: str, timeout: float = 800) -> subprocess.CompletedProcess:
+    """`python -m benchmarks.device_check ARGS` from the repository root, as the docs give it (no PYTHONPATH)."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    return subprocess.run([sys.executable, "-m", "benchmarks.device_check", *args], cwd=REPO, env=env,
                           capture_output=True, text=True, timeout=timeout)
+
+
+def _check(out: Path, *args: str, timeout: float = 800, rc: int = 0, tiny: bool = True) -> tuple[dict, str]:
+    """Run the check into `out` on the CPU; its JSON document (its exit code `rc`, said on screen) and its stdout."""
+    proc = _run("--device", "cpu", *(["--tiny"] if tiny else []), "--out", str(out), *args, timeout=timeout)
     assert proc.returncode == rc, proc.stdout[-3000:] + proc.stderr[-3000:]
     doc = json.loads((out / "device_check.json").read_text())
     assert doc["exit_code"] == rc and f"exit code {rc}" in proc.stdout
-    return doc, time.perf_counter() - t0
+    return doc, proc.stdout
 
 
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict, Path, float]:
-    out = tmp_path_factory.mktemp("device-check")
-    doc, seconds = _check(out, "--budget-s", "1200", "--limit", "epoch_eager=240")  # the default (285 s) is a GPU's;
+    out, t0 = tmp_path_factory.mktemp("device-check"), time.perf_counter()
+    doc, _ = _check(out, "--budget-s", "1200", "--limit", "epoch_eager=240")  # the default (285 s) is a GPU's;
     # 136 s on 2 cores beside two training processes (185 s before --tiny's deep network became ResNet-20, its
-    # population step two batch sizes and its paper step 10 s: docs/performance.md)
-    return doc, out, seconds
+    # population step two batch sizes and its paper step 10 s: docs/experiments/performance/README.md)
+    return doc, out, time.perf_counter() - t0
 
 
 def _steps(doc: dict) -> dict[str, dict]:
@@ -140,22 +149,42 @@ def test_a_failed_step_makes_the_check_exit_non_zero(tmp_path):
 
 
 def test_a_failing_step_and_a_hanging_step_are_recorded_while_the_others_run(tmp_path):
-    doc, _ = _check(tmp_path, "--only", "parity_fp32", "--only", "rerun", "--only", "population", "--only", "paper",
-                    "--fail", "parity_fp32", "--hang", "rerun", "--limit", "rerun=4", "--limit", "population=12",
-                    "--paper-epochs", "1", "--launch", "exec", rc=1)
+    """No margin here is a quiet machine's: the hang is killed at the limit it is given (4 s), and the paper step has
+    all of its 300 s (`--limit paper=`, no --tiny cap) for one epoch a population, which takes seconds even at load
+    8 on 2 cores (its import time is not counted against it). Each step a fresh interpreter (`--launch exec`)."""
+    doc, stdout = _check(tmp_path, "--only", "parity_fp32", "--only", "rerun", "--only", "paper", "--fail",
+                         "parity_fp32", "--hang", "rerun", "--limit", "rerun=4", "--limit", "paper=300", "--budget-s",
+                         "900", "--paper-epochs", "1", "--launch", "exec", rc=1)
     steps = _steps(doc)
-    # a population step at its limit (the H200 killed it in b = 512) stops itself and keeps what it measured
-    assert steps["population"]["status"] == "ok" and steps["population"]["results"].get("not_reached")
     assert list(steps) == list(STEPS)
     assert steps["parity_fp32"]["status"] == "failed" and "injected failure" in steps["parity_fp32"]["error"]
     assert steps["rerun"]["status"] == "timed_out" and "limit of 4 s" in steps["rerun"]["error"]
-    assert steps["rerun"]["seconds"] < 30
+    assert steps["rerun"]["seconds"] < 30  # killed at its limit, not left to sleep
     assert steps["env"]["status"] == "ok" and steps["paper"]["status"] == "ok"
     assert all(p["stopped"] == "finished" and p["epochs"] == 1 for p in steps["paper"]["results"]["populations"])
     assert steps["resume"]["status"] == "skipped" and "--only" in steps["resume"]["reason"]
     assert doc["counts"]["failed"] == 1 and doc["counts"]["timed_out"] == 1
     md = (tmp_path / "device_check.md").read_text()
     assert "| parity_fp32 | failed |" in md and "| rerun | timed_out |" in md
+    reason = stdout.strip().splitlines()[-1].split("exit code 1: ", 1)[1]  # the reason, on screen
+    assert "parity_fp32 failed: RuntimeError: injected failure" in reason and "rerun timed_out" in reason
+
+
+def test_a_check_of_the_environment_alone_says_why_it_exits_1(tmp_path):
+    _, stdout = _check(tmp_path, "--only", "env", rc=1, timeout=300)
+    assert "exit code 1: no check of the engine ran (--only env selects none" in stdout
+
+
+def test_an_archive_that_does_not_load_is_shown_on_screen(tmp_path):
+    import gzip
+
+    archive = tmp_path / "cifar10-jpeg.tar.gz"
+    archive.write_bytes(gzip.compress(bytes(100_000))[:60])  # a gzip stream cut short
+    doc, stdout = _check(tmp_path / "out", "--archive", str(archive), "--only", "env", rc=1, timeout=300, tiny=False)
+    assert doc["checks"]["failed"] == ["env"] and "data_error" in _steps(doc)["env"]["results"]
+    env_line = next(line for line in stdout.splitlines() if "] env: " in line)
+    assert "pass=False" in env_line and "DataError" in env_line and "truncated" in env_line
+    assert "exit code 1: env failed its check: " in stdout and "DataError" in stdout.strip().splitlines()[-1]
 
 
 def test_an_exhausted_budget_skips_the_steps_and_still_writes_the_report_and_fails(tmp_path):
@@ -174,9 +203,6 @@ def test_a_check_where_only_the_environment_was_checked_fails(tmp_path):
 
 
 def test_histories_compare_bitwise_and_relatively():
-    sys.path.insert(0, str(REPO / "benchmarks"))
-    import device_steps as ds
-
     a = pd.DataFrame({"epoch": [0, 1], "train_loss": [float("nan"), 2.0], "val_loss": [2.3, 2.0],
                       "test_loss": [2.3, 2.1], "weight_norm": [10.0, 10.5], "train_acc": [0.1, 0.2],
                       "val_acc": [0.1, 0.2], "test_acc": [0.1, 0.3], "angle": [0.0, 3.0], "wall_time": [0.1, 1.0]})
@@ -192,9 +218,7 @@ def test_histories_compare_bitwise_and_relatively():
 
 def _refused(*args: str, tiny: bool = True) -> str:
     """Run the check with `args`: it must exit 2 before any step, with one line on stderr; that line."""
-    cmd = [sys.executable, "benchmarks/device_check.py", "--device", "cpu", *(["--tiny"] if tiny else []), *args]
-    proc = subprocess.run(cmd, cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)}, capture_output=True, text=True,
-                          timeout=120)
+    proc = _run("--device", "cpu", *(["--tiny"] if tiny else []), *args, timeout=120)
     assert proc.returncode == 2 and proc.stdout == "", proc.stdout[-2000:] + proc.stderr[-2000:]
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and "Traceback" not in proc.stderr, proc.stderr
@@ -223,6 +247,15 @@ def test_an_out_that_is_a_file_or_not_writable_is_refused_before_any_step(tmp_pa
         assert "is not a writable folder" in _refused("--out", str(tmp_path / "ro"))
 
 
+def test_an_empty_out_or_one_in_the_repository_outside_docs_gpu_is_refused_before_any_step(tmp_path):
+    line = _refused("--out", "")  # `--out "$OUT"` with OUT unset
+    assert "--out='' is empty" in line and "a folder is accepted" in line
+    for inside in ("results/device-check", str(REPO / "dc"), "docs/gpu"):
+        line = _refused("--out", inside)
+        assert f"--out={inside!r} is inside the repository but not a folder under docs/gpu/" in line
+        assert not (REPO / inside).exists() or inside == "docs/gpu"
+
+
 def test_a_missing_archive_is_an_error_unless_synthetic_is_asked(tmp_path):
     line = _refused("--archive", str(tmp_path / "none.tar.gz"), "--out", str(tmp_path / "out"), tiny=False)
     assert "none.tar.gz" in line and "does not exist" in line and "--synthetic" in line
@@ -246,9 +279,6 @@ def test_the_parity_verdict_separates_rounding_from_bugs_on_real_data():
     archive = os.environ.get("INITMEM_TEST_ARCHIVE")
     if not archive:
         pytest.skip("INITMEM_TEST_ARCHIVE is not set (the CIFAR-10 .tar.gz)")
-    sys.path.insert(0, str(REPO / "benchmarks"))
-    import device_steps as ds
-    import parity
     import torch
 
     from initmem.config import TrainConfig
@@ -258,7 +288,7 @@ def test_the_parity_verdict_separates_rounding_from_bugs_on_real_data():
         got = parity.spread(TrainConfig(data="auto", data_root=archive, device="cpu", deterministic=True,
                                         **ds.SIZES["full"]["parity"]), layouts=((True, 1), (False, 1)))
         # the pair with the largest rounding spread measured (parity_spread.json: 1.96e-3); all six pairs take 2
-        # more runs, ~20 s of CI: `python benchmarks/parity.py ARCHIVE` measures them
+        # more runs, ~20 s of CI: `python -m benchmarks.parity ARCHIVE` measures them
     finally:
         torch.set_num_threads(threads)
     print(json.dumps({k: v for k, v in got.items() if k != "config"}, indent=1))
@@ -268,9 +298,6 @@ def test_the_parity_verdict_separates_rounding_from_bugs_on_real_data():
 
 
 def test_histories_compare_by_the_verdict_epoch_zero_tight():
-    sys.path.insert(0, str(REPO / "benchmarks"))
-    import parity
-
     a = pd.DataFrame({"epoch": [0, 1, 2], "train_loss": [float("nan"), 2.0, 1.8], "val_loss": [2.3, 2.0, 1.9],
                       "test_loss": [2.3, 2.1, 2.0], "weight_norm": [10.0, 10.5, 10.7]})
     assert parity.verdict(a, a.copy(), "fp32")["pass"]
@@ -291,9 +318,6 @@ def test_histories_compare_by_the_verdict_epoch_zero_tight():
 def test_the_compile_guard_stops_a_slow_configuration_and_keeps_the_step(tmp_path, monkeypatch):
     """A compiled configuration still running at the step's deadline is stopped by the step (`guard`) and listed as
     not reached; the step returns normally instead of being killed at its limit with nothing."""
-    sys.path.insert(0, str(REPO / "benchmarks"))
-    import device_steps as ds
-
     assert not issubclass(ds.Overrun, Exception)  # no `except Exception` in torch.compile's stack swallows it
     import torch._dynamo  # noqa: F401 - what the step imports, before its clock starts
 
@@ -318,9 +342,6 @@ def test_the_compile_guard_stops_a_slow_configuration_and_keeps_the_step(tmp_pat
 
 
 def _ctx(tmp_path: Path, name: str, seconds: float):
-    sys.path.insert(0, str(REPO / "benchmarks"))
-    import device_steps as ds
-
     import initmem.engine.runtime  # noqa: F401 - what the steps import, before their clock starts
     import initmem.engine.trainer  # noqa: F401
     import initmem.study.plan  # noqa: F401
@@ -375,10 +396,42 @@ def test_a_paper_population_slower_than_its_share_is_stopped_by_the_guard(tmp_pa
     assert got["stopped"] == "stopped by the guard at the step's deadline" and got["epochs"] == 0
 
 
-def test_the_report_names_no_path_of_the_machine_it_ran_on(tmp_path, tiny):
-    sys.path.insert(0, str(REPO / "benchmarks"))
-    import device_check as dc
+class _Idle:
+    """A concurrent process of the population step that never gets ready (`spawn` replaced)."""
 
+    args = ["_steps_child"]
+
+    def poll(self) -> None:
+        return None
+
+    def kill(self) -> None:
+        pass
+
+
+def test_a_population_step_at_its_deadline_stops_itself_and_keeps_what_it_measured(tmp_path, monkeypatch):
+    """The H200's population step was killed in b = 512, losing what came after: a batch size still timing at the
+    step's deadline is stopped by the guard and listed as not reached, the rows before it are kept, the concurrent
+    processes that never got ready are named, and the step returns (ok) instead of being killed."""
+    ds, ctx = _ctx(tmp_path, "population", 8.0)
+    import initmem.engine.trainer as trainer
+
+    monkeypatch.setattr(ds, "spawn", lambda *a, **k: _Idle())
+
+    def time_steps(cfg, steps, warmup, population):  # b = 16 at once; b = 64 never ends (a C call that returns)
+        time.sleep(0 if cfg.batch_size == 16 else 120)
+        return 0.01
+
+    monkeypatch.setattr(trainer, "time_steps", time_steps)
+    t0 = time.perf_counter()
+    ds.step_population(ctx)
+    assert time.perf_counter() - t0 < 60
+    assert [r["batch_size"] for r in ctx.res["rows"]] == [16]
+    stopped = {(x["batch_size"], x["what"]): x["reason"] for x in ctx.res["not_reached"]}
+    assert "guard: not finished" in stopped[(64, "population and separate")]
+    assert (16, "concurrent") in stopped  # the processes never got ready: said, not waited for past the deadline
+
+
+def test_the_report_names_no_path_of_the_machine_it_ran_on(tmp_path, tiny):
     root = Path("/srv/box/initmem")
     doc = {"args": {"out": "/root/out", "archive": "data/a.tar.gz"},
            "steps": [{"results": {"source": f"imagefolder-tar:{root}/data/a.tar.gz", "n": 3,
@@ -408,8 +461,7 @@ def test_gpu_prepare_lays_the_archive_and_prints_the_command_with_what_to_carry(
     assert proc.returncode == 0, proc.stderr
     assert (repo / "data" / "cifar10-jpeg.tar.gz").read_bytes() == b"not cifar"
     assert "warning" in proc.stderr and "sha256" in proc.stderr  # not the committed results' archive: said
-    budget = next(line for line in (REPO / "benchmarks" / "device_check.py").read_text().splitlines()
-                  if line.startswith("BUDGET_S = ")).split()[2].removesuffix(".0")
-    assert (f"device_check.py --device cuda --archive data/cifar10-jpeg.tar.gz --out \"$OUT\" --budget-s {budget}"
-            in proc.stdout)
+    budget = f"{dc.BUDGET_S:g}"
+    assert (f"python3 -m benchmarks.device_check --device cuda --archive data/cifar10-jpeg.tar.gz --out \"$OUT\" "
+            f"--budget-s {budget}" in proc.stdout)
     assert "carry: data/cifar10-jpeg.tar.gz" in proc.stdout and f"timeout {int(budget) + 60} s" in proc.stdout

@@ -44,7 +44,8 @@ def _section() -> str:
 @pytest.mark.parametrize("folder", [CHECK, SPEEDS], ids=lambda f: f.name)
 def test_each_record_is_the_checks_outputs_with_relative_paths(folder):
     logs = {"epoch_compile.log"} if folder == SPEEDS else set()  # the one step log with lines, as plain text
-    assert {p.name for p in folder.iterdir()} == COMMITTED | logs
+    notes = {"README.md"} if folder == CHECK else set()  # the two runs' story, dated
+    assert {p.name for p in folder.iterdir()} == COMMITTED | logs | notes
     doc = _doc(folder)
     assert doc["device_name"] == "NVIDIA H200" and doc["kind"] == "cuda" and doc["stand_in"] is None
     assert doc["settings"]["data_root"] == "data/cifar10-jpeg.tar.gz" and not Path(doc["args"]["out"]).is_absolute()

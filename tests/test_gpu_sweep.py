@@ -1,4 +1,4 @@
-"""benchmarks/gpu_sweep.py, the grid without notebooks for a bare GPU image, run here on the CPU: a point's runs
+"""benchmarks.gpu_sweep, the grid without notebooks for a bare GPU image, run here on the CPU: a point's runs
 trained as one population into the run folders a sweep writes (their device the one asked), resumed as complete, a
 tree of another device and an unknown point refused in one line before anything trains."""
 
@@ -15,7 +15,7 @@ SGD = "optimizer-sgd_8de5ef"  # the smoke profile's plain-SGD point
 
 
 def _sweep(results: Path, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "benchmarks/gpu_sweep.py", "params/01_optimizers.yaml", "--profile",
+    return subprocess.run([sys.executable, "-m", "benchmarks.gpu_sweep", "params/01_optimizers.yaml", "--profile",
                            "smoke", "--results", str(results), *args], cwd=REPO, capture_output=True, text=True,
                           timeout=600, env={**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"})
 

@@ -109,6 +109,35 @@ def test_the_cycle_finder_finds_a_cycle():
     assert find_cycle({"a": {"b"}, "b": set()}) is None
 
 
+def benchmark_imports(source: str, known: set[str]) -> set[str]:
+    """The modules of `known` (benchmarks/) a source imports anywhere: `from benchmarks import x`, `from
+    benchmarks.x import y`, `import benchmarks.x`, and a sibling imported by its bare name (`import x`)."""
+    deps = set()
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            parts = node.module.split(".")
+            deps |= ({parts[1]} if len(parts) > 1 else {a.name for a in node.names}) if parts[0] == "benchmarks" \
+                else {parts[0]}
+        elif isinstance(node, ast.Import):
+            deps |= {a.name.removeprefix("benchmarks.").split(".")[0] for a in node.names}
+    return deps & known
+
+
+def test_benchmarks_have_no_import_cycle_and_edit_no_path():
+    """benchmarks/ is a package run as `python -m benchmarks.<name>`: its modules import each other one way, and none
+    puts a folder on sys.path (nor needs a `noqa: E402` for an import below such an edit)."""
+    files = {p.stem: p for p in sorted((REPO / "benchmarks").glob("*.py")) if p.stem != "__init__"}
+    graph = {name: benchmark_imports(p.read_text(encoding="utf-8"), set(files)) - {name} for name, p in files.items()}
+    assert {"device_check", "device_steps", "parity"} <= set(graph) and "parity" in graph["device_steps"]
+    assert find_cycle(graph) is None, " -> ".join(find_cycle(graph))
+    edits = [f"{p.name}:{node.lineno}" for p in files.values() for node in ast.walk(ast.parse(p.read_text()))
+             if isinstance(node, ast.Attribute) and node.attr == "path" and getattr(node.value, "id", "") == "sys"]
+    edits += [f"{p.name}: noqa: E402" for p in files.values() if "noqa: E402" in p.read_text()]
+    assert not edits, edits
+    code = "from benchmarks import a, b\nimport benchmarks.c\nfrom benchmarks.d import x\nimport e\nfrom f import y\n"
+    assert benchmark_imports(code, set("abcdefg")) == set("abcdef")  # the old cycle: `import parity` both ways
+
+
 def test_packages_import_only_the_packages_below_them():
     graph = import_graph()
     assert {package_of(m) for m in graph} == set(MAY_IMPORT), "a package without a rule, or a rule without one"

@@ -1,7 +1,7 @@
 """A population's members: K networks differing only in sigma_w and seed, trained by one step. `population(nets)` is
 a `PlainPopulation` (K = 1) or a `GroupedPopulation`: member 0's network by module surgery (layer names kept), every
 conv with groups=K, BatchNorm K*C channels, the head a batched matmul; members share no arithmetic, so a NaN stays
-in its member. Not torch.func's vmap: slower here (`benchmarks/bench_members.py`, docs/performance.md)."""
+in its member. Not torch.func's vmap: slower here (docs/experiments/performance/, docs/performance.md)."""
 
 import contextlib
 import copy

@@ -20,7 +20,7 @@ KINDS = ("cpu", "cuda")
 # What a step was timed with: the optimiser, and for Muon at a Newton-Schulz arithmetic other than the default
 # "muon/<ns_dtype>" (on a CPU without native bfloat16 its step costs 4x SGD's in bfloat16, 1.04x in float32)
 STEP_OPTIMIZERS = (*OPTIMIZERS, *(f"muon/{d}" for d in NS_DTYPES[1:]))
-# Optimisers whose update is elementwise: their steps took 0.94-0.97x SGD's (benchmarks/bench_optimizers.py,
+# Optimisers whose update is elementwise: their steps took 0.94-0.97x SGD's (docs/experiments/performance/,
 # docs/performance.md), within the noise, so a table without an entry of their own times them as SGD's, silently
 SGD_COST = ("sgd", "sgd_momentum", "adam", "adamw")
 

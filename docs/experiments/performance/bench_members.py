@@ -1,9 +1,9 @@
 """How to batch K members of a population: grouped modules against torch.func (stack_module_state + vmap) against K
 separate models, one training step (forward, backward, SGD update) each, same inputs.
 
-    .venv/bin/python benchmarks/bench_members.py [--width 0.125 0.25] [--members 3 7] [--threads 1] [--device cpu]
+    .venv/bin/python docs/experiments/performance/bench_members.py [--width 0.125 0.25] [--members 3 7] [--threads 1]
 
-Prints ms per step and the ratio to K separate steps (< 1: the population is faster). Results: docs/performance.md.
+Prints ms per step and the ratio to K separate steps (> 1: the population is faster). Results: README.md beside it.
 """
 
 from __future__ import annotations

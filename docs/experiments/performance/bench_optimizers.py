@@ -4,13 +4,16 @@ apart and the others' as SGD's (docs/planner.md), and where Muon's extra time go
 Contenders, alternated within each repeat (sgd, sgd_momentum, adam, adamw, muon, muon at ns_dtype="float32", sgd,
 ...) so that load from other processes hits them alike: the engine's own epoch (`initmem.engine.trainer.train`,
 `--steps` steps, epoch 2 timed from the run's wall_time column, evaluation kept to 10 images a split), as
-benchmarks/bench_train.py's contender a.
+benchmarks.bench_train's contender a.
 Then Muon's Newton–Schulz alone (`optim.muon_update` over the network's Muon parameters, random gradients, in
 bfloat16 as the recipe has it, and at ns_dtype="float32"), to show whether bfloat16 matmuls are what a
 CPU without native bfloat16 pays for. Prints medians and ends with `ratio_muon_vs_sgd=X ratio_muon_fp32_vs_sgd=Y
 ratio_ns_bf16_vs_fp32=Z` (step times / SGD's; Newton-Schulz's bfloat16 time / float32's).
 
-    .venv/bin/python benchmarks/bench_optimizers.py [--width 0.25 --batch-size 32 --steps 40 --repeats 3 --threads 1]
+    PYTHONPATH=. .venv/bin/python docs/experiments/performance/bench_optimizers.py [--width 0.25 --batch-size 32
+        --steps 40 --repeats 3 --threads 1]
+
+From the repository root (`PYTHONPATH=.`: it times with `benchmarks.bench_train`). Results: README.md beside it.
 """
 
 from __future__ import annotations
@@ -18,18 +21,14 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
-import sys
 import time
-from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
-
-from benchmarks.bench_train import DATA, bench_engine  # noqa: E402
-from initmem.config import OPTIMIZERS, TrainConfig  # noqa: E402
-from initmem.data import splits as _data  # noqa: E402
-from initmem.engine import models, optim  # noqa: E402
+from benchmarks.bench_train import DATA, bench_engine
+from initmem.config import OPTIMIZERS, TrainConfig
+from initmem.data import splits as _data
+from initmem.engine import models, optim
 
 
 def time_newton_schulz(config: TrainConfig, repeats: int = 5) -> tuple[float, float]:

@@ -2,10 +2,10 @@
 engine with it switched off (before_step/after_step made no-ops) and with the per-layer implementation it replaced
 (before: a reshape copy and ~10 ops per layer, `PerLayer` below), alternated so that machine load hits all alike.
 
-    .venv/bin/python benchmarks/bench_instruments.py [--arch resnet9] [--width 0.125] [--batch-size 128] [--repeats 5]
+    .venv/bin/python docs/experiments/performance/bench_instruments.py [--arch resnet9] [--width 0.125] [--repeats 5]
 
 Prints the median ms per step of each, the overhead in percent of a step and the new overhead against the old one.
-Results: docs/performance.md.
+Results: README.md beside it.
 """
 
 from __future__ import annotations
