@@ -52,7 +52,8 @@ def choose_table(device: str = "auto", path: str | Path | None = None) -> tuple[
             f"throughput: ESTIMATE, not a measurement ({here}): the roofline of an {plan.ROOFLINE_GPU} from the FLOP "
             f"count (2 per MAC; a training image 3 forward passes, an evaluated image 1) against its dense peak at "
             f"each run's precision ({peaks} TFLOP/s) at an assumed {plan.ROOFLINE_EFFICIENCY:.0%} of it; a measured "
-            "table replaces it (benchmarks/device_check.py, or `initmem plan --calibrate --device cuda` on the GPU)")
+            "table replaces it (`python -m benchmarks.device_check`, or `initmem plan --calibrate --device cuda` on "
+            "the GPU)")
     return None, (f"throughput: no table for {name} yet, so no time is given (none is guessed from another "
                   f"device): measure one with `initmem plan --calibrate --device {device}` (looked for {cached})")
 
