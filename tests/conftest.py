@@ -16,8 +16,8 @@ NO_ARCHIVE = ("real CIFAR-10 not found: `initmem data --from <cifar10-jpeg.tar.g
 
 # The slowest test files first (seconds in a CI run, docs/experiments/performance/README.md "CI time"). `make test`
 # runs pytest-xdist's loadfile with --no-loadscope-reorder, which hands files to its two workers in collection order;
-# by default it orders them by their number of tests, so a file of one 125 s test could start last while the other worker idled.
-# Heaviest first, the many short files then fill both workers' ends (longest-processing-time first).
+# by default it orders them by their number of tests, so a file of one 125 s test could start last while the other
+# worker idled. Heaviest first, the many short files then fill both workers' ends (longest-processing-time first).
 # how docs/findings.md and README.md name each optimiser in prose -> its `optimizer` value in the runs
 PROSE_NAMES = {"SGD": "sgd", "SGD+momentum": "sgd_momentum", "Adam": "adam", "AdamW": "adamw", "Muon": "muon"}
 SLOWEST = ("test_figures.py", "test_device_check.py", "test_figures_clean.py", "test_checkpoint.py",
