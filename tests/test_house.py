@@ -174,6 +174,21 @@ def test_the_top_level_api_is_the_readers_and_imports_lazily():
         initmem.lod_runs  # noqa: B018
 
 
+def private_imports(source: str) -> list[str]:
+    """`module.name` for every private name (one leading underscore) a source imports from an initmem module."""
+    return [f"{node.module}.{a.name}" for node in ast.walk(ast.parse(source)) if isinstance(node, ast.ImportFrom)
+            and (node.module or "").startswith("initmem") for a in node.names
+            if a.name.startswith("_") and not a.name.startswith("__")]
+
+
+def test_no_module_imports_another_modules_private_name():
+    """What a module shares is public (config's `NEUTRAL_HPARAMS`, `field_error`); `_name` stays in its module."""
+    found = {m: names for m, p in modules().items() if (names := private_imports(p.read_text(encoding="utf-8")))}
+    assert not found, found
+    assert private_imports("from initmem.config import _NEUTRAL, ARCHS\nimport initmem.config\n") == [
+        "initmem.config._NEUTRAL"]
+
+
 def test_docs_field_list_is_generated_from_the_config():
     text = (REPO / "docs" / "fields.md").read_text(encoding="utf-8")
     assert text == config.fields_markdown(), "regenerate: python -m initmem.config > docs/fields.md"

@@ -6,7 +6,7 @@ import os
 
 import torch
 
-from initmem.config import TrainConfig, _bad
+from initmem.config import TrainConfig, field_error
 from initmem.data import splits as _data
 from initmem.engine import members, models
 
@@ -19,8 +19,8 @@ def run_device(config: TrainConfig) -> torch.device:
     """The device `config` runs on; ConfigError for one that is not here or a precision it does not have."""
     dev = _data.resolve_device(config.device)
     if config.precision == "tf32" and dev.type != "cuda":
-        raise _bad("precision", config.precision, f"'tf32' is CUDA only (device resolved to {dev.type}); 'fp32' or "
-                                                  "'bf16' is accepted")
+        raise field_error("precision", config.precision, f"'tf32' is CUDA only (device resolved to {dev.type}); "
+                          "'fp32' or 'bf16' is accepted")
     return dev
 
 
@@ -108,8 +108,8 @@ def network(configs: list[TrainConfig], dev: torch.device) -> tuple[members.Plai
         except (RuntimeError, MemoryError) as exc:
             if "memory" not in str(exc).lower() and not isinstance(exc, MemoryError):
                 raise
-            raise _bad("width", cfg.width, f"the network does not fit in memory on {dev} ({type(exc).__name__}); a "
-                                           "smaller width is accepted") from None
+            raise field_error("width", cfg.width, f"the network does not fit in memory on {dev} "
+                              f"({type(exc).__name__}); a smaller width is accepted") from None
     same_input = len({c.seed for c in configs}) == 1
     pop = members.population(nets, same_input)
     if cfg.channels_last:

@@ -14,7 +14,7 @@ import pandas as pd
 import torch
 
 from initmem import metrics
-from initmem.config import TrainConfig, _bad, check_members, run_id, shared_fields
+from initmem.config import TrainConfig, check_members, field_error, run_id, shared_fields
 from initmem.data import splits as _data
 from initmem.engine import checkpoint as _ckpt
 from initmem.engine import members, runtime
@@ -120,7 +120,7 @@ def _build(configs: list[TrainConfig], owner: RunFolders, progress: bool, notes:
                                cfg.full_test)
     n = len(splits.train_y)
     if cfg.batch_size > n:  # TrainConfig cannot know the data size: caught here, before any step
-        raise _bad("batch_size", cfg.batch_size, f"at most the training split's size {n} (n_train) is accepted")
+        raise field_error("batch_size", cfg.batch_size, f"at most the training split's size {n} (n_train) is accepted")
     # the numerics after the data's checks: torch.use_deterministic_algorithms imports inductor (~3 s), which a
     # refused archive need not wait for
     prov = {**provenance(str(dev)), **runtime.engine_settings(cfg, dev), "data_source": data.source,
@@ -174,10 +174,10 @@ def _same_generators(payload: dict, run: _Run, loop: Loop) -> None:
     CUDA generator's state does not load into a CPU one nor back, and re-seeding them would not resume exactly."""
     theirs, ours = written_on(payload), _gen_device(run.dev).type
     if theirs is not None and theirs != ours:
-        raise _bad("device", run.configs[0].device, f"this run's checkpoint {str(run.folder)!r} (epoch "
-                   f"{payload.get('epoch')!r}) was written on {theirs}, and its augmentation generators cannot "
-                   f"continue on {run.dev}: a device of type {theirs} resumes it exactly; or remove that folder to "
-                   "train the run again from epoch 0 here")
+        raise field_error("device", run.configs[0].device, f"this run's checkpoint {str(run.folder)!r} (epoch "
+                          f"{payload.get('epoch')!r}) was written on {theirs}, and its augmentation generators "
+                          f"cannot continue on {run.dev}: a device of type {theirs} resumes it exactly; or remove that "
+                          "folder to train the run again from epoch 0 here")
 
 
 def _epoch(run: _Run, loop: Loop, on_step, bar) -> None:
