@@ -155,7 +155,7 @@ CASES = [
     Case("history-empty", lambda f: (f / "history.csv").write_text(""), "history.csv", "is empty"),
     Case("history-truncated", edit_history(lambda ls: [*ls[:-1], ls[-1][: ls[-1].rindex(",", 0, len(ls[-1]) // 2)]]),
          "history.csv",
-         "does not match the sha256 run.json records"),
+         r"has sha256 \w{12}\.\.\., run.json records \w{12}\.\.\.: a value changed after it was written; restore"),
     Case("history-row-lost", edit_history(lambda ls: ls[:-1]), "history.csv", "has 1 rows; run.json records 2"),
     Case("history-header-only", edit_history(lambda ls: ls[:1]), "history.csv", "has 0 rows; run.json records 2"),
     Case("history-row-added", edit_history(lambda ls: [*ls, ls[-1]]), "history.csv", "has 3 rows; run.json "
@@ -167,9 +167,9 @@ CASES = [
     Case("history-non-number", edit_history(non_number), "history.csv",
          "non-number in column 'val_acc' on line 3: 'abc'"),
     Case("history-number-changed", edit_history(other_number), "history.csv",
-         "does not match the sha256 run.json records: a value differs from what was written"),
+         r"has sha256 \w{12}\.\.\., run.json records \w{12}\.\.\.: a value changed after it was written"),
     Case("history-crlf", edit_history(lambda ls: [line.replace("\n", "\r\n") for line in ls]), "history.csv",
-         r"does not match the sha256 run.json records: only its line endings differ \(CRLF .*core.autocrlf"),
+         r"has CRLF line endings; it was written with LF .*: clone again with `git -c core.autocrlf=false clone`"),
     # a writer that wrote a malformed history and its checksum: the structural checks alone must catch it
     Case("history-nan-row-resigned", edit_history(nan_row, resign=True), "history.csv", "row without any value"),
     Case("history-non-number-resigned", edit_history(non_number, resign=True), "history.csv",
