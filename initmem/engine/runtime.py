@@ -8,6 +8,7 @@ import torch
 
 from initmem.config import TrainConfig, field_error
 from initmem.data import splits as _data
+from initmem.data.device import resolve_device
 from initmem.engine import members, models
 
 # cuBLAS reads its workspace setting at its first call and deterministic algorithms need it: set at import (or kept).
@@ -17,7 +18,7 @@ INDUCTOR_CACHE_ENV = "TORCHINDUCTOR_CACHE_DIR"
 
 def run_device(config: TrainConfig) -> torch.device:
     """The device `config` runs on; ConfigError for one that is not here or a precision it does not have."""
-    dev = _data.resolve_device(config.device)
+    dev = resolve_device(config.device)
     if config.precision == "tf32" and dev.type != "cuda":
         raise field_error("precision", config.precision, f"'tf32' is CUDA only (device resolved to {dev.type}); "
                           "'fp32' or 'bf16' is accepted")

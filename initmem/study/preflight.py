@@ -37,7 +37,7 @@ def _device_problem(device: str) -> str | None:
     """Why `device` is not here (cpu and auto always are; a CUDA device needs torch to see it)."""
     if device in ("cpu", "auto"):
         return None
-    from initmem.data.splits import resolve_device  # torch: only for a device that is not the CPU
+    from initmem.data.device import resolve_device  # torch: only for a device that is not the CPU
     try:
         resolve_device(device)
     except InitmemError as exc:
