@@ -14,14 +14,14 @@ import pandas as pd
 import torch
 
 from initmem import metrics
-from initmem.config import TrainConfig, check_members, field_error, run_id, shared_fields
+from initmem.config import TrainConfig, check_members, field_error, shared_fields
 from initmem.data import splits as _data
 from initmem.engine import checkpoint as _ckpt
 from initmem.engine import members, runtime
 from initmem.engine.loop import Loop
 from initmem.engine.loop import generator_device as _gen_device
 from initmem.errors import CheckpointError
-from initmem.store.folders import RunFolders, population_id
+from initmem.store.folders import Run, RunFolders, population_id
 from initmem.store.provenance import provenance, utcnow
 from initmem.store.results import RunResult
 
@@ -53,11 +53,12 @@ def train(configs: TrainConfig | list[TrainConfig], *, out_dir: str | Path | Non
     single = isinstance(configs, TrainConfig)
     configs = check_members([configs] if single else configs)
     owner = RunFolders(out_dir, section)  # out_dir None: an owner that keeps nothing
+    runs = [owner.run(c) for c in configs]  # each member's run id, once
     runtime.run_device(configs[0])  # a bad device fails before anything is created on disk
     if out_dir is not None:
         owner.writable()
-    with owner.lock_all([] if locked or out_dir is None else configs):
-        out = _train(configs, owner, progress, on_step, notes)
+    with owner.lock_all([] if locked or out_dir is None else runs):
+        out = _train(runs, owner, progress, on_step, notes)
     return out[0] if single else out
 
 
@@ -65,6 +66,7 @@ def train(configs: TrainConfig | list[TrainConfig], *, out_dir: str | Path | Non
 class _Run:
     """What the loop of one call does not change: who trains, where it is recorded, how it reports."""
 
+    runs: list[Run]
     configs: list[TrainConfig]
     rids: list[str]
     pid: str  # the population's id (a single run's too)
@@ -80,9 +82,10 @@ class _Run:
             print(line, flush=True)
 
 
-def _train(configs: list[TrainConfig], owner: RunFolders, progress: bool, on_step=None,
+def _train(runs: list[Run], owner: RunFolders, progress: bool, on_step=None,
            notes: dict | None = None) -> list[RunResult]:
-    run, loop = _build(configs, owner, progress, notes)
+    run, loop = _build(runs, owner, progress, notes)
+    configs = run.configs
     k, cfg = len(configs), configs[0]
     what = _label(cfg) if k == 1 else f"population of {k}: " + ", ".join(map(_label, configs))
     run.say(f"run {run.pid}: {what}; {cfg.arch} width={cfg.width:g} {cfg.optimizer} lr={cfg.lr:g} "
@@ -107,8 +110,9 @@ def _train(configs: list[TrainConfig], owner: RunFolders, progress: bool, on_ste
     return _finish(run, loop)
 
 
-def _build(configs: list[TrainConfig], owner: RunFolders, progress: bool, notes: dict | None) -> tuple[_Run, Loop]:
+def _build(runs: list[Run], owner: RunFolders, progress: bool, notes: dict | None) -> tuple[_Run, Loop]:
     """Settings, data and the loop at epoch 0, every tensor of it checked to be on the run's device."""
+    configs, rids = [r.config for r in runs], [r.run_id for r in runs]
     cfg, k = configs[0], len(configs)
     dev = runtime.run_device(cfg)
     if dev.type == "cpu" and k > 1:
@@ -127,8 +131,8 @@ def _build(configs: list[TrainConfig], owner: RunFolders, progress: bool, notes:
             "data_hash": data.content_hash, **({"population": k} if k > 1 else {}), **(notes or {})}
     loop = Loop.build(configs, dev, splits)
     loop.check_device()
-    return _Run(configs, [run_id(c) for c in configs], population_id(configs), dev, prov, started_at, owner,
-                owner.checkpoint_folder(configs), _progress_mode(progress)), loop
+    return _Run(runs, configs, rids, population_id(rids), dev, prov, started_at, owner, owner.checkpoint_folder(runs),
+                _progress_mode(progress)), loop
 
 
 def _resume(run: _Run, loop: Loop) -> bool:
@@ -221,7 +225,7 @@ def _finish(run: _Run, loop: Loop) -> list[RunResult]:
                            finished_at)
         result.path = run.owner.write(result)
         out.append(result)
-    run.owner.finish(run.configs)
+    run.owner.finish(run.runs)
     return out
 
 

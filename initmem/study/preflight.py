@@ -16,7 +16,7 @@ def point_progress(section: Section, point: Point) -> tuple[int, int]:
     """(complete runs, runs) of a point: the TrainConfigs its notebook builds (`config.point_configs`)."""
     configs = point_configs(section.effective(point))
     owner = RunFolders(section.root / point.parameters["results_dir"], section.name)  # an absolute one wins the join
-    return sum(owner.is_complete(c) for c in configs), len(configs)
+    return sum(owner.run(c).is_complete() for c in configs), len(configs)
 
 
 def _writable_problem(folder: Path) -> str | None:
