@@ -18,7 +18,7 @@ import pytest
 
 from initmem import metrics
 from initmem.engine.trainer import RunResult, TrainConfig
-from initmem.errors import ConfigError, ResultsError
+from initmem.errors import ConfigError, NoResults, ResultsError
 from initmem.metrics import point_summary
 from initmem.store.folders import RunFolders
 from initmem.store.provenance import cpu_bf16, provenance
@@ -188,9 +188,29 @@ def test_load_histories_adds_run_and_config_columns_and_keeps_values(tmp_path):
     pd.testing.assert_frame_equal(back.reset_index(drop=True), b.history, check_dtype=False, check_exact=True)
 
 
-def test_an_empty_tree_gives_empty_frames_with_the_columns(tmp_path):
-    runs, hist = load_runs(tmp_path), load_histories(tmp_path)
-    assert runs.empty and hist.empty and runs.attrs["damaged"] == hist.attrs["damaged"] == {}
+def test_a_folder_without_run_records_is_said_in_one_line_as_a_missing_path_is(tmp_path):
+    """A folder of unrelated files (or an empty one) holds no run: NoResults naming it and what it holds, not an
+    empty frame that looks like a result; a missing path is a ResultsError too (NoResults is one)."""
+    for load in (load_runs, load_histories):
+        with pytest.raises(NoResults, match=rf"^results folder {re.escape(repr(str(tmp_path)))} holds no runs .*it is "
+                                            "empty\\): a results tree, a section or a run folder is accepted$"):
+            load(tmp_path)
+    (tmp_path / "notes.txt").write_text("x")
+    (tmp_path / "images" / "cat").mkdir(parents=True)
+    (tmp_path / "images" / "cat" / "run.jsonl").write_text("{}")
+    for damaged in ("raise", "skip"):
+        with pytest.raises(NoResults, match=r"holds no runs \(no <run_id>/run.json under it; it holds images/, "
+                                            r"notes.txt\)"):
+            load_runs(tmp_path, damaged=damaged)
+    with pytest.raises(ResultsError, match="does not exist"):
+        load_runs(tmp_path / "nope")
+
+
+def test_a_tree_whose_runs_are_all_skipped_gives_empty_frames_with_the_columns(tmp_path):
+    (RunFolders(tmp_path, "sec").write(fake_result()) / "history.csv").write_text("epoch\n0\n")  # damaged
+    with pytest.warns(UserWarning, match="skipping a damaged run"):
+        runs, hist = load_runs(tmp_path, damaged="skip"), load_histories(tmp_path, damaged="skip")
+    assert runs.empty and hist.empty and len(runs.attrs["damaged"]) == len(hist.attrs["damaged"]) == 1
     assert set(RUN_COLUMNS) | set(CONFIG_FIELDS) | set(SUMMARY_KEYS) <= set(runs.columns)
     assert {"run_id", "section", *HISTORY_CONFIG_COLUMNS, "epoch", "lr_epoch", "val_loss"} <= set(hist.columns)
     assert "lr" in HISTORY_COLUMNS
