@@ -1,5 +1,6 @@
-"""CIFAR-10 as the engine trains on it: `make_splits` → `Splits` (stratified, normalised device tensors),
-`augment_batch`, `batches`, `steps_per_epoch`; `load_cifar10` (`initmem.data.sources`) is re-exported."""
+"""CIFAR-10 as the engine trains on it: `make_splits` → `Splits` (stratified, normalised device tensors; with
+`full_test`, every test image of the source too), `augment_batch`, `batches` (the one place a minibatch order is
+decided), `steps_per_epoch`; `load_cifar10` (`initmem.data.sources`) is re-exported."""
 
 import hashlib
 import math

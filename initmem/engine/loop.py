@@ -1,6 +1,10 @@
 """The engine's loop as one type, `Loop`: what a training step and a measurement read or change, and its steps.
 Every tensor is on the run's device except, by design, the data-order generators (one minibatch order on every
-device), torch's Adam/AdamW step counters (host scalars) and, on `meta` (no meta generator), the augmentation ones."""
+device), torch's Adam/AdamW step counters (host scalars) and, on `meta` (no meta generator), the augmentation ones;
+`check_device` (after building, resuming and the first step) names the first one elsewhere in a one-line
+`DeviceMismatch` (tests/test_meta_device.py runs the loop on `meta`). A measured epoch is one host sync (`readings`,
+named by `reading_names`), plus one where exact_tau's whole train split or full_test's whole test set is evaluated.
+Restoring a checkpoint (`load_state_dict`) is all or nothing: a failure leaves every part as it was."""
 
 import copy
 import hashlib

@@ -1,5 +1,7 @@
-"""Where and how a run computes: `run_device`, the process-wide numerics (`engine_settings`, recorded with the run),
-bf16 `autocast`, and the network the loop calls (`network`: compiled once per process and shape with `compile`)."""
+"""Where and how a run computes: `run_device`, the process-wide numerics (`engine_settings`, recorded with the run:
+fp32 with TF32 off everywhere, tf32 on CUDA, bf16 autocast with weights, loss and metrics in fp32; deterministic
+algorithms, else cuDNN benchmarking on CUDA; the cuBLAS workspace is set at import), bf16 `autocast`, and the network
+the loop calls (`network`: compiled once per process and shape with `compile`; `reset_compiled` clears them)."""
 
 import contextlib
 import os

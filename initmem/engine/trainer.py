@@ -1,7 +1,14 @@
 """The training engine: one loop for a run and for a population of K runs differing only in sigma_w and seed, each
-member equal to its separate run. Airbench-style: the splits live on the device, minibatches are index gathers, and
-an epoch reads nothing back to the host but its one measurement. The state is
-`initmem.engine.loop.Loop`; here, the steps."""
+member equal to its separate run (its own initialisation, data order, augmentation stream, BatchNorm statistics,
+optimiser state, clocks and divergence). Airbench-style: the splits live on the device, minibatches are index
+gathers, and an epoch reads nothing back to the host but its one measurement. The state is
+`initmem.engine.loop.Loop`; here, the steps (`_build`, `_resume`, `_epoch`, `_finish`).
+
+`train` asks the section's `RunFolders` everything about folders: the members' locks, where the member set
+checkpoints, writing each run, clearing the checkpoints once every run.json is written. Checkpoints (every
+`checkpoint_every` epochs, one format for K = 1 and K > 1) resume exactly from the newest valid one of the same member
+set; one whose generators were written on another device type is refused in one line before any step, its files
+kept. `time_steps`: the median seconds per step the planner's throughput tables hold."""
 
 import math
 import os

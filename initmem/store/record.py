@@ -1,4 +1,6 @@
-"""A run record on disk, schema 2: what valid `run.json` and `history.csv` hold, each check one line. Torch-free."""
+"""A run record on disk, schema 2: what valid `run.json` (`RECORD_TYPES`: schema, run_id, section, status, config,
+summary, history {sha256, rows, columns}, provenance, started_at, finished_at) and `history.csv` (`HISTORY_COLUMNS`
+first; docs/results.md lists every column) hold, each check one line. Torch-free."""
 
 import dataclasses
 import hashlib
