@@ -25,18 +25,31 @@ def check_int(name: str, value: object, lo: int, hi: int, why: str = "") -> int:
 
 
 def check_real(name: str, value: object, lo: float = -math.inf, hi: float = math.inf, *, above: bool = False,
-               why: str = "") -> float:
-    """`value` as a float if it is a finite real (an int counts, a bool does not) in [lo, hi] (`above`: (lo, hi]);
-    else `invalid(...)` saying the range, `why` appended."""
+               below: bool = False, why: str = "") -> float:
+    """`value` as a float if it is a finite real (an int counts, a bool does not) in [lo, hi] (`above`: lo excluded,
+    `below`: hi excluded); else `invalid(...)` saying the range, `why` appended."""
     ok = isinstance(value, numbers.Real) and not isinstance(value, bool) and math.isfinite(value) and (
-        lo < value if above else lo <= value) and value <= hi
+        lo < value if above else lo <= value) and (value < hi if below else value <= hi)
     if not ok:
-        if above and lo == 0:
-            what = "a finite positive number" + (f" up to {hi:g}" if math.isfinite(hi) else "")
-        else:
-            what = f"a finite number in {'(' if above else '['}{lo:g}, {hi:g}]"
-        raise invalid(name, value, what + why)
+        raise invalid(name, value, _real_range(lo, hi, above, below) + why)
     return float(value)
+
+
+def _real_range(lo: float, hi: float, above: bool, below: bool) -> str:
+    """What `check_real` accepts, in words: "a finite positive number up to 64", "a finite number in [0, 1)"."""
+    if above and lo == 0:
+        return "a finite positive number" + ("" if math.isinf(hi) else f" {'below' if below else 'up to'} {hi:g}")
+    if math.isinf(hi):
+        return "a finite number" + ("" if math.isinf(lo) else f" {'>' if above else '>='} {lo:g}")
+    return f"a finite number in {'(' if above else '['}{lo:g}, {hi:g}{')' if below else ']'}"
+
+
+def check_reals(name: str, value: object, n: int, lo: float = -math.inf, hi: float = math.inf, *,
+                above: bool = False, below: bool = False) -> tuple[float, ...]:
+    """`value` as a tuple of `n` floats, each one `check_real` accepts; a string, or another length, is refused."""
+    if isinstance(value, (str, bytes)) or not isinstance(value, (list, tuple)) or len(value) != n:
+        raise invalid(name, value, f"a sequence of {n} numbers, each {_real_range(lo, hi, above, below)}")
+    return tuple(check_real(f"{name}[{i}]", v, lo, hi, above=above, below=below) for i, v in enumerate(value))
 
 
 def check_bool(name: str, value: object) -> bool:

@@ -1,6 +1,15 @@
 """What defines a run, torch-free (reading results imports it, never the training stack): `TrainConfig`, its
-validation, `run_id`, the accepted values, and `point_configs` (a point's runs from its parameters). Each field's
-help lives beside it: `--help`, docs/fields.md (`python -m initmem.config`) and the notebooks read it there."""
+validation, `run_id`, the accepted values, and `point_configs` (a point's runs from its parameters: the one function
+the notebooks, the sweep, the planner and `initmem run` use). Each field's help lives beside it: `--help`,
+docs/fields.md (`python -m initmem.config`) and the notebooks read it there.
+
+A setting the recipe would silently ignore (an optimiser hyper-parameter the optimiser does not use, a schedule
+parameter of another schedule) is accepted only at its neutral value (`NEUTRAL_HPARAMS`); `None` lr, momentum and
+weight_decay resolve to the optimiser's default, so a stored config is concrete. Errors are one line
+(`field_error`). `run_id`: sha256 of the canonical JSON minus `RUN_ID_EXCLUDE` and minus `LATER_FIELDS` at their
+`id_default` (`precision` hashed as the `amp` it replaced), so every committed run keeps its name. Adding a sweepable
+field is one edit: the field with its default, help and check here (with `id_default=<old behaviour>` when it
+changes results); notebooks, params files, the CLI and docs/fields.md read the dataclass."""
 
 from __future__ import annotations  # TrainConfig's field types stay strings: the CLI and docs/fields.md read them
 
@@ -27,16 +36,16 @@ NUM_CLASSES = 10
 MIN_CHANNELS = {"resnet9": 64, "resnet20": 16, "resnet56": 16, "resnet110": 16}  # each network's narrowest layer
 MAX_SEED = 2**63 - 1  # torch generators take 64-bit seeds; the sign bit stays clear for every stream derived from it
 
-# Every optimiser hyper-parameter with the value each optimiser uses by default. For one that does not apply to an
-# optimiser (not in OPTIMIZER_HPARAMS[name]) the value is the neutral one: only that value is accepted.
-_NEUTRAL = dict(momentum=0.0, weight_decay=0.0, betas=(0.9, 0.999), eps=1e-8, amsgrad=False, nesterov=False,
+# Every optimiser hyper-parameter (but lr) at its neutral value: the value of one an optimiser does not use (not in
+# OPTIMIZER_HPARAMS[name]), the only one accepted there. OPTIMIZER_DEFAULTS: each optimiser's values, lr included.
+NEUTRAL_HPARAMS = dict(momentum=0.0, weight_decay=0.0, betas=(0.9, 0.999), eps=1e-8, amsgrad=False, nesterov=False,
                 ns_steps=5, ns_dtype="bfloat16", muon_aux_lr=1e-3)
 OPTIMIZER_DEFAULTS: dict[str, dict] = {
-    "sgd": {**_NEUTRAL, "lr": 0.01},
-    "sgd_momentum": {**_NEUTRAL, "lr": 0.01, "momentum": 0.9},
-    "adam": {**_NEUTRAL, "lr": 1e-3},  # weight_decay: coupled L2 (added to the gradient)
-    "adamw": {**_NEUTRAL, "lr": 1e-3, "weight_decay": 1e-2},  # decoupled
-    "muon": {**_NEUTRAL, "lr": 0.02, "momentum": 0.95, "nesterov": True},  # decoupled; aux AdamW lr muon_aux_lr
+    "sgd": {**NEUTRAL_HPARAMS, "lr": 0.01},
+    "sgd_momentum": {**NEUTRAL_HPARAMS, "lr": 0.01, "momentum": 0.9},
+    "adam": {**NEUTRAL_HPARAMS, "lr": 1e-3},  # weight_decay: coupled L2 (added to the gradient)
+    "adamw": {**NEUTRAL_HPARAMS, "lr": 1e-3, "weight_decay": 1e-2},  # decoupled
+    "muon": {**NEUTRAL_HPARAMS, "lr": 0.02, "momentum": 0.95, "nesterov": True},  # decoupled; aux AdamW lr muon_aux_lr
 }
 OPTIMIZER_HPARAMS: dict[str, tuple[str, ...]] = {
     "sgd": ("weight_decay",),
@@ -163,7 +172,7 @@ class TrainConfig:
 
 
 _FIELDS = {f.name: f for f in dataclasses.fields(TrainConfig)}
-_HPARAM_FIELDS = tuple(k for k in _NEUTRAL if k in _FIELDS)  # the optimiser hyper-parameters a config sets
+_HPARAM_FIELDS = tuple(k for k in NEUTRAL_HPARAMS if k in _FIELDS)  # the optimiser hyper-parameters a config sets
 
 
 def field_help(name: str) -> str:
@@ -171,7 +180,8 @@ def field_help(name: str) -> str:
     return _FIELDS[name].metadata["help"]
 
 
-def _bad(name: str, value: Any, accepted: str) -> ConfigError:
+def field_error(name: str, value: Any, accepted: str) -> ConfigError:
+    """The one-line error of a bad TrainConfig field: "TrainConfig.<name>=<value!r> is invalid: <accepted>"."""
     return ConfigError(f"TrainConfig.{name}={value!r} is invalid: {accepted}")
 
 
@@ -182,7 +192,7 @@ def _is_real(v: Any) -> bool:
 def _reals(name: str, v: Any, n: int | None, ok, accepted: str, ordered: bool = False) -> tuple[float, ...]:
     if isinstance(v, (str, bytes)) or not isinstance(v, (tuple, list)) or (n is not None and len(v) != n) or not all(
             _is_real(x) and ok(x) for x in v) or (ordered and list(v) != sorted(v)):
-        raise _bad(name, v, accepted)
+        raise field_error(name, v, accepted)
     return tuple(float(x) for x in v)
 
 
@@ -197,11 +207,11 @@ class _Check:
 
     def choice(self, name: str, options: tuple[str, ...]) -> None:
         if not isinstance(v := getattr(self.c, name), str) or v not in options:
-            raise _bad(name, v, "one of " + ", ".join(repr(o) for o in options))
+            raise field_error(name, v, "one of " + ", ".join(repr(o) for o in options))
 
     def real(self, name: str, ok, accepted: str) -> None:
         if not _is_real(v := getattr(self.c, name)) or not ok(float(v)):
-            raise _bad(name, v, accepted)
+            raise field_error(name, v, accepted)
         self.put(name, float(v))
 
     def integer(self, name: str, lo: int, optional: bool = False, hi: int = MAX_SEED) -> None:
@@ -209,13 +219,13 @@ class _Check:
         if v is None and optional:
             return
         if not isinstance(v, numbers.Integral) or isinstance(v, bool) or not lo <= v <= hi:
-            raise _bad(name, v, f"an integer in [{lo}, {hi}]" + (" or None" if optional else ""))
+            raise field_error(name, v, f"an integer in [{lo}, {hi}]" + (" or None" if optional else ""))
         self.put(name, int(v))
 
     def flag(self, *names: str) -> None:
         for name in names:
             if not isinstance(getattr(self.c, name), bool):
-                raise _bad(name, getattr(self.c, name), "True or False")
+                raise field_error(name, getattr(self.c, name), "True or False")
 
 
 def _check_recipe(c: TrainConfig, check: _Check) -> None:
@@ -223,8 +233,8 @@ def _check_recipe(c: TrainConfig, check: _Check) -> None:
     check.choice("arch", ARCHS)
     check.real("width", lambda v: 0 < v <= 64, "a real in (0, 64]")
     if round(MIN_CHANNELS[c.arch] * c.width) < 1:  # models rounds channel counts: none may round to 0
-        raise _bad("width", c.width, f"arch={c.arch!r} needs width > {0.5 / MIN_CHANNELS[c.arch]:.4g} (its narrowest "
-                                     f"layer, {MIN_CHANNELS[c.arch]} channels at width 1, must keep one)")
+        raise field_error("width", c.width, f"arch={c.arch!r} needs width > {0.5 / MIN_CHANNELS[c.arch]:.4g} (its "
+                          f"narrowest layer, {MIN_CHANNELS[c.arch]} channels at width 1, must keep one)")
     check.real("sigma_w", lambda v: v > 0, "a finite real > 0")
     check.choice("optimizer", OPTIMIZERS)
     for name in _OPT_FIELDS:
@@ -253,20 +263,20 @@ def _check_inapplicable(c: TrainConfig) -> None:
     defaults, used = OPTIMIZER_DEFAULTS[c.optimizer], OPTIMIZER_HPARAMS[c.optimizer]
     for name in _HPARAM_FIELDS:
         if name not in used and getattr(c, name) != defaults[name]:
-            raise _bad(name, getattr(c, name), f"optimizer={c.optimizer!r} does not use it; only its "
-                                               f"default {defaults[name]!r} is accepted")
+            raise field_error(name, getattr(c, name), f"optimizer={c.optimizer!r} does not use it; only its "
+                                                         f"default {defaults[name]!r} is accepted")
     for schedule, names in SCHEDULE_HPARAMS.items():
         for name in names:
             if c.schedule != schedule and getattr(c, name) != (default := _FIELDS[name].default):
-                raise _bad(name, getattr(c, name), f"schedule={c.schedule!r} does not use it (only "
-                                                   f"schedule={schedule!r} does); only {default!r} is accepted")
+                raise field_error(name, getattr(c, name), f"schedule={c.schedule!r} does not use it (only schedule="
+                                                             f"{schedule!r} does); only {default!r} is accepted")
 
 
 def _check_data_and_engine(c: TrainConfig, check: _Check) -> None:
     """The data and its splits, then how the engine runs (device, precision, checkpoints)."""
     check.choice("data", SOURCES)
     if not isinstance(c.data_root, str) or not c.data_root:
-        raise _bad("data_root", c.data_root, "a non-empty path string")
+        raise field_error("data_root", c.data_root, "a non-empty path string")
     # the splits are stratified: at least one image per class, or make_splits fails on a *different* field
     check.integer("n_train", NUM_CLASSES, optional=True, hi=10**7)
     check.integer("n_val", NUM_CLASSES, hi=10**7)
@@ -278,12 +288,13 @@ def _check_data_and_engine(c: TrainConfig, check: _Check) -> None:
     check.integer("batch_size", 1, hi=10**7)
     check.integer("seed", 0)
     if not isinstance(c.device, str) or not re.fullmatch(r"auto|cpu|cuda(:\d+)?", c.device):
-        raise _bad("device", c.device, "'auto', 'cpu', 'cuda' or 'cuda:N'")
+        raise field_error("device", c.device, "'auto', 'cpu', 'cuda' or 'cuda:N'")
     check.integer("eval_batch_size", 1, hi=10**7)
     check.integer("checkpoint_every", 0, hi=10**7)
     check.choice("precision", PRECISIONS)
     if c.precision == "tf32" and c.device == "cpu":
-        raise _bad("precision", c.precision, "'tf32' is CUDA only; 'fp32' or 'bf16' is accepted with device='cpu'")
+        raise field_error("precision", c.precision,
+                          "'tf32' is CUDA only; 'fp32' or 'bf16' is accepted with device='cpu'")
     check.flag("deterministic", "channels_last", "compile")
 
 

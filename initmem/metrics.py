@@ -1,5 +1,11 @@
 """The study's metrics, each computable from a run's history (one row per epoch; epoch 0 = at initialisation).
-Epochs are 1-based: in a per-epoch sequence, element i is epoch i + 1. Accuracies are fractions in [0, 1]."""
+Epochs are 1-based: in a per-epoch sequence, element i is epoch i + 1. Accuracies are fractions in [0, 1].
+
+What it holds: τ_interp (`interpolation_epoch` at `THRESHOLD`, the whole split's where exact_tau measured it), the
+selection rules in one place (`SELECTION_RULES`, `DEFAULT_RULE`: the paper's lowest validation loss; `selectable`:
+the rows a rule can pick), the spread and its seed-resampled interval (`spread`, `spread_resamples`, `interval`,
+`contrast_resamples`), the clocks (`ClockAccumulator`, `lr_scale`), `collapse_epoch`, `radial_memory`,
+`summarize_history` (run.json's `SUMMARY_KEYS` and `DIAGNOSTIC_KEYS`) and `point_summary`. Torch-free."""
 
 import math
 from collections.abc import Sequence

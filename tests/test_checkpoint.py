@@ -101,7 +101,7 @@ def _interrupted(tmp_path, monkeypatch, epoch: int) -> tuple[TrainConfig, object
         _interrupt_at(m, epoch)
         with pytest.raises(_Stop):
             train(cfg, out_dir=tmp_path, section="s", progress=False)
-    return cfg, RunFolders(tmp_path, "s").folder(cfg)
+    return cfg, RunFolders(tmp_path, "s").run(cfg).folder
 
 
 def test_damaged_checkpoints_are_reported_and_an_older_one_or_a_fresh_start_is_used(tmp_path, monkeypatch, capsys,
@@ -118,7 +118,7 @@ def test_damaged_checkpoints_are_reported_and_an_older_one_or_a_fresh_start_is_u
     out = capsys.readouterr().out
     assert "sha256 mismatch; falling back" in out and "resumed from" in out and "(epoch 2/4)" in out
     pd.testing.assert_frame_equal(res.history.drop(columns="wall_time"), reference, check_exact=True)
-    assert not (folder / "checkpoints").exists() and RunFolders(tmp_path, "s").is_complete(cfg)
+    assert not (folder / "checkpoints").exists() and RunFolders(tmp_path, "s").run(cfg).is_complete()
 
     # every checkpoint damaged: both reported, the run starts afresh and still gives the same history
     cfg, folder = _interrupted(tmp_path / "b", monkeypatch, 4)
@@ -134,7 +134,7 @@ def test_damaged_checkpoints_are_reported_and_an_older_one_or_a_fresh_start_is_u
 def test_a_checkpoint_of_another_config_is_refused(tmp_path, monkeypatch, reference):
     cfg, folder = _interrupted(tmp_path, monkeypatch, 3)
     other = cfg.replace(lr=0.02)
-    other_ckpts = RunFolders(tmp_path, "s").folder(other) / "checkpoints"
+    other_ckpts = RunFolders(tmp_path, "s").run(other).folder / "checkpoints"
     other_ckpts.mkdir(parents=True)
     for p in checkpoints(folder / "checkpoints"):
         p.rename(other_ckpts / p.name)
@@ -238,14 +238,14 @@ def reference_cli(tmp_path_factory):
     out = tmp_path_factory.mktemp("ref")
     rc, text = faults.run(faults.train_cmd(CFG, out))
     assert rc == 0, text
-    return faults.history(RunFolders(out, "s").folder(TrainConfig(**CFG)))
+    return faults.history(RunFolders(out, "s").run(TrainConfig(**CFG)).folder)
 
 
 def test_sigkill_mid_epoch_then_restart_gives_the_uninterrupted_history(tmp_path, reference_cli):
     child = faults.Child(faults.train_cmd(CFG, tmp_path))
     child.wait_for(r"epoch 3/6")  # then it is saving epoch 3's checkpoint or training epoch 4
     assert child.kill() == -signal.SIGKILL
-    folder = RunFolders(tmp_path, "s").folder(TrainConfig(**CFG))
+    folder = RunFolders(tmp_path, "s").run(TrainConfig(**CFG)).folder
     assert not (folder / "run.json").exists() and checkpoints(folder / "checkpoints")
     rc, text = faults.run(faults.train_cmd(CFG, tmp_path))
     assert rc == 0 and "resumed from" in text, text
@@ -256,7 +256,7 @@ def test_sigkill_mid_epoch_then_restart_gives_the_uninterrupted_history(tmp_path
 def test_sigkill_while_writing_a_checkpoint_falls_back_to_the_previous_one(tmp_path, reference_cli):
     rc, text = faults.run(faults.train_cmd(CFG, tmp_path), INITMEM_FAULT="kill_during_checkpoint_write@3")
     assert rc == -signal.SIGKILL, text
-    folder = RunFolders(tmp_path, "s").folder(TrainConfig(**CFG))
+    folder = RunFolders(tmp_path, "s").run(TrainConfig(**CFG)).folder
     names = sorted(p.name for p in (folder / "checkpoints").iterdir())
     assert len(names) == 3 and names[1:] == ["epoch-000001.ckpt", "epoch-000002.ckpt"]
     assert names[0].startswith(".epoch-000003.ckpt.") and names[0].endswith(".tmp")  # the half-written file
@@ -277,10 +277,10 @@ def test_a_corrupt_run_json_is_not_complete_and_the_run_is_trained_again(tmp_pat
     before = faults.history(folder)
     text = (tmp_path / "s" / df["run_id"].iloc[0] / "run.json").read_text()
     (tmp_path / "s" / df["run_id"].iloc[0] / "run.json").write_text(text[: len(text) // 2])
-    assert not RunFolders(tmp_path, "s").is_complete(cfg)
+    assert not RunFolders(tmp_path, "s").run(cfg).is_complete()
     capsys.readouterr()
     again = faults.sweep_point(SWEEP, sigma_ws=[0.5], results=tmp_path, section="s", progress=False)
-    assert "moved aside" in capsys.readouterr().out and RunFolders(tmp_path, "s").is_complete(cfg)
+    assert "moved aside" in capsys.readouterr().out and RunFolders(tmp_path, "s").run(cfg).is_complete()
     aside = list((tmp_path / "s" / ".damaged").iterdir())  # the damaged folder was kept, not deleted
     assert any((d / "run.json").read_text() == text[: len(text) // 2] for d in aside if d.is_dir())
     assert again["status"].tolist() == ["complete"]
@@ -302,8 +302,8 @@ def test_a_failed_run_is_recorded_and_retried_by_the_next_call(tmp_path, monkeyp
     ok = [TrainConfig(**{**SWEEP, "sigma_w": s}) for s in (0.5, 2.0)]
     bad = TrainConfig(**{**SWEEP, "sigma_w": 1.0})
     owner = RunFolders(tmp_path, "s")
-    assert all(owner.is_complete(c) for c in ok) and not owner.is_complete(bad)  # went on
-    record = json.loads((owner.folder(bad) / FAILED).read_text())
+    assert all(owner.run(c).is_complete() for c in ok) and not owner.run(bad).is_complete()  # went on
+    record = json.loads((owner.run(bad).folder / FAILED).read_text())
     assert record["attempts"] == 1 and record["error"] == "RuntimeError: CUDA out of memory (simulated)"
     assert "Traceback" in record["traceback"][0] and record["sigma_w"] == 1.0
 
@@ -312,7 +312,7 @@ def test_a_failed_run_is_recorded_and_retried_by_the_next_call(tmp_path, monkeyp
     df = faults.sweep_point(SWEEP, sigma_ws=[0.5, 1.0, 2.0], results=tmp_path, section="s", progress=False)
     out = capsys.readouterr().out
     assert "skipping 2 complete run(s)" in out and "retrying: attempt 1 failed with RuntimeError" in out
-    assert df["status"].tolist() == ["complete"] * 3 and not (owner.folder(bad) / FAILED).exists()
+    assert df["status"].tolist() == ["complete"] * 3 and not (owner.run(bad).folder / FAILED).exists()
 
 
 def test_the_sweep_goes_on_after_a_diverged_run(tmp_path, monkeypatch):
@@ -377,7 +377,7 @@ def test_a_slurm_job_signalled_for_timeout_is_requeued_and_resumes_its_run(tmp_p
         out = tmp_path / "results"
         section = load_section(params)
         (cfg,) = point_configs(section.effective(section.points("smoke", out)[0]))
-        folder = RunFolders(out, "t").folder(cfg)
+        folder = RunFolders(out, "t").run(cfg).folder
         report = {}
         sweep = threading.Thread(target=lambda: report.update(r=run_sweep(
             params, profile="smoke", results=out, executor="slurm", progress=False,

@@ -155,7 +155,7 @@ CASES = [
     Case("history-empty", lambda f: (f / "history.csv").write_text(""), "history.csv", "is empty"),
     Case("history-truncated", edit_history(lambda ls: [*ls[:-1], ls[-1][: ls[-1].rindex(",", 0, len(ls[-1]) // 2)]]),
          "history.csv",
-         "does not match the sha256 run.json records"),
+         r"has sha256 \w{12}\.\.\., run.json records \w{12}\.\.\.: a value changed after it was written; restore"),
     Case("history-row-lost", edit_history(lambda ls: ls[:-1]), "history.csv", "has 1 rows; run.json records 2"),
     Case("history-header-only", edit_history(lambda ls: ls[:1]), "history.csv", "has 0 rows; run.json records 2"),
     Case("history-row-added", edit_history(lambda ls: [*ls, ls[-1]]), "history.csv", "has 3 rows; run.json "
@@ -167,9 +167,9 @@ CASES = [
     Case("history-non-number", edit_history(non_number), "history.csv",
          "non-number in column 'val_acc' on line 3: 'abc'"),
     Case("history-number-changed", edit_history(other_number), "history.csv",
-         "does not match the sha256 run.json records: a value differs from what was written"),
+         r"has sha256 \w{12}\.\.\., run.json records \w{12}\.\.\.: a value changed after it was written"),
     Case("history-crlf", edit_history(lambda ls: [line.replace("\n", "\r\n") for line in ls]), "history.csv",
-         r"does not match the sha256 run.json records: only its line endings differ \(CRLF .*core.autocrlf"),
+         r"has CRLF line endings; it was written with LF .*: clone again with `git -c core.autocrlf=false clone`"),
     # a writer that wrote a malformed history and its checksum: the structural checks alone must catch it
     Case("history-nan-row-resigned", edit_history(nan_row, resign=True), "history.csv", "row without any value"),
     Case("history-non-number-resigned", edit_history(non_number, resign=True), "history.csv",
@@ -214,7 +214,7 @@ def test_a_damaged_run_is_named_listed_not_complete_and_set_aside(copy, case):
     with pytest.warns(UserWarning, match=re.escape(named)):
         hist = load_histories(copy, damaged="skip")
     assert set(hist["run_id"]) == others and list(hist.attrs["damaged"]) == [listed]
-    assert RunFolders(copy, SECTION).is_complete(VICTIM) is case.complete
+    assert RunFolders(copy, SECTION).run(VICTIM).is_complete() is case.complete
     with pytest.raises(ResultsError, match=re.escape(named)):
         verify_run(listed)
 
@@ -232,7 +232,7 @@ def test_a_damaged_run_is_named_listed_not_complete_and_set_aside(copy, case):
 def test_the_undamaged_copy_loads_without_a_warning(copy, recwarn):
     runs, hist = load_runs(copy), load_histories(copy)
     assert len(runs) == len(SIGMAS) and len(hist) == 2 * len(SIGMAS) and not recwarn.list
-    assert all(RunFolders(copy, SECTION).is_complete(TrainConfig(**TINY, sigma_w=s)) for s in SIGMAS)
+    assert all(RunFolders(copy, SECTION).run(TrainConfig(**TINY, sigma_w=s)).is_complete() for s in SIGMAS)
     for folder in runs["path"]:
         assert verify_run(folder) == read_run(folder)
         with pytest.raises(ResultsError, match="holds a run that verifies"):
@@ -291,11 +291,11 @@ def test_migrate_upgrades_a_schema_1_record_to_the_bytes_write_wrote(copy):
     edit_json(to_schema_1)(victim)
     with pytest.raises(ResultsError, match=r"schema-1 run record .* `initmem migrate "):
         load_runs(copy)
-    assert not RunFolders(copy, SECTION).is_complete(VICTIM)
+    assert not RunFolders(copy, SECTION).run(VICTIM).is_complete()
     assert migrate(copy) == [victim / "run.json"]
     assert (victim / "run.json").read_bytes() == written  # every number, key and byte as RunFolders.write wrote them
     assert (victim / "history.csv").read_bytes() == history
-    assert RunFolders(copy, SECTION).is_complete(VICTIM) and len(load_runs(copy)) == len(SIGMAS)
+    assert RunFolders(copy, SECTION).run(VICTIM).is_complete() and len(load_runs(copy)) == len(SIGMAS)
     assert migrate(copy) == [] and (victim / "run.json").read_bytes() == written  # idempotent
 
 
@@ -336,10 +336,11 @@ def test_the_committed_cpu_study_verifies():
 
 def test_reading_results_does_not_import_torch(tree):
     code = ("import sys, initmem.store.results as r; from initmem.cli.commands import main\n"
-            "from initmem.store.folders import RunFolders\n"
+            "from initmem.config import TrainConfig; from initmem.store.folders import RunFolders\n"
             "runs, hist = r.load_runs(sys.argv[1]), r.load_histories(sys.argv[1])\n"
             "rec = r.verify_run(runs['path'][0])\n"
-            "assert len(runs) == 3 and len(hist) == 6 and RunFolders(sys.argv[1], 's1').is_complete(rec['config'])\n"
+            "assert len(runs) == 3 and len(hist) == 6\n"
+            "assert RunFolders(sys.argv[1], 's1').run(TrainConfig.from_dict(rec['config'])).is_complete()\n"
             "assert main(['migrate', sys.argv[1]]) == 0\n"
             "assert 'torch' not in sys.modules, 'torch was imported'\n")
     done = subprocess.run([sys.executable, "-c", code, str(tree)], capture_output=True, text=True, timeout=120)

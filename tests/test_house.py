@@ -203,6 +203,21 @@ def test_the_top_level_api_is_the_readers_and_imports_lazily():
         initmem.lod_runs  # noqa: B018
 
 
+def private_imports(source: str) -> list[str]:
+    """`module.name` for every private name (one leading underscore) a source imports from an initmem module."""
+    return [f"{node.module}.{a.name}" for node in ast.walk(ast.parse(source)) if isinstance(node, ast.ImportFrom)
+            and (node.module or "").startswith("initmem") for a in node.names
+            if a.name.startswith("_") and not a.name.startswith("__")]
+
+
+def test_no_module_imports_another_modules_private_name():
+    """What a module shares is public (config's `NEUTRAL_HPARAMS`, `field_error`); `_name` stays in its module."""
+    found = {m: names for m, p in modules().items() if (names := private_imports(p.read_text(encoding="utf-8")))}
+    assert not found, found
+    assert private_imports("from initmem.config import _NEUTRAL, ARCHS\nimport initmem.config\n") == [
+        "initmem.config._NEUTRAL"]
+
+
 def test_docs_field_list_is_generated_from_the_config():
     text = (REPO / "docs" / "fields.md").read_text(encoding="utf-8")
     assert text == config.fields_markdown(), "regenerate: python -m initmem.config > docs/fields.md"
@@ -212,8 +227,11 @@ def test_docs_field_list_is_generated_from_the_config():
 
 def test_the_architecture_tables_list_every_module_in_import_order():
     """docs/architecture.md has one table per package (a heading naming the folder, `initmem/` for the vocabulary);
-    together they name every module once, and each imports only modules listed above it."""
+    together they name every module once, and each imports only modules listed above it. The page stays a page
+    (<= 130 lines, none over 400 characters): the detail lives in each module's docstring."""
     text = (REPO / "docs" / "architecture.md").read_text(encoding="utf-8")
+    lines = text.splitlines()
+    assert len(lines) <= 130 and max(map(len, lines)) <= 400, (len(lines), max(map(len, lines)))
     order, package = [], None
     for line in text.splitlines():
         if m := re.match(r"^#+ .*`initmem/(\w+/)?`", line):

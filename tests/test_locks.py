@@ -78,7 +78,7 @@ def test_a_lock_whose_holder_was_killed_is_acquirable(tmp_path):
 
 def test_train_refuses_a_run_that_another_process_holds(tmp_path):
     cfg = TrainConfig(**SWEEP)
-    folder = RunFolders(tmp_path, "s").folder(cfg)
+    folder = RunFolders(tmp_path, "s").run(cfg).folder
     holder = faults.Child([*faults.python_cmd(HOLD), str(folder), str(tmp_path / "never")])
     try:
         holder.wait_for("^GOT$")
@@ -93,7 +93,7 @@ def test_the_sweep_skips_a_locked_run_waits_for_it_and_does_not_train_it_again(t
     locked = TrainConfig(**{**SWEEP, "sigma_w": 0.5})
     other = TrainConfig(**{**SWEEP, "sigma_w": 1.0})
     go = tmp_path / "go.py"
-    holder = faults.Child([*faults.python_cmd(HOLD), str(RunFolders(tmp_path, "s").folder(locked)), str(go)])
+    holder = faults.Child([*faults.python_cmd(HOLD), str(RunFolders(tmp_path, "s").run(locked).folder), str(go)])
     holder.wait_for("^GOT$")
     trained, real = [], point.train
     monkeypatch.setattr(point, "train", lambda c, **kw: (trained.append(c.sigma_w), real(c, **kw))[1])
@@ -102,9 +102,9 @@ def test_the_sweep_skips_a_locked_run_waits_for_it_and_does_not_train_it_again(t
         SWEEP, sigma_ws=[0.5, 1.0], results=tmp_path, section="s", progress=False)))
     sweep.start()
     deadline, owner = time.monotonic() + 120, RunFolders(tmp_path, "s")
-    while not owner.is_complete(other) and time.monotonic() < deadline:
+    while not owner.run(other).is_complete() and time.monotonic() < deadline:
         time.sleep(0.1)
-    assert owner.is_complete(other) and sweep.is_alive()  # did the free run, now waits for the locked one
+    assert owner.run(other).is_complete() and sweep.is_alive()  # did the free run, now waits for the locked one
     go.write_text(f"from initmem.engine.trainer import TrainConfig, train\n"
                   f"train(TrainConfig(**{SWEEP | {'sigma_w': 0.5}!r}), out_dir={str(tmp_path)!r}, section='s', "
                   f"progress=False)\n")  # the holder trains it under its lock (re-entrant), then exits
@@ -120,13 +120,13 @@ def test_the_sweep_skips_a_locked_run_waits_for_it_and_does_not_train_it_again(t
 def test_a_deferring_point_trains_its_free_runs_then_names_the_locked_one(tmp_path, monkeypatch):
     locked, free = (TrainConfig(**{**SWEEP, "sigma_w": s}) for s in (0.5, 1.0))
     owner = RunFolders(tmp_path, "s")
-    holder = faults.Child([*faults.python_cmd(HOLD), str(owner.folder(locked)), str(tmp_path / "never")])
+    holder = faults.Child([*faults.python_cmd(HOLD), str(owner.run(locked).folder), str(tmp_path / "never")])
     try:
         holder.wait_for("^GOT$")
         with pytest.raises(PointDeferred, match=rf"1 run\(s\) .*sigma_w=0.5 seed=0 .* by .+ pid {holder.proc.pid} "):
             point.train_point([locked, free], results=tmp_path, section="s", population=False, progress=False,
                               defer=True)
-        assert owner.is_complete(free) and not owner.is_complete(locked)
+        assert owner.run(free).is_complete() and not owner.run(locked).is_complete()
         monkeypatch.setenv(PointDeferred.env, "1")  # what a local sweep's kernel gets: run_point defers too
         with pytest.raises(PointDeferred):
             faults.sweep_point(SWEEP, sigma_ws=[0.5, 1.0], results=tmp_path, section="s")
@@ -198,7 +198,7 @@ def test_two_concurrent_sweeps_train_every_run_exactly_once(tmp_path):
     outs = [c.finish(timeout=600) for c in children]
     for rc, out in outs:
         assert rc == 0 and "ROWS 4 complete complete complete complete" in out, out
-    ids = [RunFolders(tmp_path, "s").folder(TrainConfig(**{**SWEEP, "sigma_w": s})).name for s in sigma_ws]
+    ids = [RunFolders(tmp_path, "s").run(TrainConfig(**{**SWEEP, "sigma_w": s})).folder.name for s in sigma_ws]
     headers = Counter(m for _, out in outs for m in re.findall(r"^run (\w{12}): sigma_w=", out, re.M))
     assert headers == Counter(ids), "\n\n".join(out for _, out in outs)  # every run trained once, by one of them
     runs = load_runs(tmp_path)

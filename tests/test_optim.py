@@ -241,6 +241,27 @@ def test_bad_optimizer_config(name, kw, match):
         build_optimizer(name, build_model("resnet20", width=0.25), **kw)
 
 
+@pytest.mark.parametrize("name, kw, line", [
+    ("muon", {"momentum": 1.0}, "momentum=1.0 is invalid: a finite number in [0, 1) is accepted"),
+    ("adam", {"betas": (0.9, 1.0)}, "betas[1]=1.0 is invalid: a finite number in [0, 1) is accepted"),
+    ("adam", {"betas": "ab"}, "betas='ab' is invalid: a sequence of 2 numbers, each a finite number in [0, 1) is "
+                              "accepted"),
+    ("adamw", {"weight_decay": -0.1}, "weight_decay=-0.1 is invalid: a finite number >= 0 is accepted"),
+    ("sgd", {"lr": 0.0}, "lr=0.0 is invalid: a finite positive number is accepted"),
+    ("adam", {"amsgrad": "yes"}, "amsgrad='yes' is invalid: true or false is accepted"),
+])
+def test_a_bad_hyper_parameter_is_the_one_line_of_initmem_checks(name, kw, line):
+    """The optimiser's inputs are checked by `initmem.checks`, as every other input: one line, the value, the range."""
+    with pytest.raises(ConfigError) as err:
+        build_optimizer(name, build_model("resnet20", width=0.25), **kw)
+    assert str(err.value) == line
+    p = torch.nn.Parameter(torch.randn(4, 6))
+    with pytest.raises(ConfigError, match=r"^momentum=1\.0 is invalid: a finite number in \[0, 1\) is accepted$"):
+        Muon([p], momentum=1.0)
+    with pytest.raises(ConfigError, match=r"^eps=0 is invalid: a finite positive number is accepted$"):
+        MuonWithAuxAdam([{"params": [p], "use_muon": False, "eps": 0}])
+
+
 def test_set_lr_factor_keeps_group_ratio():
     opt = build_optimizer("muon", build_model("resnet20", width=0.25))
     set_lr_factor(opt, 0.5)

@@ -1,6 +1,7 @@
 """The planner's inputs are checked before they are used: a throughput table with a time that is not a finite positive
-number, an unknown configuration, no entries or a device of another kind is one line; calibration checks where it
-will write before it measures anything; the flags that only `--calibrate` reads are refused without it."""
+number, an unknown configuration or entry key, no entries or a device of another kind is one line; calibration
+checks where it will write before it measures anything; the flags that only `--calibrate` reads are refused without
+it."""
 
 from __future__ import annotations
 
@@ -80,6 +81,20 @@ def test_a_table_without_entries_configuration_or_known_device_is_refused(tmp_pa
     (tmp_path / "t.json").write_text(json.dumps(doc))
     assert main(["plan", OPT, "--profile", "cpu", "--throughput", str(tmp_path / "t.json")]) == 2
     assert said in _err(capsys)
+
+
+@pytest.mark.parametrize("key, hint", [("optimiser", " (did you mean 'optimizer'?)"), ("note", "")])
+def test_an_unknown_key_in_an_entry_is_refused_naming_it_and_the_accepted_ones(tmp_path, capsys, key, hint):
+    """A misspelt `optimiser` was read as SGD's entry (the key's default); any key that is no field is one line."""
+    f = _table(tmp_path / "t.json", [GOOD, (*GOOD[:2], 256, *GOOD[3:])])
+    doc = json.loads((tmp_path / "t.json").read_text())
+    doc["entries"][1][key] = "adam"
+    (tmp_path / "t.json").write_text(json.dumps(doc))
+    assert main(["plan", OPT, "--profile", "cpu", "--throughput", f]) == 2
+    err = _err(capsys)
+    assert f"{f!r}, entry 2 has an unknown key {key!r}{hint}: arch, width, batch_size, precision, members, " \
+           "train_step_s, eval_image_s, optimizer are accepted" in err
+    assert "time" not in capsys.readouterr().out
 
 
 def test_a_table_of_another_device_kind_is_refused_for_an_explicit_device(tmp_path, capsys):

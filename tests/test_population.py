@@ -317,7 +317,7 @@ def test_run_folders_are_written_like_train_writes_them(tmp_path):
     pop = train(configs, out_dir=tmp_path, section="s", progress=False)
     sep = train(configs[1], out_dir=tmp_path / "sep", section="s", progress=False)
     for r, c in zip(pop, configs, strict=True):
-        assert r.path == RunFolders(tmp_path, "s").folder(c) and RunFolders(tmp_path, "s").is_complete(c)
+        assert r.path == RunFolders(tmp_path, "s").run(c).folder and RunFolders(tmp_path, "s").run(c).is_complete()
         rec = read_run(r.path)
         assert rec["config"] == c.to_dict() and rec["status"] == "complete"
         assert rec["provenance"]["population"] == 3
@@ -333,7 +333,7 @@ def test_run_folders_are_written_like_train_writes_them(tmp_path):
 
 def test_a_member_locked_by_another_process_is_refused_before_training(tmp_path):
     configs = _members(TINY.replace(epochs=1))
-    held = RunFolders(tmp_path, "s").folder(configs[1])
+    held = RunFolders(tmp_path, "s").run(configs[1]).folder
     code = ("import fcntl, os, sys, time; fd = os.open(sys.argv[1], os.O_RDWR | os.O_CREAT); "
             "fcntl.flock(fd, fcntl.LOCK_EX); print('GOT', flush=True); time.sleep(60)")
     lock_path(held).parent.mkdir(parents=True)
@@ -344,7 +344,7 @@ def test_a_member_locked_by_another_process_is_refused_before_training(tmp_path)
         with pytest.raises(ResultsError, match=f"{held.name}.*locked"):
             train(configs, out_dir=tmp_path, section="s", progress=False)
         assert time.perf_counter() - t0 < 10
-        assert not any(RunFolders(tmp_path, "s").is_complete(c) for c in configs)
+        assert not any(RunFolders(tmp_path, "s").run(c).is_complete() for c in configs)
     finally:
         child.kill()
         child.wait()
@@ -390,7 +390,7 @@ def test_an_interrupted_checkpointed_population_resumes_to_the_uninterrupted_his
     folder = RunFolders(tmp_path, "s").checkpoint_folder(configs)
     assert folder.parent.parent == tmp_path / "s" / POPULATIONS and folder.parent.name == population_id(configs)
     assert [p.name for p in checkpoints(folder)] == ["epoch-000002.ckpt"]
-    assert not any(RunFolders(tmp_path, "s").is_complete(c) for c in configs)
+    assert not any(RunFolders(tmp_path, "s").run(c).is_complete() for c in configs)
     epochs, real = [], data_mod.batches
     monkeypatch.setattr(data_mod, "batches", lambda *a, **k: epochs.append(1) or real(*a, **k))
     monkeypatch.setenv("INITMEM_PROGRESS", "lines")
@@ -402,7 +402,7 @@ def test_an_interrupted_checkpointed_population_resumes_to_the_uninterrupted_his
         pd.testing.assert_frame_equal(a.history.drop(columns="wall_time"), b.history.drop(columns="wall_time"),
                                       check_exact=True)
         assert a.history["wall_time"].is_monotonic_increasing
-        assert RunFolders(tmp_path, "s").is_complete(a.config)
+        assert RunFolders(tmp_path, "s").run(a.config).is_complete()
 
 
 def test_a_checkpoint_of_another_member_set_is_not_resumed(tmp_path, monkeypatch):

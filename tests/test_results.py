@@ -18,7 +18,7 @@ import pytest
 
 from initmem import metrics
 from initmem.engine.trainer import RunResult, TrainConfig
-from initmem.errors import ConfigError, ResultsError
+from initmem.errors import ConfigError, NoResults, ResultsError
 from initmem.metrics import point_summary
 from initmem.store.folders import RunFolders
 from initmem.store.provenance import cpu_bf16, provenance
@@ -59,7 +59,7 @@ def fake_result(sigma_w: float = 1.0, seed: int = 0, status: str = "complete", e
 def test_write_writes_history_and_a_strict_json_record(tmp_path):
     result = fake_result()
     folder = RunFolders(tmp_path, "sec").write(result)
-    assert folder == tmp_path / "sec" / result.run_id == RunFolders(tmp_path, "sec").folder(result.config)
+    assert folder == tmp_path / "sec" / result.run_id == RunFolders(tmp_path, "sec").run(result.config).folder
     assert sorted(p.name for p in folder.iterdir()) == ["history.csv", "run.json"]  # no temp files left behind
     text = (folder / "run.json").read_text()
     rec = json.loads(text, parse_constant=lambda c: pytest.fail(f"non-standard JSON constant {c}"))
@@ -91,8 +91,8 @@ def test_write_refuses_a_result_that_would_not_verify(tmp_path):
                           (h.iloc[::-1], "epochs that are not whole numbers increasing from 0")]:
         with pytest.raises(ResultsError, match=re.escape(what)):
             RunFolders(tmp_path, "sec").write(dataclasses.replace(result, history=history))
-        assert not (RunFolders(tmp_path, "sec").folder(result.config) / "run.json").exists()
-        assert not RunFolders(tmp_path, "sec").is_complete(result.config)
+        assert not (RunFolders(tmp_path, "sec").run(result.config).folder / "run.json").exists()
+        assert not RunFolders(tmp_path, "sec").run(result.config).is_complete()
 
 
 def test_non_finite_numbers_are_written_as_null(tmp_path):
@@ -105,17 +105,17 @@ def test_non_finite_numbers_are_written_as_null(tmp_path):
 
 def test_is_complete_needs_a_valid_finished_record_and_the_history(tmp_path):
     result = fake_result()
-    assert not RunFolders(tmp_path, "sec").is_complete(result.config)
+    assert not RunFolders(tmp_path, "sec").run(result.config).is_complete()
     folder = RunFolders(tmp_path, "sec").write(result)
-    assert RunFolders(tmp_path, "sec").is_complete(result.config)
-    assert not RunFolders(tmp_path, "other").is_complete(result.config)
+    assert RunFolders(tmp_path, "sec").run(result.config).is_complete()
+    assert not RunFolders(tmp_path, "other").run(result.config).is_complete()
     (folder / "history.csv").unlink()
-    assert not RunFolders(tmp_path, "sec").is_complete(result.config)
+    assert not RunFolders(tmp_path, "sec").run(result.config).is_complete()
     RunFolders(tmp_path, "sec").write(dataclasses.replace(result, status="diverged"))
-    assert RunFolders(tmp_path, "sec").is_complete(result.config)
+    assert RunFolders(tmp_path, "sec").run(result.config).is_complete()
     rec = json.loads((folder / "run.json").read_text())
     (folder / "run.json").write_text(json.dumps({**rec, "status": "running"}))
-    assert not RunFolders(tmp_path, "sec").is_complete(result.config)
+    assert not RunFolders(tmp_path, "sec").run(result.config).is_complete()
 
 
 @pytest.mark.parametrize("content", ['{"schema": 2, "run_id": "x", "sect', "", "[1, 2]", '{"schema": 2}',
@@ -127,7 +127,7 @@ def test_a_corrupt_run_json_is_named_by_read_run_and_the_loaders(tmp_path, conte
     named = re.escape(str(bad / "run.json"))
     with pytest.raises(ResultsError, match=named):
         read_run(bad)
-    assert not RunFolders(tmp_path, "sec").is_complete(fake_result(sigma_w=2.0).config)
+    assert not RunFolders(tmp_path, "sec").run(fake_result(sigma_w=2.0).config).is_complete()
     for load in (load_runs, load_histories):
         with pytest.raises(ResultsError, match=named):
             load(tmp_path)
@@ -188,9 +188,29 @@ def test_load_histories_adds_run_and_config_columns_and_keeps_values(tmp_path):
     pd.testing.assert_frame_equal(back.reset_index(drop=True), b.history, check_dtype=False, check_exact=True)
 
 
-def test_an_empty_tree_gives_empty_frames_with_the_columns(tmp_path):
-    runs, hist = load_runs(tmp_path), load_histories(tmp_path)
-    assert runs.empty and hist.empty and runs.attrs["damaged"] == hist.attrs["damaged"] == {}
+def test_a_folder_without_run_records_is_said_in_one_line_as_a_missing_path_is(tmp_path):
+    """A folder of unrelated files (or an empty one) holds no run: NoResults naming it and what it holds, not an
+    empty frame that looks like a result; a missing path is a ResultsError too (NoResults is one)."""
+    for load in (load_runs, load_histories):
+        with pytest.raises(NoResults, match=rf"^results folder {re.escape(repr(str(tmp_path)))} holds no runs .*it is "
+                                            "empty\\): a results tree, a section or a run folder is accepted$"):
+            load(tmp_path)
+    (tmp_path / "notes.txt").write_text("x")
+    (tmp_path / "images" / "cat").mkdir(parents=True)
+    (tmp_path / "images" / "cat" / "run.jsonl").write_text("{}")
+    for damaged in ("raise", "skip"):
+        with pytest.raises(NoResults, match=r"holds no runs \(no <run_id>/run.json under it; it holds images/, "
+                                            r"notes.txt\)"):
+            load_runs(tmp_path, damaged=damaged)
+    with pytest.raises(ResultsError, match="does not exist"):
+        load_runs(tmp_path / "nope")
+
+
+def test_a_tree_whose_runs_are_all_skipped_gives_empty_frames_with_the_columns(tmp_path):
+    (RunFolders(tmp_path, "sec").write(fake_result()) / "history.csv").write_text("epoch\n0\n")  # damaged
+    with pytest.warns(UserWarning, match="skipping a damaged run"):
+        runs, hist = load_runs(tmp_path, damaged="skip"), load_histories(tmp_path, damaged="skip")
+    assert runs.empty and hist.empty and len(runs.attrs["damaged"]) == len(hist.attrs["damaged"]) == 1
     assert set(RUN_COLUMNS) | set(CONFIG_FIELDS) | set(SUMMARY_KEYS) <= set(runs.columns)
     assert {"run_id", "section", *HISTORY_CONFIG_COLUMNS, "epoch", "lr_epoch", "val_loss"} <= set(hist.columns)
     assert "lr" in HISTORY_COLUMNS
@@ -223,6 +243,26 @@ def test_point_summary_averages_seeds_before_the_spread():
     assert partial["test_acc_by_sigma_w"] == pytest.approx({0.5: 0.75})
     with pytest.raises(ConfigError, match="test_acc_at_best"):
         point_summary(df.drop(columns="test_acc_at_best"))
+
+
+def test_a_point_asks_the_store_by_run_each_id_hashed_once(tmp_path, monkeypatch, capsys):
+    """`train_point` names each run once (`RunFolders.run`): whether it is damaged, complete, locked or failed is asked
+    of its handle, never of a config hashed again (a complete point: one run id per run in the store)."""
+    from initmem.store import folders
+    from initmem.study.point import train_point
+    results = [fake_result(sigma_w=s) for s in (0.5, 2.0)]
+    for r in results:
+        RunFolders(tmp_path, "sec").write(r)
+    calls = []
+    monkeypatch.setattr(folders, "run_id", lambda c: calls.append(c) or run_id(c))
+    runs = train_point([r.config for r in results], results=tmp_path, section="sec")
+    assert calls == [r.config for r in results] and runs["run_id"].tolist() == [r.run_id for r in results]
+    assert "skipping 2 complete run(s)" in capsys.readouterr().out
+    run = RunFolders(tmp_path, "sec").run(results[0].config)
+    assert (run.run_id, run.folder, run.checkpoints) == (results[0].run_id, tmp_path / "sec" / results[0].run_id,
+                                                          tmp_path / "sec" / results[0].run_id / "checkpoints")
+    assert RunFolders(None, "sec").run(results[0].config).folder is None  # a tree that keeps nothing
+    assert not RunFolders(None, "sec").run(results[0].config).is_complete()
 
 
 def test_loading_warns_only_for_corrupt_files(tmp_path):

@@ -62,7 +62,7 @@ def test_slurm_sweep_runs_every_point_as_an_array_task(cluster, tmp_path, monkey
     # the jobs wrote into the same results tree as a local sweep would
     for p in good:
         configs = point_configs(section.effective(p))
-        assert len(configs) == 2 and all(RunFolders(out, "t").is_complete(c) for c in configs)
+        assert len(configs) == 2 and all(RunFolders(out, "t").run(c).is_complete() for c in configs)
         nb = nbformat.read(out / "t" / "notebooks" / f"{p.point_id}.ipynb", as_version=4)
         assert nb.metadata.papermill.parameters["optimizer"] == p.grid["optimizer"]
     folders = list((out / ".submitit").glob("t-*"))

@@ -198,6 +198,20 @@ def test_a_failing_point_is_reported_and_the_others_still_run(tmp_path, capsys):
     assert commands.main(["sweep", str(path), "--profile", "smoke", "--results", str(out), "--quiet"]) == 1
 
 
+def test_a_sweep_whose_every_point_failed_still_ends_in_its_table(tmp_path, capsys):
+    """The section folder then holds no run record (load_runs: NoResults): the table counts 0 runs, no traceback."""
+    (tmp_path / "bad.tar.gz").write_bytes(b"not a gzip file")
+    path = _repo(tmp_path, f"""\
+        smoke:
+          fixed: {{data_root: {tmp_path / 'bad.tar.gz'}, data: imagefolder, width: 0.0625, epochs: 1, batch_size: 32,
+                  n_train: 64, n_val: 32, n_test: 32, sigma_ws: [0.5], device: cpu}}
+        """)
+    report = run_sweep(path, profile="smoke", results=tmp_path / "out", progress=False)
+    assert [p.status for p in report.points] == ["failed"] and report.exit_code == 1
+    assert (tmp_path / "out" / "t").is_dir() and not list((tmp_path / "out" / "t").glob("*/run.json"))
+    assert report.summary["runs"].tolist() == ["0/1"] and "== t [smoke]: 1 failed" in capsys.readouterr().out
+
+
 def _tiny_notebook(tmp_path: Path, body: str) -> Path:
     nb = tmp_path / "nb.py"
     nb.write_text(HEADER + textwrap.dedent(body))

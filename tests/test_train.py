@@ -107,7 +107,7 @@ def test_summary_is_summarize_history_of_the_history(run):
 
 def test_the_written_run_reads_back_through_load_runs_and_load_histories(run):
     result, out = run
-    assert result.path == out / "sec" / result.run_id and RunFolders(out, "sec").is_complete(result.config)
+    assert result.path == out / "sec" / result.run_id and RunFolders(out, "sec").run(result.config).is_complete()
     runs = load_runs(out)
     assert len(runs) == 1
     row = runs.iloc[0]
@@ -171,7 +171,7 @@ def test_a_huge_learning_rate_is_recorded_as_diverged_and_returns(tmp_path):
     assert result.status == "diverged" and result.summary["diverged_epoch"] == 1
     assert result.history["epoch"].tolist() == [0, 1]  # kept up to and including the diverged epoch
     assert not math.isfinite(result.history["train_loss"].iloc[1])
-    assert read_run(result.path)["status"] == "diverged" and RunFolders(tmp_path, "adhoc").is_complete(cfg)
+    assert read_run(result.path)["status"] == "diverged" and RunFolders(tmp_path, "adhoc").run(cfg).is_complete()
 
 
 # ------------------------------------------------------------------------------------------------ progress

@@ -1,4 +1,4 @@
-"""The cells of the study's tables, one rule each, that `tables` and `tables_forgetting` build their rows from."""
+"""The cells of the study's tables, one rule each, that `tables` and `instrument_tables` build their rows from."""
 
 import math
 from collections.abc import Iterable, Sequence

@@ -1,5 +1,5 @@
 """How every table a person reads shows its numbers (the display rule, in one place) and a DataFrame as a table's
-text. A number's *kind* decides its digits (`KINDS`), `COLUMN_KINDS` (then a table's own, `table_cells.finish`) a
+text. A number's *kind* decides its digits (`KINDS`), `COLUMN_KINDS` (then a table's own, `cells.finish`) a
 column's kind; 4 significant digits show a 0.4 % change of a norm ratio (1.004, not 1). Pure functions."""
 
 import fnmatch

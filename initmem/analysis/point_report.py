@@ -1,5 +1,6 @@
 """One point as a researcher reads it, from its `run_point` (or `load_runs`) rows: what the section notebooks show at
-their end (`show_point`) and the sweep prints per point, every cell by `table_text`'s display rule."""
+their end (`show_point`) and the sweep prints per point (`sweep_row`), every cell by `display`'s rule. A spread
+between networks at chance accuracy (`at_chance`) is said to be no memory (`chance_warning`)."""
 
 import math
 from collections.abc import Sequence
@@ -10,11 +11,13 @@ from matplotlib.figure import Figure
 
 from initmem import metrics
 from initmem.analysis import cells, display, plots, style, tables
+from initmem.config import NUM_CLASSES
 from initmem.errors import ConfigError, NoResults
 
 RUN_TABLE_COLUMNS = ("sigma_w", "seed", "status", "test_acc_at_best", "best_epoch", "tau_interp", "repair_gap",
                      "init_weight_norm", "final_weight_norm", "norm_ratio", "T_SGD", "T_L2", "T_adapt", "wall_time_s")
 RUN_TABLE_EXTRA = ("diverged_epoch", "angle_final", "Theta_final")  # where the runs have them (newer records)
+CHANCE_FACTOR = 1.5  # a network whose test accuracy is at most 1.5 x chance (1 / NUM_CLASSES) has learnt ~nothing
 INTERPOLATION_COLUMNS = ("arch", "sigma_w", "seed", "status", "interpolated", "tau_interp", "final_train_acc",
                          "test_acc_at_best")
 
@@ -25,6 +28,21 @@ def check_runs(runs: pd.DataFrame, need: Sequence[str]) -> None:
         raise ConfigError(f"got {type(runs).__name__} lacking columns "
                           f"{sorted(missing) if isinstance(runs, pd.DataFrame) else list(need)}: "
                           "the rows of run_point (or load_runs) are accepted")
+
+
+def at_chance(runs: pd.DataFrame) -> bool:
+    """Whether every network of `runs` with a test accuracy (at the selected epoch) is at chance, at most
+    `CHANCE_FACTOR` / `NUM_CLASSES`: a spread between such networks is noise, not a memory of the initialisation."""
+    acc = pd.to_numeric(runs["test_acc_at_best"], errors="coerce").dropna()
+    return len(acc) > 0 and bool((acc <= CHANCE_FACTOR / NUM_CLASSES).all())
+
+
+def chance_warning(runs: pd.DataFrame, spread_pp: float | None) -> str | None:
+    """"spread 3.1 pp between networks at chance (every test accuracy <= 15 %): not a memory", where `at_chance`."""
+    if spread_pp is None or not math.isfinite(spread_pp) or not at_chance(runs):
+        return None
+    return (f"spread {display.number(spread_pp, 'percent')} pp between networks at chance (every test accuracy "
+            f"<= {100 * CHANCE_FACTOR / NUM_CLASSES:g} %): not a memory")
 
 
 def run_rows(runs: pd.DataFrame) -> pd.DataFrame:
@@ -95,6 +113,8 @@ def sweep_row(runs: pd.DataFrame | None, point_id: str, run_ids: list[str]) -> d
         if s["n_diverged"]:
             row["diverged"] = f"{s['n_diverged']}/{s['n_runs']}"
         row["max_tau_interp"] = r["tau_interp"].max()
+        if s["spread_pp"] is not None and at_chance(r):
+            row["warning"] = "at chance: not a memory"  # `chance_warning`
         fell = r["population_fallback"].dropna() if "population_fallback" in r.columns else pd.Series(dtype=object)
         if len(fell):
             row["population_fallback"] = f"{len(fell)}/{len(r)} one by one: {fell.iloc[0]}"
@@ -123,7 +143,9 @@ def point_figure(runs: pd.DataFrame, histories: pd.DataFrame | None = None) -> F
                        color="C3")
         style.sigma_axis(a, sigmas)
         summary = cells.point_spread(runs)[0]
-        a.set(title="test acc. at selected epoch" + ("" if math.isnan(summary) else f"\nspread {summary:.1f} pp")
+        spread = "" if math.isnan(summary) else f"\nspread {summary:.1f} pp" + (
+            " at chance" if at_chance(runs) else "")  # not a memory: `chance_warning`
+        a.set(title="test acc. at selected epoch" + spread
               + (f" over {len(sigmas) - len(lost)}/{len(sigmas)} σ_w" if lost else ""), ylabel="test accuracy (%)")
         for ax, col, what, unit in ((b, "weight_norm", "weight norm", " ‖W‖_F"),
                                     (c, "angle", "angle from initialisation", " (°)")):
@@ -153,6 +175,8 @@ def summary_table(runs: pd.DataFrame) -> pd.DataFrame:
             "worst σ_w": sig(s["worst_sigma_w"]), "σ_w × seeds": f"{len(s['sigma_ws'])} × {len(s['seeds'])}",
             "runs interpolated": f"{s['n_interpolated']}/{s['n_runs']}",
             "runs diverged": f"{s['n_diverged']}/{s['n_runs']}"}
+    if warning := chance_warning(runs, c["spread_pp"]):
+        rows["warning"] = warning
     if s["sigma_ws_missing"]:
         rows["σ_w without accuracy"] = ", ".join(f"{v:g}" for v in s["sigma_ws_missing"])
     return pd.DataFrame({"value": rows}).rename_axis("the point")

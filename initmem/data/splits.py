@@ -1,5 +1,6 @@
-"""CIFAR-10 as the engine trains on it: `make_splits` → `Splits` (stratified, normalised device tensors),
-`augment_batch`, `batches`, `steps_per_epoch`; `load_cifar10` (`initmem.data.sources`) is re-exported."""
+"""CIFAR-10 as the engine trains on it: `make_splits` → `Splits` (stratified, normalised device tensors; with
+`full_test`, every test image of the source too), `augment_batch`, `batches` (the one place a minibatch order is
+decided), `steps_per_epoch`; `load_cifar10` (`initmem.data.sources`) is re-exported."""
 
 import hashlib
 import math
@@ -11,12 +12,13 @@ import torch.nn.functional as F
 
 from initmem.checks import check_int
 from initmem.data.cifar10 import CIFAR10_CLASSES, Cifar10
+from initmem.data.device import resolve_device
 from initmem.data.imagefolder import default_cache_dir
 from initmem.data.sources import load_cifar10, make_synthetic
 from initmem.errors import ConfigError
 
 __all__ = ["CIFAR10_CLASSES", "Cifar10", "Splits", "augment_batch", "batches", "channel_stats", "default_cache_dir",
-           "load_cifar10", "make_splits", "make_synthetic", "resolve_device", "steps_per_epoch", "stratified_indices"]
+           "load_cifar10", "make_splits", "make_synthetic", "steps_per_epoch", "stratified_indices"]
 
 
 @dataclass(frozen=True, repr=False)
@@ -71,19 +73,6 @@ def _generator(split_seed: int, stream: int) -> torch.Generator:
     # One independent stream per draw, so e.g. the validation split does not depend on n_train or n_test.
     digest = hashlib.sha256(f"initmem-split:{split_seed}:{stream}".encode()).digest()
     return torch.Generator().manual_seed(int.from_bytes(digest[:8], "little") & (2**63 - 1))
-
-
-def resolve_device(device: str | torch.device) -> torch.device:
-    """`auto` → cuda if available else cpu; otherwise torch.device(device), ConfigError if unknown."""
-    if device == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    try:
-        dev = torch.device(device)
-    except (RuntimeError, TypeError) as exc:
-        raise ConfigError(f"device={device!r} is invalid: 'auto', 'cpu', 'cuda' or 'cuda:N' is accepted") from exc
-    if dev.type == "cuda" and not torch.cuda.is_available():
-        raise ConfigError(f"device={device!r} is invalid here: CUDA is not available; 'auto' or 'cpu' is accepted")
-    return dev
 
 
 def make_splits(data: Cifar10, n_val: int = 5000, n_train: int | None = None, n_test: int | None = None,

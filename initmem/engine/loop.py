@@ -1,6 +1,10 @@
 """The engine's loop as one type, `Loop`: what a training step and a measurement read or change, and its steps.
 Every tensor is on the run's device except, by design, the data-order generators (one minibatch order on every
-device), torch's Adam/AdamW step counters (host scalars) and, on `meta` (no meta generator), the augmentation ones."""
+device), torch's Adam/AdamW step counters (host scalars) and, on `meta` (no meta generator), the augmentation ones;
+`check_device` (after building, resuming and the first step) names the first one elsewhere in a one-line
+`DeviceMismatch` (tests/test_meta_device.py runs the loop on `meta`). A measured epoch is one host sync (`readings`,
+named by `reading_names`), plus one where exact_tau's whole train split or full_test's whole test set is evaluated.
+Restoring a checkpoint (`load_state_dict`) is all or nothing: a failure leaves every part as it was."""
 
 import copy
 import hashlib
@@ -23,6 +27,12 @@ from initmem.errors import ConfigError
 from initmem.store import record
 
 _FINITE = ("train_loss", "val_loss", "test_loss", "weight_norm")  # a row with any of these non-finite: diverged
+# What `Loop.readings` measures before the norms and instruments, by name: the epoch's running train loss and accuracy
+# (from the training steps), then loss and accuracy of each evaluated split (`Loop.evals`), then the whole norm.
+# The history's train_loss is the running one, so the clean train-eval subset's loss is measured but not recorded.
+TRAIN_EVAL_LOSS = "train_eval_loss"
+READING_COLUMNS = ("train_loss", "train_acc_running", TRAIN_EVAL_LOSS, "train_acc", "val_loss", "val_acc", "test_loss",
+                   "test_acc", "weight_norm")
 
 
 class DeviceMismatch(RuntimeError):
@@ -226,9 +236,11 @@ class Loop:
         total = torch.zeros(self.k, 2, dtype=torch.float64, device=self.dev)
         for i in range(0, len(x), cfg.eval_batch_size):
             xb, yb = x[i:i + cfg.eval_batch_size], y[i:i + cfg.eval_batch_size]
-            if cfg.compile and len(xb) < cfg.eval_batch_size:  # the tail padded to the compiled shape: in eval
-                xb = torch.cat([xb, xb.new_zeros(cfg.eval_batch_size - len(xb), *xb.shape[1:])])  # mode the
-            if cfg.channels_last:  # rows are independent (BatchNorm uses its running stats), so padding is inert
+            # With compile, the tail is padded to the compiled shape: in eval mode the rows are independent
+            # (BatchNorm uses its running statistics), so the padding changes no real row's output.
+            if cfg.compile and len(xb) < cfg.eval_batch_size:
+                xb = torch.cat([xb, xb.new_zeros(cfg.eval_batch_size - len(xb), *xb.shape[1:])])
+            if cfg.channels_last:
                 xb = xb.contiguous(memory_format=torch.channels_last)
             self.step_begin()
             with runtime.autocast(cfg, self.dev):
@@ -236,9 +248,16 @@ class Loop:
             total += torch.stack([pop.losses(out, yb, "sum"), pop.correct(out, yb)], 1).double()
         return total / len(x)
 
+    def reading_names(self) -> tuple[str, ...]:
+        """The columns of `readings`, in order: the epoch's running train loss and accuracy, each evaluated split's
+        loss and accuracy (the train-eval subset's loss, `TRAIN_EVAL_LOSS`, is no history column), the norms and the
+        instruments."""
+        return (*READING_COLUMNS, *(f"norm:{n}" for n in self.pop.layers), *self.instruments.columns())
+
     @torch.no_grad()
     def readings(self, sums: torch.Tensor | None) -> torch.Tensor:
-        """[K, values] float64 on the device: every measured number of the members' rows but the clocks."""
+        """[K, values] float64 on the device: every measured number of the members' rows but the clocks, in
+        `reading_names` order."""
         pop, k = self.pop, self.k
         pop.model.eval()
         parts = [torch.full((k, 2), math.nan, dtype=torch.float64, device=self.dev) if sums is None else sums / self.n]
@@ -252,14 +271,14 @@ class Loop:
         rule can pick a member's row: `full_test`)."""
         values = self.readings(sums).tolist()  # the one host sync of a measured epoch
         wall = self.elapsed()  # after the sync: on a GPU the queued work has run only now
-        columns, rows = self.columns(), []
-        later = self.sparse_columns()
+        names, columns = self.reading_names(), self.columns()
+        rows = []
         for i, v in enumerate(values):
-            row = dict(epoch=self.epoch, step=self.step, lr=lr, train_loss=v[0], train_acc_running=v[1],
-                       train_acc=v[3], val_loss=v[4], val_acc=v[5], test_loss=v[6], test_acc=v[7],
-                       weight_norm=v[8], **self.clocks[i].totals(), wall_time=wall)
-            row.update(zip(columns[len(row):len(columns) - len(later)], v[9:], strict=True))
-            rows.append({**row, **dict.fromkeys(later, math.nan)})
+            read = dict(zip(names, v, strict=True))
+            del read[TRAIN_EVAL_LOSS]
+            row = {"epoch": self.epoch, "step": self.step, "lr": lr, **read, **self.clocks[i].totals(),
+                   "wall_time": wall, **dict.fromkeys(self.sparse_columns(), math.nan)}
+            rows.append({c: row[c] for c in columns})  # the history's column order; a missing reading fails here
         if self.whole_train(rows) | self.full_test(rows):  # both run: whole_train first, selectable reads it
             wall = self.elapsed()  # the whole test set's evaluation counts in this epoch's time
             for row in rows:

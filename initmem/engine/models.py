@@ -10,14 +10,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from initmem.checks import check_int, check_real
 from initmem.config import ARCHS
 from initmem.errors import ConfigError
-
-
-def _positive(name: str, x: object) -> float:
-    if isinstance(x, bool) or not isinstance(x, (int, float)) or not math.isfinite(x) or x <= 0:
-        raise ConfigError(f"{name}={x!r} is invalid: a finite positive real number is accepted")
-    return float(x)
 
 
 def _channels(base: int, width: float) -> int:
@@ -134,10 +129,8 @@ def build_model(arch: str, sigma_w: float = 1.0, width: float = 1.0, num_classes
     """The network `arch` at channel multiplier `width`, initialised by `init_weights(model, sigma_w)`."""
     if arch not in _FACTORIES:
         raise ConfigError(f"arch={arch!r} is invalid: one of {', '.join(ARCHS)} is accepted")
-    sigma_w = _positive("sigma_w", sigma_w)  # before building: a bad sigma_w must not cost a 6.6 M-parameter init
-    if isinstance(num_classes, bool) or not isinstance(num_classes, int) or num_classes < 1:
-        raise ConfigError(f"num_classes={num_classes!r} is invalid: a positive integer is accepted")
-    model = _FACTORIES[arch](_positive("width", width), num_classes)
+    sigma_w = check_real("sigma_w", sigma_w, 0, above=True)  # before building: not after a 6.6 M-parameter init
+    model = _FACTORIES[arch](check_real("width", width, 0, above=True), check_int("num_classes", num_classes, 1, 2**31))
     init_weights(model, sigma_w)
     return model
 
@@ -150,7 +143,7 @@ def _unwrap(model: nn.Module) -> nn.Module:
 def init_weights(model: nn.Module, sigma_w: float) -> None:
     """W ~ N(0, sigma_w^2 / fan_in) for every conv (fan_in = c_in*k*k) and linear (fan_in = in_features) weight;
     BatchNorm weight 1, bias 0; every bias 0. Draws from torch's global RNG (the caller seeds)."""
-    sigma_w = _positive("sigma_w", sigma_w)
+    sigma_w = check_real("sigma_w", sigma_w, 0, above=True)
     for m in _unwrap(model).modules():
         if isinstance(m, (nn.Conv2d, nn.Linear)):
             m.weight.normal_(0.0, sigma_w / math.sqrt(m.weight[0].numel()))  # fan_in: c_in/groups*k*k, in_features

@@ -3,13 +3,12 @@ for step but takes conv kernels and, as `MuonWithAuxAdam`, carries the AdamW par
 Schedules scale every group's `initial_lr` by one factor (`set_lr_factor`), so the two parts' lrs stay in ratio."""
 
 import math
-from collections.abc import Iterable
 
 import torch
 from torch import nn
 
-from initmem.checks import check_int
-from initmem.config import _NEUTRAL, NS_DTYPES, OPTIMIZER_DEFAULTS, OPTIMIZER_HPARAMS, OPTIMIZERS, SCHEDULES
+from initmem.checks import check_bool, check_int, check_real, check_reals
+from initmem.config import NEUTRAL_HPARAMS, NS_DTYPES, OPTIMIZER_DEFAULTS, OPTIMIZER_HPARAMS, OPTIMIZERS, SCHEDULES
 from initmem.engine.models import head_parameters
 from initmem.errors import ConfigError, invalid
 
@@ -44,28 +43,10 @@ def muon_update(grad: torch.Tensor, momentum_buf: torch.Tensor, beta: float = 0.
     return u.reshape(grad.shape).to(grad.dtype)
 
 
-def _check_real(name: str, x: object, lo: float = 0.0, lo_open: bool = False, hi: float = math.inf,
-                hi_open: bool = True) -> float:
-    ok = not isinstance(x, bool) and isinstance(x, (int, float)) and math.isfinite(x)
-    ok = ok and (x > lo if lo_open else x >= lo) and (x < hi if hi_open else x <= hi)
-    if not ok:
-        lo_s, hi_s = ("(" if lo_open else "[") + f"{lo:g}", f"{hi:g}" + (")" if hi_open else "]")
-        raise invalid(name, x, f"a finite real in {lo_s}, {hi_s}")
-    return float(x)
-
-
-def _check_bool(name: str, x: object) -> bool:
-    if not isinstance(x, bool):
-        raise invalid(name, x, "True or False")
-    return x
-
-
-def _check_betas(x: object) -> tuple[float, float]:
-    if isinstance(x, (str, bytes)) or not isinstance(x, Iterable) or len(x := tuple(x)) != 2:
-        raise invalid("betas", x, "a pair of reals in [0, 1)")
-    return tuple(_check_real("betas", b, 0.0, hi=1.0) for b in x)
-
-
+# The real hyper-parameters' ranges (`checks.check_real`): an lr, eps and Muon's aux lr > 0, momentum in [0, 1)
+_REAL_BOUNDS = {"lr": dict(lo=0, above=True), "momentum": dict(lo=0, hi=1, below=True), "weight_decay": dict(lo=0),
+               "eps": dict(lo=0, above=True), "muon_aux_lr": dict(lo=0, above=True)}
+_BETA_BOUNDS = dict(lo=0, hi=1, below=True)  # each of Adam's betas in [0, 1)
 _MUON_KEYS = {"params", "use_muon", "lr", "momentum", "nesterov", "ns_steps", "ns_dtype", "weight_decay", "initial_lr"}
 _ADAM_KEYS = {"params", "use_muon", "lr", "betas", "eps", "weight_decay", "initial_lr"}
 
@@ -75,11 +56,10 @@ def _check_group(group: dict) -> None:
     keys = _MUON_KEYS if group["use_muon"] else _ADAM_KEYS
     if unknown := set(group) - keys:
         raise ConfigError(f"param group keys {sorted(unknown)} are invalid: {sorted(keys - {'params'})} accepted")
-    _check_real("lr", group["lr"])
-    _check_real("weight_decay", group["weight_decay"])
+    for key in ("lr", "weight_decay", *(("momentum",) if group["use_muon"] else ("eps",))):
+        check_real(key, group[key], **_REAL_BOUNDS[key])
     if group["use_muon"]:
-        _check_real("momentum", group["momentum"], hi=1.0)
-        _check_bool("nesterov", group["nesterov"])
+        check_bool("nesterov", group["nesterov"])
         check_int("ns_steps", group["ns_steps"], 1, 99)
         if group["ns_dtype"] not in NS_DTYPES:
             raise invalid("ns_dtype", group["ns_dtype"], "one of " + ", ".join(NS_DTYPES))
@@ -87,8 +67,7 @@ def _check_group(group: dict) -> None:
             raise ConfigError(f"Muon got a parameter of shape {tuple(flat[0].shape)}: only >= 2-D parameters are "
                               "accepted (give BatchNorm, biases and the head to AdamW: use_muon=False)")
     else:
-        _check_betas(group["betas"])
-        _check_real("eps", group["eps"], lo_open=True)
+        check_reals("betas", group["betas"], 2, **_BETA_BOUNDS)
 
 
 class MuonWithAuxAdam(torch.optim.Optimizer):
@@ -176,18 +155,18 @@ class Muon(MuonWithAuxAdam):
 def _resolve(name: str, lr: float | None, hparams: dict) -> dict:
     if name not in OPTIMIZER_DEFAULTS:
         raise invalid("optimizer", name, "one of " + ", ".join(OPTIMIZERS))
-    if unknown := sorted(set(hparams) - set(_NEUTRAL)):
-        raise ConfigError(f"optimizer hyper-parameters {unknown} are invalid: {sorted(_NEUTRAL)} are accepted")
-    hp = {**OPTIMIZER_DEFAULTS[name], **{k: v for k, v in {**hparams, "lr": lr}.items() if v is not None}}
-    for key, bounds in (("lr", {"lo_open": True}), ("momentum", {"hi": 1.0}), ("weight_decay", {}),
-                        ("eps", {"lo_open": True}), ("muon_aux_lr", {"lo_open": True})):
-        hp[key] = _check_real(key, hp[key], **bounds)
-    hp.update(betas=_check_betas(hp["betas"]), nesterov=_check_bool("nesterov", hp["nesterov"]),
-              amsgrad=_check_bool("amsgrad", hp["amsgrad"]),
+    if unknown := sorted(set(hparams) - set(NEUTRAL_HPARAMS)):
+        raise ConfigError(f"optimizer hyper-parameters {unknown} are invalid: {sorted(NEUTRAL_HPARAMS)} are accepted")
+    defaults = OPTIMIZER_DEFAULTS[name]
+    hp = {**defaults, **{k: v for k, v in {**hparams, "lr": lr}.items() if v is not None}}
+    for key, bounds in _REAL_BOUNDS.items():
+        hp[key] = check_real(key, hp[key], **bounds)
+    hp["betas"] = check_reals("betas", hp["betas"], 2, **_BETA_BOUNDS)
+    hp.update(nesterov=check_bool("nesterov", hp["nesterov"]), amsgrad=check_bool("amsgrad", hp["amsgrad"]),
               ns_steps=check_int("ns_steps", hp["ns_steps"], 1, 99))
     if hp["ns_dtype"] not in NS_DTYPES:
         raise invalid("ns_dtype", hp["ns_dtype"], "one of " + ", ".join(NS_DTYPES))
-    inapplicable = [k for k in _NEUTRAL if k not in OPTIMIZER_HPARAMS[name] and hp[k] != OPTIMIZER_DEFAULTS[name][k]]
+    inapplicable = [k for k in NEUTRAL_HPARAMS if k not in OPTIMIZER_HPARAMS[name] and hp[k] != defaults[k]]
     if inapplicable:
         raise ConfigError(f"{', '.join(f'{k}={hp[k]!r}' for k in inapplicable)} invalid for optimizer={name!r}: "
                           f"it accepts {', '.join(('lr',) + OPTIMIZER_HPARAMS[name])}")
@@ -248,6 +227,6 @@ def lr_factor(schedule: str, step: int, total_steps: int, warmup_steps: int = 0,
         return 0.5 * (1.0 + math.cos(math.pi * t))
     if schedule == "step":
         for m in milestones:
-            _check_real("step_milestones", m, lo_open=True, hi=1.0, hi_open=False)
-        return _check_real("step_gamma", gamma, lo_open=True) ** sum(step >= m * total_steps for m in milestones)
+            check_real("step_milestones", m, 0, 1, above=True)
+        return check_real("step_gamma", gamma, 0, above=True) ** sum(step >= m * total_steps for m in milestones)
     return 1.0

@@ -1,13 +1,16 @@
-"""Where and how a run computes: `run_device`, the process-wide numerics (`engine_settings`, recorded with the run),
-bf16 `autocast`, and the network the loop calls (`network`: compiled once per process and shape with `compile`)."""
+"""Where and how a run computes: `run_device`, the process-wide numerics (`engine_settings`, recorded with the run:
+fp32 with TF32 off everywhere, tf32 on CUDA, bf16 autocast with weights, loss and metrics in fp32; deterministic
+algorithms, else cuDNN benchmarking on CUDA; the cuBLAS workspace is set at import), bf16 `autocast`, and the network
+the loop calls (`network`: compiled once per process and shape with `compile`; `reset_compiled` clears them)."""
 
 import contextlib
 import os
 
 import torch
 
-from initmem.config import TrainConfig, _bad
+from initmem.config import TrainConfig, field_error
 from initmem.data import splits as _data
+from initmem.data.device import resolve_device
 from initmem.engine import members, models
 
 # cuBLAS reads its workspace setting at its first call and deterministic algorithms need it: set at import (or kept).
@@ -17,10 +20,10 @@ INDUCTOR_CACHE_ENV = "TORCHINDUCTOR_CACHE_DIR"
 
 def run_device(config: TrainConfig) -> torch.device:
     """The device `config` runs on; ConfigError for one that is not here or a precision it does not have."""
-    dev = _data.resolve_device(config.device)
+    dev = resolve_device(config.device)
     if config.precision == "tf32" and dev.type != "cuda":
-        raise _bad("precision", config.precision, f"'tf32' is CUDA only (device resolved to {dev.type}); 'fp32' or "
-                                                  "'bf16' is accepted")
+        raise field_error("precision", config.precision, f"'tf32' is CUDA only (device resolved to {dev.type}); "
+                          "'fp32' or 'bf16' is accepted")
     return dev
 
 
@@ -108,8 +111,8 @@ def network(configs: list[TrainConfig], dev: torch.device) -> tuple[members.Plai
         except (RuntimeError, MemoryError) as exc:
             if "memory" not in str(exc).lower() and not isinstance(exc, MemoryError):
                 raise
-            raise _bad("width", cfg.width, f"the network does not fit in memory on {dev} ({type(exc).__name__}); a "
-                                           "smaller width is accepted") from None
+            raise field_error("width", cfg.width, f"the network does not fit in memory on {dev} "
+                              f"({type(exc).__name__}); a smaller width is accepted") from None
     same_input = len({c.seed for c in configs}) == 1
     pop = members.population(nets, same_input)
     if cfg.channels_last:

@@ -1,7 +1,14 @@
 """The training engine: one loop for a run and for a population of K runs differing only in sigma_w and seed, each
-member equal to its separate run. Airbench-style: the splits live on the device, minibatches are index gathers, and
-an epoch reads nothing back to the host but its one measurement. The state is
-`initmem.engine.loop.Loop`; here, the steps."""
+member equal to its separate run (its own initialisation, data order, augmentation stream, BatchNorm statistics,
+optimiser state, clocks and divergence). Airbench-style: the splits live on the device, minibatches are index
+gathers, and an epoch reads nothing back to the host but its one measurement. The state is
+`initmem.engine.loop.Loop`; here, the steps (`_build`, `_resume`, `_epoch`, `_finish`).
+
+`train` asks the section's `RunFolders` everything about folders: the members' locks, where the member set
+checkpoints, writing each run, clearing the checkpoints once every run.json is written. Checkpoints (every
+`checkpoint_every` epochs, one format for K = 1 and K > 1) resume exactly from the newest valid one of the same member
+set; one whose generators were written on another device type is refused in one line before any step, its files
+kept. `time_steps`: the median seconds per step the planner's throughput tables hold."""
 
 import math
 import os
@@ -14,14 +21,14 @@ import pandas as pd
 import torch
 
 from initmem import metrics
-from initmem.config import TrainConfig, _bad, check_members, run_id, shared_fields
+from initmem.config import TrainConfig, check_members, field_error, shared_fields
 from initmem.data import splits as _data
 from initmem.engine import checkpoint as _ckpt
 from initmem.engine import members, runtime
 from initmem.engine.loop import Loop
 from initmem.engine.loop import generator_device as _gen_device
 from initmem.errors import CheckpointError
-from initmem.store.folders import RunFolders, population_id
+from initmem.store.folders import Run, RunFolders, population_id
 from initmem.store.provenance import provenance, utcnow
 from initmem.store.results import RunResult
 
@@ -53,11 +60,12 @@ def train(configs: TrainConfig | list[TrainConfig], *, out_dir: str | Path | Non
     single = isinstance(configs, TrainConfig)
     configs = check_members([configs] if single else configs)
     owner = RunFolders(out_dir, section)  # out_dir None: an owner that keeps nothing
+    runs = [owner.run(c) for c in configs]  # each member's run id, once
     runtime.run_device(configs[0])  # a bad device fails before anything is created on disk
     if out_dir is not None:
         owner.writable()
-    with owner.lock_all([] if locked or out_dir is None else configs):
-        out = _train(configs, owner, progress, on_step, notes)
+    with owner.lock_all([] if locked or out_dir is None else runs):
+        out = _train(runs, owner, progress, on_step, notes)
     return out[0] if single else out
 
 
@@ -65,6 +73,7 @@ def train(configs: TrainConfig | list[TrainConfig], *, out_dir: str | Path | Non
 class _Run:
     """What the loop of one call does not change: who trains, where it is recorded, how it reports."""
 
+    runs: list[Run]
     configs: list[TrainConfig]
     rids: list[str]
     pid: str  # the population's id (a single run's too)
@@ -80,9 +89,10 @@ class _Run:
             print(line, flush=True)
 
 
-def _train(configs: list[TrainConfig], owner: RunFolders, progress: bool, on_step=None,
+def _train(runs: list[Run], owner: RunFolders, progress: bool, on_step=None,
            notes: dict | None = None) -> list[RunResult]:
-    run, loop = _build(configs, owner, progress, notes)
+    run, loop = _build(runs, owner, progress, notes)
+    configs = run.configs
     k, cfg = len(configs), configs[0]
     what = _label(cfg) if k == 1 else f"population of {k}: " + ", ".join(map(_label, configs))
     run.say(f"run {run.pid}: {what}; {cfg.arch} width={cfg.width:g} {cfg.optimizer} lr={cfg.lr:g} "
@@ -107,8 +117,9 @@ def _train(configs: list[TrainConfig], owner: RunFolders, progress: bool, on_ste
     return _finish(run, loop)
 
 
-def _build(configs: list[TrainConfig], owner: RunFolders, progress: bool, notes: dict | None) -> tuple[_Run, Loop]:
+def _build(runs: list[Run], owner: RunFolders, progress: bool, notes: dict | None) -> tuple[_Run, Loop]:
     """Settings, data and the loop at epoch 0, every tensor of it checked to be on the run's device."""
+    configs, rids = [r.config for r in runs], [r.run_id for r in runs]
     cfg, k = configs[0], len(configs)
     dev = runtime.run_device(cfg)
     if dev.type == "cpu" and k > 1:
@@ -120,15 +131,15 @@ def _build(configs: list[TrainConfig], owner: RunFolders, progress: bool, notes:
                                cfg.full_test)
     n = len(splits.train_y)
     if cfg.batch_size > n:  # TrainConfig cannot know the data size: caught here, before any step
-        raise _bad("batch_size", cfg.batch_size, f"at most the training split's size {n} (n_train) is accepted")
+        raise field_error("batch_size", cfg.batch_size, f"at most the training split's size {n} (n_train) is accepted")
     # the numerics after the data's checks: torch.use_deterministic_algorithms imports inductor (~3 s), which a
     # refused archive need not wait for
     prov = {**provenance(str(dev)), **runtime.engine_settings(cfg, dev), "data_source": data.source,
             "data_hash": data.content_hash, **({"population": k} if k > 1 else {}), **(notes or {})}
     loop = Loop.build(configs, dev, splits)
     loop.check_device()
-    return _Run(configs, [run_id(c) for c in configs], population_id(configs), dev, prov, started_at, owner,
-                owner.checkpoint_folder(configs), _progress_mode(progress)), loop
+    return _Run(runs, configs, rids, population_id(rids), dev, prov, started_at, owner, owner.checkpoint_folder(runs),
+                _progress_mode(progress)), loop
 
 
 def _resume(run: _Run, loop: Loop) -> bool:
@@ -174,10 +185,10 @@ def _same_generators(payload: dict, run: _Run, loop: Loop) -> None:
     CUDA generator's state does not load into a CPU one nor back, and re-seeding them would not resume exactly."""
     theirs, ours = written_on(payload), _gen_device(run.dev).type
     if theirs is not None and theirs != ours:
-        raise _bad("device", run.configs[0].device, f"this run's checkpoint {str(run.folder)!r} (epoch "
-                   f"{payload.get('epoch')!r}) was written on {theirs}, and its augmentation generators cannot "
-                   f"continue on {run.dev}: a device of type {theirs} resumes it exactly; or remove that folder to "
-                   "train the run again from epoch 0 here")
+        raise field_error("device", run.configs[0].device, f"this run's checkpoint {str(run.folder)!r} (epoch "
+                          f"{payload.get('epoch')!r}) was written on {theirs}, and its augmentation generators "
+                          f"cannot continue on {run.dev}: a device of type {theirs} resumes it exactly; or remove that "
+                          "folder to train the run again from epoch 0 here")
 
 
 def _epoch(run: _Run, loop: Loop, on_step, bar) -> None:
@@ -221,7 +232,7 @@ def _finish(run: _Run, loop: Loop) -> list[RunResult]:
                            finished_at)
         result.path = run.owner.write(result)
         out.append(result)
-    run.owner.finish(run.configs)
+    run.owner.finish(run.runs)
     return out
 
 

@@ -44,17 +44,14 @@ def check_folders(results: Path, out: Path) -> tuple[Path, Path]:
     """`results` and `out` once usable: ResultsError for no folder or no run in it, ConfigError for a file, a
     results path at the wrong level (`checks.check_results_root`) or an output the repository's
     (`checks.check_output_folder`)."""
-    from initmem.store.results import find_runs
+    from initmem.store.results import find_runs, no_runs
     results = resolve("results", results, RESULTS_ROOT)
     out = check_output_folder("out", out)
     if not results.is_dir():
         what = f"is a file: {RESULTS_ROOT} is accepted" if results.exists() else "does not exist"
         raise (ConfigError if results.exists() else ResultsError)(f"results folder {str(results)!r} {what}")
     if not find_runs(results):
-        held = sorted(f"{p.name}/" if p.is_dir() else p.name for p in results.iterdir() if not p.name.startswith("."))
-        what = f"it holds {', '.join(held[:5])}{' ...' if len(held) > 5 else ''}" if held else "it is empty"
-        raise ResultsError(f"results folder {str(results)!r} holds no runs (no <section>/<run_id>/run.json; {what}): "
-                           "a results tree of `initmem train` or `initmem sweep` is accepted")
+        raise no_runs(results, "a results tree of `initmem train` or `initmem sweep`")
     return check_results_root("results", results), out
 
 

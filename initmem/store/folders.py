@@ -1,6 +1,14 @@
-"""The run folders of a results tree, owned here and nowhere else (`RunFolders`). Torch-free. A lock is `flock` on
-`<run folder>.lock` (beside it: a run that fails early leaves no half-made folder), which the kernel drops however its
-holder dies; the file is never deleted (two processes would lock two inodes under one name)."""
+"""The run folders of a results tree, owned here and nowhere else: `RunFolders(results, section)` names, locks,
+writes (`write`: history.csv, then run.json once it reads back whole, each atomic), sets aside, tidies and clears
+them; `RunFolders.run(config)` is one run's handle (`Run`: its id, hashed once, folder, lock, checkpoints, failure
+marker), so the point and the engine ask the store by run, not by re-hashed config. Torch-free.
+
+Layout: `<section>/<run_id>/` (run.json, history.csv; while training `checkpoints/epoch-NNNNNN.ckpt`, after a failure
+`failed.json`), a population's checkpoints in `<section>/populations/<population_id>/checkpoints/`, a damaged run
+moved to `<section>/.damaged/<run_id>-<stamp>/` (never deleted; `set_aside`), a renamed or copied run folder put
+back or set aside by `tidy_copies`. A lock is `flock` on `<run folder>.lock` (beside it: a run that fails early
+leaves no half-made folder), re-entrant in a process, which the kernel drops however its holder dies; the file is
+never deleted (two processes would lock two inodes under one name)."""
 
 import contextlib
 import datetime as _dt
@@ -11,7 +19,8 @@ import os
 import re
 import socket
 import traceback
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 import pandas as pd
@@ -114,9 +123,9 @@ def clear_checkpoints(folder: str | Path) -> None:
         Path(folder).rmdir()
 
 
-def population_id(configs: list[TrainConfig]) -> str:
-    """12 hex digits naming a member set (order-free); a single run is named by its run id."""
-    ids = sorted(run_id(c) for c in configs)
+def population_id(members: Sequence[TrainConfig | str]) -> str:
+    """12 hex digits naming a member set (order-free; its configs or their run ids); a single run's is its run id."""
+    ids = sorted(m if isinstance(m, str) else run_id(m) for m in members)
     return ids[0] if len(ids) == 1 else hashlib.sha256(" ".join(ids).encode()).hexdigest()[:12]
 
 
@@ -154,8 +163,66 @@ def other_schema(folder: str | Path) -> int | None:
     return None
 
 
+@dataclass(frozen=True)
+class Run:
+    """One run of a section, its run id computed once (`RunFolders.run`): what the store knows of it is asked here,
+    by its folder (`folder` None: a tree that keeps nothing, where nothing is complete, checkpointed or failed)."""
+
+    config: TrainConfig
+    run_id: str
+    section: str
+    folder: Path | None  # <results>/<section>/<run_id>
+
+    @property
+    def checkpoints(self) -> Path | None:
+        """Where this run checkpoints when it trains alone (a population's: `RunFolders.checkpoint_folder`)."""
+        return None if self.folder is None else self.folder / "checkpoints"
+
+    def is_complete(self) -> bool:
+        """Whether the folder holds a finished run that verifies (a damaged run is not complete)."""
+        with contextlib.suppress(ResultsError):
+            return self.folder is not None and bool(verify_run(self.folder))  # its record: never empty
+        return False
+
+    def has_checkpoints(self) -> bool:
+        """Whether the run was cut short with checkpoints of its own (its own resume is exact)."""
+        return self.checkpoints is not None and bool(checkpoints(self.checkpoints))
+
+    def lock(self, *, wait: bool = False) -> RunLock | None:
+        """The run folder's lock (`lock`): None while another process holds it, unless `wait`."""
+        return lock(self.folder, wait=wait)
+
+    def holder(self) -> str:
+        """Who holds (or last held) the run's lock (`holder`)."""
+        return holder(self.folder)
+
+    def failed(self) -> dict | None:
+        """The marker of the run's failed last attempt (`failed.json`: error, attempts, host, traceback), or None."""
+        with contextlib.suppress(OSError, ValueError):
+            if self.folder is not None and isinstance(record := json.loads((self.folder / FAILED).read_text(
+                    encoding="utf-8")), dict):
+                return record if isinstance(record.get("attempts"), int) else None
+        return None
+
+    def mark_failed(self, exc: BaseException, message: str, attempts: int) -> Path:
+        """Record, best effort, that attempt `attempts` raised `exc` (`message`: its line); the marker's path."""
+        c, file = self.config, self.folder / FAILED
+        record = {"run_id": self.run_id, "section": self.section, "sigma_w": c.sigma_w, "seed": c.seed,
+                  "error": message, "attempts": attempts, "host": socket.gethostname(), "pid": os.getpid(),
+                  "failed_at": utcnow(), "traceback": traceback.format_exception(exc)}
+        with contextlib.suppress(OSError):
+            file.parent.mkdir(parents=True, exist_ok=True)
+            atomic_write(file, json.dumps(record, indent=2, default=str) + "\n")
+        return file
+
+    def clear_failed(self) -> None:
+        (self.folder / FAILED).unlink(missing_ok=True)
+
+
 class RunFolders:
-    """The run folders of one section, `<results>/<section>/<run_id>/`; `results=None` keeps nothing."""
+    """The run folders of one section, `<results>/<section>/<run_id>/`; `results=None` keeps nothing. A run is asked
+    about through its handle (`run`); a member set (`lock_all`, `checkpoint_folder`, `finish`) is given as handles or
+    configs."""
 
     def __init__(self, results: str | Path | None, section: str):
         if not isinstance(section, str) or not section or section != Path(section).name or section.startswith("."):
@@ -163,9 +230,13 @@ class RunFolders:
         self.results, self.section = results, section
         self.path = None if results is None else Path(results) / section  # <results>/<section>
 
-    def folder(self, c: TrainConfig | dict) -> Path:
-        """The folder of one run: `<results>/<section>/<run_id>`."""
-        return self.path / run_id(c)
+    def run(self, c: TrainConfig) -> Run:
+        """The handle of `c`'s run: its id hashed here, once."""
+        rid = run_id(c)
+        return Run(c, rid, self.section, None if self.path is None else self.path / rid)
+
+    def _runs(self, members: Sequence[Run | TrainConfig]) -> list[Run]:
+        return [m if isinstance(m, Run) else self.run(m) for m in members]
 
     def writable(self) -> Path:
         """The section's folder, created and proved writable (before training: a bad --out fails in a second)."""
@@ -174,23 +245,17 @@ class RunFolders:
         except OSError as exc:
             raise ResultsError(f"results folder {str(self.path)!r} is not writable: {exc.strerror or exc}") from None
 
-    def is_complete(self, c: TrainConfig | dict) -> bool:
-        """Whether the run's folder holds a finished run that verifies (a damaged run is not complete)."""
-        with contextlib.suppress(ResultsError):
-            return bool(verify_run(self.folder(c)))  # its record: never empty
-        return False
-
-    def set_aside_damaged(self, configs: list[TrainConfig]) -> Iterator[tuple[TrainConfig, str]]:
-        """Set aside each damaged run folder of `configs` (it would pass for one in progress), yielding (config, why
-        and where to); an older schema is no damage but a ResultsError naming `initmem migrate`."""
-        for c in configs:
-            if ((folder := self.folder(c)) / "run.json").exists():
+    def set_aside_damaged(self, runs: list[Run]) -> Iterator[tuple[Run, str]]:
+        """Set aside each damaged run folder of `runs` (it would pass for one in progress), yielding (run, why and
+        where to); an older schema is no damage but a ResultsError naming `initmem migrate`."""
+        for r in runs:
+            if (r.folder / "run.json").exists():
                 try:
-                    verify_run(folder)
+                    verify_run(r.folder)
                 except ResultsError as exc:
-                    if other_schema(folder) is not None:
+                    if other_schema(r.folder) is not None:
                         raise
-                    yield c, f"{exc}; moved aside to {set_aside(folder)}"
+                    yield r, f"{exc}; moved aside to {set_aside(r.folder)}"
 
     def older_records(self) -> list[Path]:
         """The section's run.json files whose schema is not this initmem's."""
@@ -260,38 +325,31 @@ class RunFolders:
         except OSError as exc:
             raise ResultsError(f"cannot move {str(src)!r} to {str(dst)!r}: {exc.strerror or exc}") from None
 
-    def lock(self, c: TrainConfig, *, wait: bool = False) -> RunLock | None:
-        return lock(self.folder(c), wait=wait)
-
-    def holder(self, c: TrainConfig) -> str:
-        return holder(self.folder(c))
-
     @contextlib.contextmanager
-    def lock_all(self, configs: list[TrainConfig]) -> Iterator[None]:
+    def lock_all(self, members: Sequence[Run | TrainConfig]) -> Iterator[None]:
         """Every run's lock held for the block; ResultsError naming the holder of one another process holds."""
         with contextlib.ExitStack() as held:
-            for c in configs:
-                if (held_one := self.lock(c)) is None:
-                    raise ResultsError(f"run folder {str(self.folder(c))!r} is locked by {self.holder(c)}: that "
-                                       "process is training this run; wait for it (or train the others without it)")
+            for r in self._runs(members):
+                if (held_one := r.lock()) is None:
+                    raise ResultsError(f"run folder {str(r.folder)!r} is locked by {r.holder()}: that process is "
+                                       "training this run; wait for it (or train the others without it)")
                 held.enter_context(held_one)
             yield
 
-    def checkpoint_folder(self, configs: list[TrainConfig]) -> Path | None:
+    def checkpoint_folder(self, members: Sequence[Run | TrainConfig]) -> Path | None:
         """Where a member set checkpoints (None: nowhere): `<run>/` or `<section>/populations/<id>/`, `checkpoints/`."""
-        return None if self.results is None else (self.folder(configs[0]) if len(configs) == 1 else
-                                                  self.path / POPULATIONS / population_id(configs)) / "checkpoints"
+        if self.results is None:
+            return None
+        runs = self._runs(members)
+        return runs[0].checkpoints if len(runs) == 1 else self.path / POPULATIONS / population_id(
+            [r.run_id for r in runs]) / "checkpoints"
 
-    def has_checkpoints(self, c: TrainConfig) -> bool:
-        """Whether the single run `c` was cut short with checkpoints of its own (its own resume is exact)."""
-        return bool(checkpoints(self.checkpoint_folder([c])))
-
-    def finish(self, configs: list[TrainConfig]) -> None:
+    def finish(self, members: Sequence[Run | TrainConfig]) -> None:
         """Every member's run.json is written: the set's checkpoints go, with a population's emptied folders."""
-        if (folder := self.checkpoint_folder(configs)) is None:
+        if (folder := self.checkpoint_folder(members)) is None:
             return
         clear_checkpoints(folder)
-        if len(configs) > 1:
+        if len(members) > 1:
             with contextlib.suppress(OSError):
                 folder.parent.rmdir()
                 folder.parent.parent.rmdir()
@@ -301,7 +359,7 @@ class RunFolders:
         record that would not verify is a ResultsError before anything is written."""
         if self.results is None:
             return None
-        folder = self.folder(result.config)
+        folder = self.path / str(result.run_id)  # check_record: the id of its config
         record = {"schema": SCHEMA, "run_id": result.run_id, "section": self.section, "status": result.status,
                   "config": portable_config(result.config.to_dict()), "summary": result.summary,
                   "history": {"sha256": "0" * 64, "rows": 0, "columns": []},  # until history.csv is written
@@ -321,27 +379,6 @@ class RunFolders:
             raise ResultsError(f"cannot write run folder {str(folder)!r}: {exc.strerror or exc}") from None
         return folder
 
-    def load(self, configs: list[TrainConfig]) -> pd.DataFrame:
+    def load(self, runs: list[Run]) -> pd.DataFrame:
         """The `load_runs` rows of exactly these runs, in their order."""
-        return pd.concat([load_runs(self.folder(c)) for c in configs], ignore_index=True)
-
-    def failed(self, c: TrainConfig) -> dict | None:
-        """The marker of the run's failed last attempt (`failed.json`: error, attempts, host, traceback), or None."""
-        with contextlib.suppress(OSError, ValueError):
-            if isinstance(record := json.loads((self.folder(c) / FAILED).read_text(encoding="utf-8")), dict):
-                return record if isinstance(record.get("attempts"), int) else None
-        return None
-
-    def mark_failed(self, c: TrainConfig, exc: BaseException, message: str, attempts: int) -> Path:
-        """Record, best effort, that attempt `attempts` raised `exc` (`message`: its line); the marker's path."""
-        file = self.folder(c) / FAILED
-        record = {"run_id": run_id(c), "section": self.section, "sigma_w": c.sigma_w, "seed": c.seed,
-                  "error": message, "attempts": attempts, "host": socket.gethostname(), "pid": os.getpid(),
-                  "failed_at": utcnow(), "traceback": traceback.format_exception(exc)}
-        with contextlib.suppress(OSError):
-            file.parent.mkdir(parents=True, exist_ok=True)
-            atomic_write(file, json.dumps(record, indent=2, default=str) + "\n")
-        return file
-
-    def clear_failed(self, c: TrainConfig) -> None:
-        (self.folder(c) / FAILED).unlink(missing_ok=True)
+        return pd.concat([load_runs(r.folder) for r in runs], ignore_index=True)

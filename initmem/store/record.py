@@ -1,4 +1,6 @@
-"""A run record on disk, schema 2: what valid `run.json` and `history.csv` hold, each check one line. Torch-free."""
+"""A run record on disk, schema 2: what valid `run.json` (`RECORD_TYPES`: schema, run_id, section, status, config,
+summary, history {sha256, rows, columns}, provenance, started_at, finished_at) and `history.csv` (`HISTORY_COLUMNS`
+first; docs/results.md lists every column) hold, each check one line. Torch-free."""
 
 import dataclasses
 import hashlib
@@ -182,12 +184,10 @@ def verify_record(folder: Path, record: dict, *, named: bool = True) -> pd.DataF
         raise record_error(hfile, f"has {len(h)} rows; run.json records {meta['rows']} (truncated or appended to?)")
     if problem := frame_problem(h):
         raise record_error(hfile, problem)
-    if hashlib.sha256(data).hexdigest() != meta["sha256"]:  # the same rows and columns: line endings, or a value?
-        raise record_error(hfile, "does not match the sha256 run.json records: " + (
-            "only its line endings differ (CRLF where it was written with LF: a checkout converted them, e.g. git "
-            "with core.autocrlf=true; the repository's .gitattributes keeps results/ byte-exact): restore LF line "
-            "endings, e.g. clone again with `git -c core.autocrlf=false clone`"
-            if hashlib.sha256(data.replace(b"\r\n", b"\n")).hexdigest() == meta["sha256"] else
-            "a value differs from what was written (the same rows and columns; the run was changed after it was "
-            "written, or the file was damaged)"))
+    if (digest := hashlib.sha256(data).hexdigest()) != meta["sha256"]:  # the same rows and columns: line endings?
+        if hashlib.sha256(data.replace(b"\r\n", b"\n")).hexdigest() == meta["sha256"]:
+            raise record_error(hfile, "has CRLF line endings; it was written with LF (a checkout converted them): "
+                                      "clone again with `git -c core.autocrlf=false clone`")
+        raise record_error(hfile, f"has sha256 {digest[:12]}..., run.json records {meta['sha256'][:12]}...: a value "
+                                  "changed after it was written; restore the file from git or train the run again")
     return h

@@ -1,5 +1,8 @@
-"""Reading a results tree: a run is trusted only when it verifies as a whole (`verify_run`); one that fails is
-*damaged*, a ResultsError naming its file (`damaged="skip"`: a warning, listed in `df.attrs["damaged"]`). Torch-free."""
+"""Reading a results tree: a run is trusted only when it verifies as a whole (`verify_run`: the record's keys and
+types, its folder named by its config's run id in its section, the history against its checksum, rows and columns);
+one that fails is *damaged*, a ResultsError naming its file (`damaged="skip"`: a warning, listed in
+`df.attrs["damaged"]`); the same run twice in one section is an error naming both folders; a path that does not
+exist, or holds no run record (`no_runs`: NoResults), is a ResultsError too. Torch-free."""
 
 import warnings
 from collections import defaultdict
@@ -10,11 +13,11 @@ import pandas as pd
 
 from initmem.checks import run_folders
 from initmem.config import TrainConfig, run_id
-from initmem.errors import ConfigError, ResultsError
+from initmem.errors import ConfigError, NoResults, ResultsError
 from initmem.metrics import SUMMARY_KEYS
 from initmem.store.record import CONFIG_FIELDS, HISTORY_COLUMNS, check_record, full_config, parse_record, verify_record
 
-__all__ = ["RunResult", "run_id", "read_run", "verify_run", "find_runs", "load_runs", "load_histories"]
+__all__ = ["RunResult", "run_id", "read_run", "verify_run", "find_runs", "no_runs", "load_runs", "load_histories"]
 
 RUN_COLUMNS = ("run_id", "section", "status", "path")
 PROVENANCE_COLUMNS = ("git_commit", "git_dirty", "data_source", "data_hash")  # load_runs' columns from provenance
@@ -61,12 +64,22 @@ def find_runs(path: str | Path) -> list[Path]:
     return run_folders(root)
 
 
+def no_runs(root: Path, accepted: str = "a results tree, a section or a run folder") -> NoResults:
+    """NoResults: `root` holds no run record, with what it holds instead (its first entries) and what is accepted."""
+    held = sorted(f"{p.name}/" if p.is_dir() else p.name for p in root.iterdir() if not p.name.startswith("."))
+    what = f"it holds {', '.join(held[:5])}{' ...' if len(held) > 5 else ''}" if held else "it is empty"
+    return NoResults(f"results folder {str(root)!r} holds no runs (no <run_id>/run.json under it; {what}): {accepted} "
+                     "is accepted")
+
+
 def _scan(path: str | Path, damaged: str) -> tuple[list[tuple[Path, dict, pd.DataFrame]], dict[str, str]]:
     """(folder, record, history) of each run under `path` that verifies, {folder: why} of the others (or copies)."""
     if damaged not in ("raise", "skip"):
         raise ConfigError(f"damaged={damaged!r} is invalid: 'raise' or 'skip' is accepted")
+    if not (folders := find_runs(path)):
+        raise no_runs(Path(path))
     good, bad, holders = [], {}, defaultdict(list)
-    for folder in find_runs(path):
+    for folder in folders:
         record = None
         try:
             good.append((folder, record := parse_record(folder / "run.json"), verify_record(folder, record)))

@@ -10,10 +10,10 @@ from typing import Any
 
 import pandas as pd
 
-from initmem.config import TrainConfig, check_members, point_configs, run_id
+from initmem.config import TrainConfig, check_members, point_configs
 from initmem.engine.trainer import train
 from initmem.errors import ConfigError, InitmemError, PointDeferred, SweepError
-from initmem.store.folders import FAILED, RunFolders
+from initmem.store.folders import FAILED, Run, RunFolders
 
 
 def run_point(params: dict[str, Any], *, results: str | Path | None = None, section: str | None = None,
@@ -37,96 +37,97 @@ def train_point(configs: list[TrainConfig], *, results: str | Path, section: str
     configs = check_members(configs)
     defer = os.environ.get(PointDeferred.env) == "1" if defer is None else defer
     owner = RunFolders(results, section)
-    for c, why in owner.set_aside_damaged(configs):
-        print(f"{_name(c)}: {why} and trained again", flush=True)
-    todo = [c for c in configs if not owner.is_complete(c)]
-    if done := [c for c in configs if c not in todo]:
+    runs = [owner.run(c) for c in configs]  # each run's id, once
+    for r, why in owner.set_aside_damaged(runs):
+        print(f"{_name(r)}: {why} and trained again", flush=True)
+    todo = [r for r in runs if not r.is_complete()]
+    if done := [r for r in runs if r not in todo]:
         print(f"skipping {len(done)} complete run(s): " + ", ".join(map(_name, done)), flush=True)
     fallback: dict[str, str] = {}  # run id -> why its population failed: kept in the run's provenance
     if population and len(todo) > 1:
         todo = _train_population(todo, owner, progress, fallback)
     waiting, failed = [], []
-    for i, c in enumerate(todo, 1):
+    for i, r in enumerate(todo, 1):
         tag = f"[{i}/{len(todo)}]"
-        if (lock := owner.lock(c)) is None:  # another process is training it: do the others first, then wait for it
+        if (lock := r.lock()) is None:  # another process is training it: do the others first, then wait for it
             then = "the point is deferred after" if defer else "will wait for it after"
-            print(f"{tag} {_name(c)}: locked by {owner.holder(c)} (training it); {then} the other runs", flush=True)
-            waiting.append((tag, c))
+            print(f"{tag} {_name(r)}: locked by {r.holder()} (training it); {then} the other runs", flush=True)
+            waiting.append((tag, r))
             continue
         with lock:
-            _train_locked(c, owner, progress, tag, failed, fallback.get(run_id(c)))
-    held = [f"{_name(c)} by {owner.holder(c)}" for _, c in waiting if not owner.is_complete(c)] if defer else []
+            _train_locked(r, owner, progress, tag, failed, fallback.get(r.run_id))
+    held = [f"{_name(r)} by {r.holder()}" for _, r in waiting if not r.is_complete()] if defer else []
     if held and not failed:  # the ones finished meanwhile are not named
         raise PointDeferred(f"{len(held)} run(s) of this point are being trained by another process ("
                             + "; ".join(held[:2]) + (f"; and {len(held) - 2} more" if len(held) > 2 else "")
                             + "): deferred, so that the sweep trains its other points first and then waits for them")
-    for tag, c in waiting:
-        print(f"{tag} {_name(c)}: waiting for {owner.holder(c)} to finish it", flush=True)
-        with owner.lock(c, wait=True):
-            _train_locked(c, owner, progress, tag, failed, fallback.get(run_id(c)))
+    for tag, r in waiting:
+        print(f"{tag} {_name(r)}: waiting for {r.holder()} to finish it", flush=True)
+        with r.lock(wait=True):
+            _train_locked(r, owner, progress, tag, failed, fallback.get(r.run_id))
     if failed:
         raise SweepError(f"{len(failed)} of {len(configs)} run(s) of section {section!r} failed: "
-                         + "; ".join(f"{_name(c)}: {e}" for c, e in failed)
+                         + "; ".join(f"{_name(r)}: {e}" for r, e in failed)
                          + f"; each is recorded in its run folder's {FAILED} and retried by the next call")
-    return owner.load(configs)
+    return owner.load(runs)
 
 
-def _train_population(todo: list[TrainConfig], owner: RunFolders, progress: bool,
-                      fallback: dict[str, str]) -> list[TrainConfig]:
+def _train_population(todo: list[Run], owner: RunFolders, progress: bool, fallback: dict[str, str]) -> list[Run]:
     """Train what of `todo` one population can take; the runs left for one by one (`fallback`: run id -> its error)."""
     rest, members = [], []
     with contextlib.ExitStack() as held:
-        for c in todo:
+        for r in todo:
             # a single run cut short resumes exactly on its own; one another process trains is waited for
-            if owner.has_checkpoints(c) or (lock := owner.lock(c)) is None:
-                rest.append(c)
+            if r.has_checkpoints() or (lock := r.lock()) is None:
+                rest.append(r)
                 continue
             held.enter_context(lock)
-            if not owner.is_complete(c):
-                members.append(c)
-        left = [c for c in todo if c in rest or c in members]  # for the one-by-one path, unless a population trains
+            if not r.is_complete():
+                members.append(r)
+        left = [r for r in todo if r in rest or r in members]  # for the one-by-one path, unless a population trains
         if len(members) < 2:
             return left
         print(f"training {len(members)} runs as one population: " + ", ".join(map(_name, members)), flush=True)
         try:
-            train(members, out_dir=owner.results, section=owner.section, progress=progress, locked=True)
+            train([r.config for r in members], out_dir=owner.results, section=owner.section, progress=progress,
+                  locked=True)
         except InitmemError:
             raise  # a user error is the same for every run: the one-by-one path would only repeat it
         except Exception as exc:  # noqa: BLE001 - the one-by-one path trains them, recording what fails
             print(f"the population failed ({_line(exc)}); training its runs one after the other", flush=True)
-            fallback.update({run_id(c): _line(exc) for c in members})
+            fallback.update({r.run_id: _line(exc) for r in members})
             return left
-    for c in members:
-        owner.clear_failed(c)
-    return [c for c in todo if c in rest]
+    for r in members:
+        r.clear_failed()
+    return [r for r in todo if r in rest]
 
 
-def _name(c: TrainConfig) -> str:
-    return f"sigma_w={c.sigma_w:g} seed={c.seed} ({run_id(c)})"
+def _name(r: Run) -> str:
+    return f"sigma_w={r.config.sigma_w:g} seed={r.config.seed} ({r.run_id})"
 
 
 def _line(exc: BaseException) -> str:
     return f"{type(exc).__name__}: " + (str(exc).strip().splitlines() or [""])[0]
 
 
-def _train_locked(c: TrainConfig, owner: RunFolders, progress: bool, tag: str, failed: list,
+def _train_locked(r: Run, owner: RunFolders, progress: bool, tag: str, failed: list,
                   fallback: str | None = None) -> None:
     """Train one run whose lock this process holds, unless done meanwhile (`fallback`: why its population failed)."""
-    if owner.is_complete(c):
-        print(f"{tag} {_name(c)}: completed by another process meanwhile", flush=True)
+    if r.is_complete():
+        print(f"{tag} {_name(r)}: completed by another process meanwhile", flush=True)
         return
-    before = owner.failed(c)
+    before = r.failed()
     if progress or before:
         again = f" (retrying: attempt {before['attempts']} failed with {before['error']})" if before else ""
-        print(f"{tag} {_name(c)}{again}", flush=True)
+        print(f"{tag} {_name(r)}{again}", flush=True)
     try:
-        train(c, out_dir=owner.results, section=owner.section, progress=progress, locked=True,
+        train(r.config, out_dir=owner.results, section=owner.section, progress=progress, locked=True,
               notes={"population_fallback": fallback} if fallback else None)
     except Exception as exc:  # noqa: BLE001 - recorded; a user error stops the point, anything else is retried later
-        marker = owner.mark_failed(c, exc, _line(exc), (before or {}).get("attempts", 0) + 1)
+        marker = r.mark_failed(exc, _line(exc), (before or {}).get("attempts", 0) + 1)
         if isinstance(exc, InitmemError):
             raise
-        print(f"{tag} {_name(c)}: failed with {_line(exc)}; recorded in {marker}", flush=True)
-        failed.append((c, _line(exc)))
+        print(f"{tag} {_name(r)}: failed with {_line(exc)}; recorded in {marker}", flush=True)
+        failed.append((r, _line(exc)))
         return
-    owner.clear_failed(c)
+    r.clear_failed()

@@ -16,7 +16,7 @@ def point_progress(section: Section, point: Point) -> tuple[int, int]:
     """(complete runs, runs) of a point: the TrainConfigs its notebook builds (`config.point_configs`)."""
     configs = point_configs(section.effective(point))
     owner = RunFolders(section.root / point.parameters["results_dir"], section.name)  # an absolute one wins the join
-    return sum(owner.is_complete(c) for c in configs), len(configs)
+    return sum(owner.run(c).is_complete() for c in configs), len(configs)
 
 
 def _writable_problem(folder: Path) -> str | None:
@@ -37,7 +37,7 @@ def _device_problem(device: str) -> str | None:
     """Why `device` is not here (cpu and auto always are; a CUDA device needs torch to see it)."""
     if device in ("cpu", "auto"):
         return None
-    from initmem.data.splits import resolve_device  # torch: only for a device that is not the CPU
+    from initmem.data.device import resolve_device  # torch: only for a device that is not the CPU
     try:
         resolve_device(device)
     except InitmemError as exc:

@@ -4,6 +4,7 @@ repository root, complete when all its runs are (a finished sweep run again exec
 
 import collections
 import concurrent.futures as cf
+import contextlib
 import datetime
 import difflib
 import json
@@ -23,7 +24,7 @@ import pandas as pd
 from submitit.helpers import Checkpointable
 
 from initmem.config import point_configs
-from initmem.errors import InitmemError, NotebookError, PointDeferred, SweepError
+from initmem.errors import InitmemError, NoResults, NotebookError, PointDeferred, SweepError
 from initmem.store.folders import RunFolders
 from initmem.store.results import load_runs, run_id
 from initmem.study.notebook import execute_notebook
@@ -181,9 +182,11 @@ def summarize(section: Section, points: list[Point]) -> pd.DataFrame:
     """The end-of-run table: one row per point (`point_report.sweep_row`)."""
     from initmem.analysis.point_report import sweep_row  # matplotlib: only once the sweep has run
     folder = section.root / points[0].parameters["results_dir"] / section.name if points else None
-    with warnings.catch_warnings():  # said below in one line each, not as a UserWarning with its source line
+    runs = None  # no section folder, or one holding no run yet (every point failed): the table counts 0 runs
+    with warnings.catch_warnings(), contextlib.suppress(NoResults):  # damaged runs: said below in one line each
         warnings.simplefilter("ignore")
-        runs = load_runs(folder, damaged="skip") if folder is not None and folder.is_dir() else None
+        if folder is not None and folder.is_dir():
+            runs = load_runs(folder, damaged="skip")
     for why in (runs.attrs.get("damaged", {}) if runs is not None else {}).values():
         print(f"{section.name}: skipping a damaged run in the summary: {why}", flush=True)
     return pd.DataFrame([sweep_row(runs, p.point_id, [run_id(c) for c in point_configs(section.effective(p))])

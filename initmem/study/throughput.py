@@ -3,6 +3,7 @@ and --calibrate writes), its checks, and how a GPU table's step time grows with 
 measured it."""
 
 import dataclasses
+import difflib
 import json
 import math
 import os
@@ -69,6 +70,9 @@ class Throughput:
     roofline: bool = False  # no entries: every time is `plan.roofline_entry`'s estimate
 
 
+ENTRY_KEYS = tuple(f.name for f in dataclasses.fields(Entry))  # what an entry of a table file may hold
+
+
 def describe(e: Entry) -> str:
     """"resnet9 w0.25 b32 fp32", with " x<members>" for a population and " <optimizer>" for all but SGD."""
     return (f"{e.arch} w{e.width:g} b{e.batch_size} {e.precision}" + (f" x{e.members}" if e.members != 1 else "")
@@ -79,10 +83,13 @@ def load_throughput(path: str | Path, kind: str | None = None) -> Throughput:
     """A throughput table; ConfigError when it is missing, malformed or untrustworthy (`check_table`)."""
     try:
         doc = json.loads(Path(path).read_text(encoding="utf-8"))
+        _known_keys(path, doc["entries"])
         entries = [Entry(str(e["arch"]), e["width"], e["batch_size"], str(e["precision"]), e.get("members", 1),
                          e["train_step_s"], e["eval_image_s"], str(e.get("optimizer", "sgd")))
                    for e in doc["entries"]]  # as read: check_table checks
         device = str(doc["device"])
+    except ConfigError:
+        raise
     except FileNotFoundError:
         raise ConfigError(f"throughput table {str(path)!r} does not exist (make one with `initmem plan "
                           "--calibrate`)") from None
@@ -92,6 +99,17 @@ def load_throughput(path: str | Path, kind: str | None = None) -> Throughput:
                           '"members", "train_step_s", "eval_image_s", "optimizer"}]} is accepted') from None
     return check_table(Throughput(device, str(doc.get("torch", "")), entries, str(doc.get("kind") or (
         "cpu" if device.lower().startswith("cpu") else "cuda")), str(path), doc.get("created")), kind)
+
+
+def _known_keys(path: str | Path, entries: list) -> None:
+    """ConfigError naming the first entry key that is no `Entry` field (a misspelt "optimiser" would be read as SGD's
+    entry), with the closest field."""
+    for i, e in enumerate(entries):
+        if isinstance(e, dict) and (unknown := [k for k in e if k not in ENTRY_KEYS]):
+            close = difflib.get_close_matches(str(unknown[0]), ENTRY_KEYS, 1)
+            raise ConfigError(f"throughput table {str(path)!r}, entry {i + 1} has an unknown key {unknown[0]!r}"
+                              + (f" (did you mean {close[0]!r}?)" if close else "")
+                              + f": {', '.join(ENTRY_KEYS)} are accepted")
 
 
 def save_throughput(table: Throughput, path: str | Path) -> Path:
