@@ -1,11 +1,8 @@
 """The study's metrics, each computable from a run's history (one row per epoch; epoch 0 = at initialisation).
 Epochs are 1-based: in a per-epoch sequence, element i is epoch i + 1. Accuracies are fractions in [0, 1].
 
-What it holds: τ_interp (`interpolation_epoch` at `THRESHOLD`, the whole split's where exact_tau measured it), the
-selection rules in one place (`SELECTION_RULES`, `DEFAULT_RULE`: the paper's lowest validation loss; `selectable`:
-the rows a rule can pick), the spread and its seed-resampled interval (`spread`, `spread_resamples`, `interval`,
-`contrast_resamples`), the clocks (`ClockAccumulator`, `lr_scale`), `collapse_epoch`, `radial_memory`,
-`summarize_history` (run.json's `SUMMARY_KEYS` and `DIAGNOSTIC_KEYS`) and `point_summary`. Torch-free."""
+Holds τ_interp, the selection rules (`SELECTION_RULES`), the spread and its seed-resampled interval, the end-of-
+training reading, the clocks, collapses, radial memory, `summarize_history` and `point_summary`. Torch-free."""
 
 import math
 from collections.abc import Sequence
@@ -18,8 +15,7 @@ from initmem.errors import ConfigError
 SUMMARY_KEYS = ("best_epoch", "test_acc_at_best", "val_loss_at_best", "val_acc_at_best", "tau_interp", "interpolated",
                 "repair_gap", "init_weight_norm", "final_weight_norm", "norm_ratio", "final_train_acc",
                 "final_test_acc", "T_SGD", "T_L2", "T_adapt", "diverged_epoch", "epochs_run", "steps", "wall_time_s")
-# Summary keys added after the first results: computed where the history has their columns, else None.
-EXTRA_CLOCKS = ("T_SGD_eff", "T_L2_eff", "T_adapt_eff")
+EXTRA_CLOCKS = ("T_SGD_eff", "T_L2_eff", "T_adapt_eff")  # with DIAGNOSTIC_KEYS, added later: None where unrecorded
 DIAGNOSTIC_KEYS = ("angle_at_best", "angle_final", "Theta_final", *EXTRA_CLOCKS, "test_acc_full_at_best")
 FULL_TEST_COLUMNS = ("test_loss_full", "test_acc_full")  # TrainConfig.full_test's: at the epochs `selectable` marks
 WHOLE_TRAIN_COLUMN = "train_acc_full"  # TrainConfig.exact_tau's: the whole train split where a subset could hide tau
@@ -43,9 +39,8 @@ COLLAPSE_DROP = 0.2  # a fall in train accuracy that counts as a fitted network'
 
 
 def collapse_epoch(train_acc: Sequence[float], tau_interp: int | None, drop: float = COLLAPSE_DROP) -> int | None:
-    """The first epoch at or after `tau_interp` whose train accuracy is `drop` or more below its best since then: a
-    network that had fitted its training set losing the fit (Adam's late loss spikes). None if it never did, or
-    never interpolated."""
+    """The first epoch at or after `tau_interp` whose train accuracy is `drop` or more below its best since then (a
+    fitted network losing its fit: Adam's late loss spikes); None if it never did, or never interpolated."""
     if tau_interp is None or pd.isna(tau_interp):
         return None
     after = np.asarray(train_acc, dtype=float)[int(tau_interp) - 1:]
@@ -54,9 +49,8 @@ def collapse_epoch(train_acc: Sequence[float], tau_interp: int | None, drop: flo
 
 
 def tau_accuracies(history: pd.DataFrame) -> np.ndarray:
-    """The train accuracies tau_interp reads: `WHOLE_TRAIN_COLUMN` where the history holds one (exact_tau: it is
-    measured at every epoch where the whole split can have reached the threshold, so it decides alone), else
-    train_acc. An exact_tau run with none of it never came near the threshold, and train_acc says the same."""
+    """The train accuracies tau_interp reads: `WHOLE_TRAIN_COLUMN` where the history holds one (exact_tau measures it
+    wherever the whole split can have reached the threshold, so it decides alone), else train_acc."""
     if WHOLE_TRAIN_COLUMN in history.columns and history[WHOLE_TRAIN_COLUMN].notna().any():
         return history[WHOLE_TRAIN_COLUMN].to_numpy(dtype=float)
     return history["train_acc"].to_numpy(dtype=float)
@@ -64,7 +58,7 @@ def tau_accuracies(history: pd.DataFrame) -> np.ndarray:
 
 def subset_bound(n_train: int, n_eval: int, threshold: float = THRESHOLD) -> float:
     """The lowest accuracy of an `n_eval`-image subset of the `n_train`-image split at which the whole split can be at
-    `threshold`: its at most (1 - threshold) * n_train errors all in the subset. Below it, the whole split is not."""
+    `threshold` (its at most (1 - threshold) * n_train errors all in the subset)."""
     return 1.0 - (1.0 - threshold) * n_train / n_eval
 
 
