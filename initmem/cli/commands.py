@@ -85,10 +85,11 @@ def _cmd_train(args: argparse.Namespace) -> int:
 
 
 def _add_run(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("run", help="execute one notebook with papermill", description="Execute a jupytext notebook "
-                       "with papermill (kernel python3); parameters are type-checked against its parameters cell "
-                       "first.")
-    p.add_argument("notebook", help="a jupytext .py notebook, e.g. notebooks/01_optimizers.py")
+    p = sub.add_parser("run", help="execute one notebook with papermill", description="Execute a notebook (a "
+                       "jupytext .py or an .ipynb) with papermill (kernel python3); parameters are type-checked "
+                       "against its parameters cell first.")
+    p.add_argument("notebook", help="a jupytext .py notebook, e.g. notebooks/01_optimizers.py, or an .ipynb (the one "
+                   "jupytext pairs with it)")
     p.add_argument("-p", "--parameter", nargs=2, action="append", default=[], metavar=("NAME", "VALUE"),
                    help="set a parameter; VALUE is read as YAML (0.01, [0.1, 1.0], null, true), as papermill's -p")
     p.add_argument("-f", "--parameters-file", help="YAML mapping of parameters (-p values override it)")
