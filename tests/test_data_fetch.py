@@ -269,6 +269,13 @@ def test_a_download_shows_its_progress_and_is_checked_by_md5(tmp_path, capsys, m
         assert list((tmp_path / "data").iterdir()) == []
         monkeypatch.setattr(download, "TORCHVISION_MD5", hashlib.md5(body).hexdigest())
         got = fetch_data(dest=tmp_path / "data", download=True)
+        class Full(io.BytesIO):
+            def write(self, data):
+                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+        with pytest.raises(OSError) as full:  # the disk's error, for fetch_data to name as one: no network advice
+            download.download(fetch.TORCHVISION_URL, Full(), fix="unused", progress=False)
+        assert full.value.errno == errno.ENOSPC
     assert got.action == "downloaded" and (tmp_path / "data" / "cifar-10-batches-py" / "test_batch").is_file()
     progress = capsys.readouterr().err.splitlines()
     assert progress[-1].startswith("downloading cifar-10-python.tar.gz: ") and "(100 %)" in progress[-1], progress

@@ -68,39 +68,47 @@ def unpack_torchvision(tgz: Path, work: Path) -> Path:
     return work / TORCHVISION_FOLDER
 
 
+def _proxy(url: str) -> str | None:
+    """The proxy urllib sends a request for `url` through (`<scheme>_proxy`, unless `no_proxy` names the host)."""
+    parts = urlsplit(url)
+    proxy = urllib.request.getproxies().get(parts.scheme)
+    return proxy if proxy and not urllib.request.proxy_bypass(parts.hostname or "") else None
+
+
 def route(url: str) -> str:
     """How `url` is reached, in words: through which proxy (and the variable naming it), or directly."""
-    parts = urlsplit(url)
-    proxies = urllib.request.getproxies()
-    if (proxy := proxies.get(parts.scheme)) and not urllib.request.proxy_bypass(parts.hostname or ""):
-        return f"through the proxy {proxy} ({parts.scheme}_proxy)"
-    return "directly (no proxy set)" if not proxies.get(parts.scheme) else f"directly (no_proxy names {parts.hostname})"
+    scheme = urlsplit(url).scheme
+    if proxy := _proxy(url):
+        return f"through the proxy {proxy} ({scheme}_proxy)"
+    return f"directly (no_proxy names {urlsplit(url).hostname})" if urllib.request.getproxies().get(scheme) else \
+        "directly (no proxy set)"
 
 
 def _lookup(url: str, timeout: float) -> None:
-    """The host a request to `url` connects to first (its proxy, else itself) looked up within `timeout` (the socket
+    """The host a request to `url` connects to first (its proxy, else its own) looked up within `timeout` (the socket
     timeout does not bound a name lookup); OSError when it fails or takes longer."""
-    parts = urlsplit(url)
-    proxy = urllib.request.getproxies().get(parts.scheme)
-    if proxy and not urllib.request.proxy_bypass(parts.hostname or ""):
-        parts = urlsplit(proxy if "://" in proxy else f"http://{proxy}")
+    proxy = _proxy(url)
+    parts = urlsplit(url if proxy is None else proxy if "://" in proxy else f"http://{proxy}")
     host, port = parts.hostname or "", parts.port or (443 if parts.scheme == "https" else 80)
     answer: list = []
+    done = threading.Event()
 
     def ask() -> None:
         try:
             answer.append(socket.getaddrinfo(host, port, type=socket.SOCK_STREAM))
         except OSError as exc:
             answer.append(exc)
+        done.set()
 
     threading.Thread(target=ask, daemon=True).start()  # a daemon: a lookup that never returns cannot hold the exit
-    deadline = time.monotonic() + timeout
-    while not answer and time.monotonic() < deadline:
-        time.sleep(0.05)
-    if not answer:
+    if not done.wait(timeout):
         raise TimeoutError(f"looking up {host} took over {timeout:g} s")
     if isinstance(answer[0], OSError):
         raise answer[0]
+
+
+class _WriteError(Exception):
+    """Writing the download failed: the disk's OSError (its `__cause__`), not the network's."""
 
 
 class _Progress:
@@ -135,7 +143,7 @@ def _why(exc: BaseException, timeout: float) -> str:
     """What went wrong, in a few words: the innermost reason of a URLError, a timeout said as one."""
     reason = exc.reason if isinstance(exc, urllib.error.URLError) and not isinstance(
         exc, urllib.error.HTTPError) else exc
-    if isinstance(reason, TimeoutError | socket.timeout):
+    if isinstance(reason, TimeoutError):
         return f"no answer within {timeout:g} s ({reason})"
     return f"{type(reason).__name__}: {reason}"
 
@@ -150,11 +158,17 @@ def download(url: str, out: IO[bytes], fix: str, progress: bool = True, timeout:
         with urllib.request.urlopen(url, timeout=timeout) as resp:  # the timeout bounds the connect and every read
             total, done = int(resp.headers.get("Content-Length") or 0), 0
             while chunk := resp.read1(CHUNK):  # what has arrived, at most CHUNK: progress as it comes
-                out.write(chunk)
+                try:
+                    out.write(chunk)
+                except OSError as exc:
+                    raise _WriteError from exc
                 done += len(chunk)
                 shown.update(done, total)
         if total and done != total:
             raise http.client.IncompleteRead(b"", total - done)
+    except _WriteError as exc:  # a full disk, say: the caller names it as the OS error it is
+        shown.clear()
+        raise exc.__cause__ from None
     except (OSError, http.client.HTTPException, ValueError) as exc:  # URLError, timeouts, refused, reset, TLS
         shown.clear()
         raise DataError(f"downloading {url} {route(url)} failed: {_why(exc, timeout)}; {fix}") from None

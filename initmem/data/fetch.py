@@ -298,7 +298,7 @@ def _os_error(exc: OSError, dest: Path) -> DataError:
            "EFBIG": "the file system (or `ulimit -f`) refuses a file this large: pass another --dest",
            "EROFS": "a writable --dest is accepted", "EACCES": "a writable --dest is accepted",
            "EPERM": "a writable --dest is accepted", "ELOOP": "a path without a symlink loop is accepted"}
-    where = f"{exc.filename}" + (f" -> {exc.filename2}" if exc.filename2 else "") if exc.filename else f"{dest}/"
+    where = (f"{exc.filename}" + (f" -> {exc.filename2}" if exc.filename2 else "")) if exc.filename else f"{dest}/"
     return DataError(f"{where}: {exc.strerror or exc} ({code or type(exc).__name__}); nothing was installed into "
                      f"{dest}" + (f": {fix[code]}" if code in fix else ""))
 
