@@ -41,6 +41,7 @@ import torch.nn.functional as F
 
 from initmem.config import TrainConfig
 from initmem.data import splits as _data
+from initmem.data.device import resolve_device
 from initmem.engine import members as _members
 from initmem.engine import models, optim
 from initmem.engine.trainer import train
@@ -102,7 +103,7 @@ def bench_dataloader(cfg: TrainConfig, data: _data.Cifar10, workers: int, steps:
     """The plain loop: returns images/s over `steps` steps after `warmup` untimed ones."""
     from torchvision import transforms
 
-    dev = _data.resolve_device(cfg.device)
+    dev = resolve_device(cfg.device)
     x, y = loop_sample(data, (steps + warmup) * cfg.batch_size, cfg.seed)
     mean = (x.float() / 255).mean((0, 2, 3)).tolist()
     std = (x.float() / 255).std((0, 2, 3)).tolist()
@@ -153,7 +154,7 @@ def components(cfg: TrainConfig, data: _data.Cifar10, k: int, repeats: int) -> N
     separate steps. Best-of-N resists load from other processes better than the whole-run medians above."""
     from torchvision import transforms
 
-    dev = _data.resolve_device(cfg.device)
+    dev = resolve_device(cfg.device)
     b, cl = cfg.batch_size, torch.channels_last
     x = torch.randn(b, 3, 32, 32, device=dev)
     y = torch.randint(0, 10, (b,), device=dev)
@@ -247,7 +248,7 @@ def main(argv: list[str] | None = None) -> None:
                        n_test=10, train_eval_size=10, epochs=2, device=args.device,
                        precision=args.precision, compile=args.compile)
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, device "
-          f"{_data.resolve_device(args.device)}, malloc {'tuned' if tuned else 'default'}, "
+          f"{resolve_device(args.device)}, malloc {'tuned' if tuned else 'default'}, "
           f"data {portable_source(data.source)}")
     print(f"{args.arch} width {args.width:g}, b={args.batch_size}, {args.optimizer}, precision {args.precision}, "
           f"compile {args.compile}, {args.steps} timed steps, K={args.k}, {args.repeats} repeats")

@@ -31,8 +31,11 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 
 def cifar10_archive_path() -> Path | None:
-    """The real CIFAR-10 JPEG archive: `$INITMEM_TEST_ARCHIVE`, else `data/cifar10-jpeg.tar.gz` (`initmem data`)."""
-    for p in (os.environ.get("INITMEM_TEST_ARCHIVE"), REPO / "data" / "cifar10-jpeg.tar.gz"):
+    """The real CIFAR-10 JPEG archive where a user installs it: the repository's `data/cifar10-jpeg.tar.gz` (what
+    `initmem data` writes), else `$INITMEM_TEST_ARCHIVE`. Every real-data test finds it here."""
+    from initmem.data.fetch import DATA_FOLDER, JPEG_ARCHIVE
+
+    for p in (DATA_FOLDER / JPEG_ARCHIVE, os.environ.get("INITMEM_TEST_ARCHIVE")):
         if p and Path(p).is_file():
             return Path(p)
     return None

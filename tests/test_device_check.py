@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from conftest import cifar10_archive_path
 
 from benchmarks import device_check as dc
 from benchmarks import device_steps as ds
@@ -276,9 +277,10 @@ def test_a_planted_bug_fails_the_parity_check_and_a_rounding_change_does_not(tmp
 def test_the_parity_verdict_separates_rounding_from_bugs_on_real_data():
     """The full-mode parity run on CIFAR-10 with channels_last on and off (the pair passes), and
     with a wrong lr, another seed's minibatches and a skipped BatchNorm update (each fails): docs/gpu/README.md."""
-    archive = os.environ.get("INITMEM_TEST_ARCHIVE")
+    archive = str(cifar10_archive_path() or "")  # data/, then $INITMEM_TEST_ARCHIVE
     if not archive:
-        pytest.skip("INITMEM_TEST_ARCHIVE is not set (the CIFAR-10 .tar.gz)")
+        pytest.skip("real CIFAR-10 not found: `initmem data --from <cifar10-jpeg.tar.gz>` puts it into data/ (or set "
+                    "INITMEM_TEST_ARCHIVE)")
     import torch
 
     from initmem.config import TrainConfig

@@ -69,6 +69,19 @@ def _wait_for_idle_kernel(page) -> None:
     expect(idle).to_be_visible()
 
 
+def _save_and_compare(page, root: Path, rel: str) -> None:
+    """Save the active notebook as a user does (Ctrl+S): the .py is byte-identical to the repository's, the paired
+    .ipynb is written beside it, and the tab is no longer marked modified (JupyterLab marks a notebook modified when
+    its kernel starts: it records the kernel's language_info, which jupytext keeps out of the .py)."""
+    from playwright.sync_api import expect
+
+    page.keyboard.press("Control+s")
+    tab = page.locator("#jp-main-dock-panel .lm-TabBar-tab.lm-mod-current")
+    expect(tab).not_to_have_class(re.compile(r"\bjp-mod-dirty\b"))
+    assert (root / rel).read_bytes() == (ROOT / rel).read_bytes(), f"saving {rel} in JupyterLab changed it"
+    assert (root / rel).with_suffix(".ipynb").is_file()
+
+
 @pytest.fixture
 def lab(tmp_path):
     """A JupyterLab server over a temporary copy of notebooks/ and params/; stopped by its PID afterwards."""
@@ -129,6 +142,7 @@ def test_lab_opens_and_runs_percent_notebooks(lab, tmp_path):
             stderr = nb.locator(STDERR)  # e.g. tqdm's "IProgress not found" without ipywidgets: none at all
             assert stderr.count() == 0, stderr.first.inner_text()
             page.screenshot(path=str(tmp_path / "experiment.png"))
+            _save_and_compare(page, lab.root, EXPERIMENT)  # outputs and all: they go to the ignored .ipynb
 
             # 2. a figure notebook the way a user finds it: double-clicks in the file browser
             if not page.locator("#filebrowser").is_visible():
@@ -150,6 +164,7 @@ def test_lab_opens_and_runs_percent_notebooks(lab, tmp_path):
             assert page.locator(".jp-FileEditor:visible").count() == 0, "the .py opened in the text editor"
             _wait_for_idle_kernel(page)
             page.screenshot(path=str(tmp_path / "figure.png"))
+            _save_and_compare(page, lab.root, f"notebooks/figures/{figure.name}")
         except BaseException:
             page.screenshot(path=str(tmp_path / "failure.png"))  # what the browser showed: look at it first
             print(f"screenshot of the failure: {tmp_path / 'failure.png'}\nserver log:\n{lab.log_tail()}")

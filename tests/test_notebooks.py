@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import ast
 import dataclasses
+import json
 import math
 import os
+import shutil
 from pathlib import Path
 
 import jupytext
@@ -260,3 +262,63 @@ def test_reading_a_notebook_skips_the_iri_grammar_unless_it_was_imported_first(f
     if installed != "True":
         pytest.skip("rfc3987_syntax is not installed: nothing to skip")
     assert loaded == str(first)
+
+
+# --- the paired .ipynb, and JupyterLab's save round-trip ----------------------------------------------------------
+NOTEBOOKS = sorted(p.relative_to(REPO).as_posix() for p in (REPO / "notebooks").rglob("*.py"))
+
+
+def _paired(rel: str, root: Path) -> Path:
+    """The .ipynb jupytext pairs with `rel` (notebooks/jupytext.toml: ipynb,py:percent), written into `root`."""
+    out = root / Path(rel).with_suffix(".ipynb").name
+    jupytext.write(jupytext.read(REPO / rel), out)
+    return out
+
+
+@pytest.mark.parametrize("rel", NOTEBOOKS)
+def test_the_paired_ipynb_declares_what_the_py_does(rel, tmp_path):
+    from initmem.study.notebook import notebook_parameters, tagged_cells
+
+    ipynb = _paired(rel, tmp_path)
+    assert tagged_cells(ipynb, "parameters") == tagged_cells(REPO / rel, "parameters") != []
+    assert notebook_parameters(ipynb) == notebook_parameters(REPO / rel)
+
+
+def test_initmem_run_executes_the_paired_ipynb(tmp_path, capsys):
+    from initmem.cli import commands
+
+    (nb := tmp_path / "nb").mkdir()
+    ipynb = _paired("notebooks/01_optimizers.py", nb)
+    assert commands.main(["run", str(ipynb), "-p", "sigma_ws", "[0.5]", "-p", "epochs", "1", "--cwd", str(tmp_path),
+                          "--quiet"]) == 0
+    out = capsys.readouterr().out
+    assert "point 01_optimizers-" in out and "executed notebook:" in out
+    assert len(load_runs(tmp_path / "results" / "adhoc" / "01_optimizers")) == 1
+    (nb / "broken.ipynb").write_text("{not json")
+    assert commands.main(["run", str(nb / "broken.ipynb"), "--cwd", str(tmp_path)]) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 1 and "is not an nbformat 4 .ipynb" in err[0], err
+
+
+@pytest.mark.parametrize("rel", NOTEBOOKS)
+def test_a_jupyterlab_save_changes_no_notebook(rel, tmp_path):
+    """What JupyterLab does to a .py notebook, on the server's side: jupytext's contents manager serves it (with
+    notebooks/jupytext.toml), the kernel's connection sets the notebook's kernelspec and language_info (JupyterLab's
+    NotebookPanel), and a save writes it back: the .py is byte-identical, the first time (no .ipynb yet) and again
+    with the paired .ipynb beside it. (The language_info, which names the Python patch version, is kept out of the
+    .py by jupytext's default filter, so on a fresh clone JupyterLab marks a notebook modified once its kernel starts:
+    saving then writes only the ignored .ipynb.)"""
+    from ipykernel.ipkernel import IPythonKernel
+    from jupytext import TextFileContentsManager
+
+    shutil.copytree(REPO / "notebooks", tmp_path / "notebooks", ignore=shutil.ignore_patterns("*.ipynb"))
+    cm = TextFileContentsManager(root_dir=str(tmp_path))
+    for _ in range(2):
+        nb = nbformat.from_dict(cm.get(rel, type="notebook", content=True)["content"])
+        nb.metadata.kernelspec = {"name": "python3", "display_name": "Python 3 (ipykernel)", "language": "python"}
+        nb.metadata.language_info = dict(IPythonKernel.language_info)
+        cm.save({"type": "notebook", "format": "json", "content": json.loads(json.dumps(nb))}, rel)  # as Lab sends it
+        assert (tmp_path / rel).read_bytes() == (REPO / rel).read_bytes(), rel
+        assert (tmp_path / rel).with_suffix(".ipynb").is_file()
+    text = jupytext.writes(jupytext.read(tmp_path / rel), fmt="py:percent")  # `jupytext --to py:percent` of it
+    assert text == (REPO / rel).read_text(encoding="utf-8")

@@ -9,7 +9,6 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -30,7 +29,6 @@ from initmem.store.results import load_histories, load_runs, read_run, run_id
 TINY = dict(arch="resnet9", width=0.0625, sigma_w=1.0, optimizer="sgd", lr=0.05, weight_decay=5e-4, batch_size=64,
             epochs=2, data="synthetic", n_train=256, n_val=100, n_test=100, device="cpu")
 STEPS_PER_EPOCH = 4  # 256 / 64
-CIFAR_TAR = str(Path(__file__).resolve().parents[2] / "shared" / "data" / "cifar10-jpeg.tar.gz")  # beside the repo
 pytestmark = pytest.mark.usefixtures("one_torch_thread")  # 2 shared cores: one thread is faster under load
 LAYERS = models.layer_names(models.build_model("resnet9", 1.0, 0.0625))
 DIAGNOSTICS = [f"{kind}{suffix}" for kind in ("angle", "disp", "step_angle")
@@ -367,10 +365,10 @@ def test_run_id_excludes_only_fields_that_cannot_change_the_result():
 
 # ------------------------------------------------------------------------------------------------ real data
 @pytest.mark.cifar10
-@pytest.mark.skipif(not os.path.exists(CIFAR_TAR), reason=f"the CIFAR-10 archive {CIFAR_TAR} is absent")
-def test_one_epoch_on_real_cifar10_images():
-    cfg = TrainConfig(**{**TINY, "data": "imagefolder", "data_root": CIFAR_TAR, "epochs": 1, "n_train": 500,
-                         "batch_size": 100, "train_eval_size": 200})
+def test_one_epoch_on_real_cifar10_images(cifar10_real, monkeypatch):
+    monkeypatch.setenv("INITMEM_CACHE", str(cifar10_real.cache_dir))  # the archive decoded once per session
+    cfg = TrainConfig(**{**TINY, "data": "imagefolder", "data_root": str(cifar10_real.archive), "epochs": 1,
+                         "n_train": 500, "batch_size": 100, "train_eval_size": 200})
     result = train(cfg, progress=False)
     assert result.status == "complete" and result.provenance["data_source"].startswith("imagefolder-tar:")
     assert result.provenance["data_hash"] and result.summary["steps"] == 5

@@ -1,5 +1,5 @@
-"""The study's figures F1–F9: pure functions from `load_runs` / `load_histories` frames to `plot_style.StudyFigure`s
-(no pyplot). A builder raises `NoResults` with nothing to draw; build under `plot_style.STYLE` for the study's look."""
+"""The study's figures F1–F9: pure functions from `load_runs` / `load_histories` frames to `style.StudyFigure`s
+(no pyplot). A builder raises `NoResults` with nothing to draw; build under `style.STYLE` for the study's look."""
 
 import math
 from collections.abc import Sequence

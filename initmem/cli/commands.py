@@ -21,13 +21,15 @@ def _add_data(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("data", help="put CIFAR-10 into data/, where every profile reads it (checked by its hash)",
                        description="Put CIFAR-10 into the git-ignored data/ folder: copied from --from PATH (the "
                        "study's cifar10-jpeg.tar.gz, checked by sha256; a train/+test/ folder of class folders, packed "
-                       "into one archive; or torchvision's cifar-10-python.tar.gz, checked by md5) or --download-ed by "
-                       "torchvision. A second run finds it and does nothing; a corrupt or partial file is named and "
-                       "never used.")
+                       "into one archive; or torchvision's cifar-10-python.tar.gz, checked by md5) or --download-ed "
+                       "from torchvision's URL (every network wait bounded; progress on stderr). A second run finds it "
+                       "and does nothing; a corrupt or partial file is named and never used.")
     p.add_argument("--from", dest="source", metavar="PATH", help="archive or folder to import (default: none)")
     p.add_argument("--download", action="store_true", help="download torchvision's CIFAR-10 (needs internet; "
                    "default: off)")
-    p.add_argument("--dest", default="data", help="folder to put it in (default: %(default)s, what the profiles read)")
+    p.add_argument("--dest", help="folder to put it in (default: the repository's data/, whatever the current folder: "
+                   "what every profile reads; a folder outside the repository is accepted too, found by data: auto "
+                   "through INITMEM_DATA)")
     p.add_argument("--sha256", help="expected sha256 of a JPEG archive other than the study's (default: the study's)")
 
 
@@ -83,10 +85,11 @@ def _cmd_train(args: argparse.Namespace) -> int:
 
 
 def _add_run(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("run", help="execute one notebook with papermill", description="Execute a jupytext notebook "
-                       "with papermill (kernel python3); parameters are type-checked against its parameters cell "
-                       "first.")
-    p.add_argument("notebook", help="a jupytext .py notebook, e.g. notebooks/01_optimizers.py")
+    p = sub.add_parser("run", help="execute one notebook with papermill", description="Execute a notebook (a "
+                       "jupytext .py or an .ipynb) with papermill (kernel python3); parameters are type-checked "
+                       "against its parameters cell first.")
+    p.add_argument("notebook", help="a jupytext .py notebook, e.g. notebooks/01_optimizers.py, or an .ipynb (the one "
+                   "jupytext pairs with it)")
     p.add_argument("-p", "--parameter", nargs=2, action="append", default=[], metavar=("NAME", "VALUE"),
                    help="set a parameter; VALUE is read as YAML (0.01, [0.1, 1.0], null, true), as papermill's -p")
     p.add_argument("-f", "--parameters-file", help="YAML mapping of parameters (-p values override it)")

@@ -50,8 +50,8 @@ class Parameter(NamedTuple):
 # --- the parameters cell -----------------------------------------------------------------------------------
 def _checked(path: str | Path) -> Path:
     if (path := Path(path)).is_dir():
-        raise NotebookError(f"notebook {str(path)!r} is a folder: a jupytext .py notebook is accepted, e.g. "
-                            "notebooks/01_optimizers.py")
+        raise NotebookError(f"notebook {str(path)!r} is a folder: a jupytext .py notebook or an .ipynb is accepted, "
+                            "e.g. notebooks/01_optimizers.py")
     if not path.is_file():
         raise NotebookError(f"notebook {str(path)!r} does not exist")
     return path
@@ -59,28 +59,43 @@ def _checked(path: str | Path) -> Path:
 
 def _read(path: str | Path):
     import jupytext
-    return jupytext.read(_checked(path))
+    return jupytext.read(_checked(path))  # by its extension: an .ipynb as JSON, a .py as percent text
 
 
 _CELL = re.compile(r"^# %%(?:\s+\[\w+\])?(.*)$")  # a percent-format cell marker: `# %% [markdown] tags=[...]`
 
 
-def tagged_cells(path: str | Path, tag: str) -> list[str]:
-    """The sources of the cells of a jupytext percent notebook whose metadata tags include `tag`, read without
-    jupytext (so `initmem plan` and `--calibrate` run where only torch, numpy, pandas and yaml are installed; a test
-    checks that jupytext reads the same cells)."""
+def _percent_cells(text: str) -> list[tuple[list[str], str]]:
+    """(tags, source) of each cell of a jupytext percent notebook's text."""
     cells: list[tuple[str, list[str]]] = []
-    for line in _checked(path).read_text(encoding="utf-8").splitlines():
+    for line in text.splitlines():
         if m := _CELL.match(line):
             cells.append((m.group(1), []))
         elif cells:
             cells[-1][1].append(line)
-    out = []
-    for meta, lines in cells:
-        tags = re.search(r"tags\s*=\s*(\[[^\]]*\])", meta)
-        if tags and tag in json.loads(tags.group(1)):
-            out.append("\n".join(lines).strip("\n"))
-    return out
+    tags = [re.search(r"tags\s*=\s*(\[[^\]]*\])", meta) for meta, _ in cells]
+    return [(json.loads(t.group(1)) if t else [], "\n".join(lines).strip("\n")) for t, (_, lines) in zip(
+        tags, cells, strict=True)]
+
+
+def _ipynb_cells(text: str, path: Path) -> list[tuple[list[str], str]]:
+    """(tags, source) of each cell of an .ipynb (nbformat 4 JSON, e.g. the one jupytext pairs with a .py)."""
+    try:
+        cells = json.loads(text)["cells"]
+        return [(list(c.get("metadata", {}).get("tags", [])), "".join(c["source"]) if isinstance(c["source"], list)
+                 else c["source"]) for c in cells]
+    except (ValueError, KeyError, TypeError, AttributeError) as exc:
+        raise NotebookError(f"notebook {str(path)!r} is not an nbformat 4 .ipynb ({type(exc).__name__}: {exc}): a "
+                            "notebook saved by Jupyter or jupytext is accepted") from None
+
+
+def tagged_cells(path: str | Path, tag: str) -> list[str]:
+    """The sources of a notebook's cells whose metadata tags include `tag`: a jupytext percent `.py` or an `.ipynb`,
+    read without jupytext (so `initmem plan` and `--calibrate` run where only torch, numpy, pandas and yaml are
+    installed; a test checks that jupytext reads the same cells)."""
+    text = (path := _checked(path)).read_text(encoding="utf-8")
+    cells = _ipynb_cells(text, path) if path.suffix == ".ipynb" else _percent_cells(text)
+    return [source.strip("\n") for tags, source in cells if tag in tags]
 
 
 def _infer_type(value: Any) -> str:
