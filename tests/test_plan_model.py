@@ -102,18 +102,23 @@ def _by_hand(config: TrainConfig, table: throughput.Throughput) -> tuple[float, 
 
 
 def test_the_paper_profiles_plan_is_the_models_on_the_committed_numbers(capsys):
-    """Each run id once (203 of 238: the SGD and Adam b = 128 runs of 01 are 03's, 04's and 05's too), measured and
-    modelled hours apart, the modelled with the range of the fitted per-op cost."""
+    """Each run once: 203 run ids of 238 runs (the SGD and Adam b = 128 runs of 01 are 03's, 04's and 05's too), 196
+    runs to train (01's SGD runs are the first 200 epochs of 02's), measured and modelled hours apart, the modelled
+    with the range of the fitted per-op cost."""
     table = _reference()
     tf32 = next(e for e in table.entries if (e.batch_size, e.precision, e.members) == (128, "tf32", 1))
     eval_s = {a: tf32.eval_image_s * plan.ARCH_MACS[a] / plan.ARCH_MACS["resnet9"]
               for a in ("resnet9", "resnet56", "resnet110")}  # the tf32 entry's, scaled by MACs
     want, seen = {"measured": [0.0] * 3, "modelled": [0.0] * 3}, set()
+    long = load_section(REPO / "params" / "02_long_training.yaml")
+    longer = [{**c.to_dict(), "epochs": 0, "checkpoint_every": 0} for p in long.points("paper")
+              for c in point_configs(long.effective(p))]  # 02's constant-lr runs, whose first epochs 01's SGD runs are
     for path in PARAMS:
         section = load_section(path)
         for p in section.points("paper"):
             for c in point_configs(section.effective(p)):
-                if (rid := run_id(c)) in seen:
+                if (rid := run_id(c)) in seen or (c.epochs < 5000 and {
+                        **c.to_dict(), "epochs": 0, "checkpoint_every": 0} in longer):
                     continue
                 seen.add(rid)
                 r, steps = plan.run_plan(c), _by_hand(c, table)
@@ -121,23 +126,24 @@ def test_the_paper_profiles_plan_is_the_models_on_the_committed_numbers(capsys):
                     want[steps[3]][i] += r["steps"] * step + r["eval_images"] * eval_s[c.arch]
     assert main(["plan", *PARAMS, "--profile", "paper", "--throughput", str(calibrate.REFERENCE_GPU), "--json"]) == 0
     t = json.loads(capsys.readouterr().out)["totals"]
-    assert (t["runs"], t["served_runs"]) == (len(seen), 238 - len(seen)) == (203, 35)
+    assert (t["runs"], t["served_runs"]) == (len(seen), 238 - len(seen)) == (196, 42)  # 203 run ids
     assert t["seconds_measured"] == pytest.approx(want["measured"][0], rel=1e-9)
     assert [t["seconds_modelled"], t["seconds_modelled_low"], t["seconds_modelled_high"]] == pytest.approx(
         want["modelled"], rel=1e-9)
     assert t["seconds_estimated"] == 0 and t["seconds"] == pytest.approx(t["seconds_measured"] + t["seconds_modelled"])
     assert main(["plan", *PARAMS, "--profile", "paper", "--throughput", str(calibrate.REFERENCE_GPU)]) == 0
     last = capsys.readouterr().out.splitlines()[-1]
-    assert ("all total: 203 runs (35 runs another section trains counted there)" in last
+    assert ("all total: 196 runs (42 runs of other points counted there)" in last
             and f"(measured {t['seconds_measured'] / 3600:.1f} h + modelled {t['seconds_modelled'] / 3600:.1f} h ["
             f"{t['seconds_modelled_low'] / 3600:.1f} h-{t['seconds_modelled_high'] / 3600:.1f} h])" in last), last
 
 
-def test_a_run_id_of_several_sections_is_counted_in_the_first_that_names_it():
+def test_a_run_id_of_several_sections_is_counted_in_the_first_and_a_prefix_in_its_longer_run():
     table = _reference()
     plans = plan.share_runs([plan.plan_section(p, "paper", table) for p in PARAMS])
     served = {f"{s.section}/{p.point_id}": p.served_by for s in plans for p in s.points if p.served_by}
     assert served == {
+        "01_optimizers/optimizer-sgd_c84530": {"02_long_training/base_c9defc, its first 200 epochs": 7},
         "03_lr_l2/lr-0.01_weight_decay-0_4c319d": {"01_optimizers/optimizer-sgd_c84530": 7},
         "04_batch_size/optimizer-sgd_batch_size-128_c84530": {"01_optimizers/optimizer-sgd_c84530": 7},
         "04_batch_size/optimizer-adam_batch_size-128_b46586": {"01_optimizers/optimizer-adam_b46586": 7},
@@ -155,3 +161,11 @@ def test_a_gpu_profile_on_a_cpu_says_how_to_price_it_instead_of_a_cpu_extrapolat
     assert " h" not in out[-1] and out[-1].endswith("time no throughput")
     assert main(["plan", PARAMS[0], "--profile", "cpu", "--device", "cpu"]) == 0  # a CPU profile keeps its time
     assert "no throughput" not in capsys.readouterr().out
+
+
+def test_only_a_constant_lr_without_warm_up_makes_a_run_the_prefix_of_a_longer_one():
+    c = TrainConfig(epochs=200, eval_every=10)
+    assert plan.prefix_id(c) == plan.prefix_id(c.replace(epochs=5000, checkpoint_every=25)) is not None
+    assert plan.prefix_id(c) != plan.prefix_id(c.replace(lr=0.05, epochs=5000))
+    for other in (c.replace(schedule="cosine"), c.replace(warmup_epochs=1.0), c.replace(epochs=205)):
+        assert plan.prefix_id(other) is None  # its first epochs are not a longer run's, or not measured at its end

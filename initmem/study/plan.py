@@ -252,6 +252,7 @@ class PointPlan:
     done: int | None = None  # its runs complete in the results tree asked of (`plan_section(results=...)`)
     seconds_range: tuple[float, float] | None = None  # a modelled time at the fit's low and high per-op cost
     run_ids: tuple[str, ...] = ()  # its runs' ids, in (sigma_w, seed) order
+    prefixes: tuple[str | None, ...] = ()  # each run's `prefix_id`
     served_by: dict[str, int] = field(default_factory=dict)  # "section/point" of an earlier section -> runs shared
 
     @property
@@ -330,18 +331,36 @@ def plan_point(point_id: str, grid: dict[str, Any], params: dict[str, Any],
         span = seconds(low), seconds(high)
     return PointPlan(point_id, dict(grid), runs, r, plan_key(c), members,
                      None if entry is None else seconds(entry.train_step_s), source, done, span,
-                     tuple(run_id(x) for x in configs))
+                     tuple(run_id(x) for x in configs), tuple(prefix_id(x) for x in configs))
+
+
+def prefix_id(config: TrainConfig) -> str | None:
+    """The id `config` shares with every run that differs only in its epochs, where its first epochs are the same
+    run: a constant lr without warm-up, measured at its last epoch as a longer run measures it; else None."""
+    if config.schedule != "constant" or config.warmup_epochs or config.epochs % config.eval_every:
+        return None
+    return run_id(config.replace(epochs=config.eval_every))
 
 
 def share_runs(plans: list[SectionPlan]) -> list[SectionPlan]:
-    """`plans` with each point's `served_by` set: its run ids that an earlier point (of an earlier section, or earlier
-    in its own) holds, by "section/point", so that the totals count each run id once."""
+    """`plans` with each point's `served_by` set, so that the totals count each run once: its runs whose id an earlier
+    point holds ("section/point"), and the others that are the first epochs of a longer run of the plans (same
+    `prefix_id`: "section/point, its first N epochs")."""
     first: dict[str, str] = {}
+    longest: dict[str, tuple[int, str]] = {}  # prefix_id -> (epochs, section/point) of its longest run
     for s in plans:
         for p in s.points:
-            p.served_by = {}
-            for rid in p.run_ids:
-                if (at := first.setdefault(rid, f"{s.section}/{p.point_id}")) != f"{s.section}/{p.point_id}":
+            for pre in p.prefixes:
+                if pre is not None and p.run["epochs"] > longest.get(pre, (0, ""))[0]:
+                    longest[pre] = p.run["epochs"], f"{s.section}/{p.point_id}"
+    for s in plans:
+        for p in s.points:
+            here, p.served_by = f"{s.section}/{p.point_id}", {}
+            for rid, pre in zip(p.run_ids, p.prefixes, strict=True):
+                at = first.setdefault(rid, here)
+                if at == here and pre is not None and longest[pre][0] > p.run["epochs"]:
+                    at = f"{longest[pre][1]}, its first {p.run['epochs']:,} epochs"
+                if at != here:
                     p.served_by[at] = p.served_by.get(at, 0) + 1
     return plans
 

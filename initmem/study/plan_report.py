@@ -69,7 +69,7 @@ def _time(p: PointPlan) -> str:
     """A point's time, its range if modelled, its source unless measured, the runs an earlier section trains."""
     span = "" if p.seconds_range is None else f" [{_hms(p.seconds_range[0])}-{_hms(p.seconds_range[1])}]"
     note = "" if p.time_source in ("measured", "no throughput") else f" ({p.time_source})"
-    shared = "".join(f"; {n} runs are {at}'s" for at, n in p.served_by.items())
+    shared = "".join(f"; {plural(n, 'run')} in {at}" for at, n in p.served_by.items())
     return f"{_hms(p.seconds)}{span}{note}{shared}"
 
 
@@ -111,8 +111,7 @@ def _total_line(label: str, t: dict[str, Any]) -> str:
         "points"] else f"{_hms(t['seconds_known'])} + {plural(t['points_without_time'], 'point')} with no throughput"
     gpu = f", {t['gpu_hours']:.1f} GPU-hours" if "gpu_hours" in t else ""
     gpu += f" ({t['gpu_hours_source']})" if "gpu_hours_source" in t else ""
-    served = (f" ({plural(t['served_runs'], 'run')} another section trains counted there)" if t["served_runs"]
-              else "")
+    served = f" ({plural(t['served_runs'], 'run')} of other points counted there)" if t["served_runs"] else ""
     left = "" if "left_runs" not in t else (f"; {t['done_runs']:,} complete, {plural(t['left_runs'], 'run')} left: "
                                             f"{_hms(t['left_seconds']) if t['left_runs'] else 'nothing'}")
     return (f"  {label}: {plural(t['runs'], 'run')}{served}, {plural(t['steps'], 'step')}, "
