@@ -56,8 +56,8 @@ LEGEND = ("columns: runs = sigma_w x seed runs of the point; T_SGD = sum eta^2 /
           "T_adapt = sum eta (the forgetting clocks one run reaches, docs/study.md); eval img/run = images one run "
           "evaluates (train-eval + val + test at each measured epoch, plus full_test's and exact_tau's at their "
           "measured shares, docs/planner.md); time = the point's runs one after another (modelled: the model's "
-          "range in brackets); a run id an earlier section trains is counted there only; with --results, done = "
-          "its runs complete there and left = the time of the others")
+          "range in brackets); a run another point trains (its id, or its first epochs) is counted there; with "
+          "--results, done = its runs complete there and left = the time of the others")
 
 
 def _hms(s: float | None) -> str:
