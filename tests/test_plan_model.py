@@ -159,6 +159,9 @@ def test_a_gpu_profile_on_a_cpu_says_how_to_price_it_instead_of_a_cpu_extrapolat
     out = capsys.readouterr().out.splitlines()
     assert out[0].startswith("throughput: none: profile 'paper' trains at tf32, on a GPU") and "--device cuda" in out[0]
     assert " h" not in out[-1] and out[-1].endswith("time no throughput")
+    assert main(["plan", *PARAMS, "--profile", "paper", "--device", "cpu", "--json"]) == 0
+    out = capsys.readouterr()
+    assert json.loads(out.out)["totals"]["seconds"] is None and "--device cuda" in out.err
     assert main(["plan", PARAMS[0], "--profile", "cpu", "--device", "cpu"]) == 0  # a CPU profile keeps its time
     assert "no throughput" not in capsys.readouterr().out
 

@@ -280,6 +280,8 @@ def _cmd_plan(args: argparse.Namespace) -> int:
         table, note = None, (f"throughput: none: profile {args.profile!r} trains at tf32, on a GPU, so no CPU time "
                              "is given; `--device cuda` prices it on the reference GPU table, `--throughput FILE` "
                              "on another")  # not thousands of hours of a CPU's extrapolation
+        if args.json:
+            print(f"initmem plan: {note}", file=sys.stderr)
     plans = plan.share_runs([plan.plan_section(p, args.profile, table, args.results) for p in paths])
     print(json.dumps(plan_report.plan_json(plans, table), indent=1) if args.json
           else plan_report.format_plan(plans, table, note))
