@@ -111,15 +111,17 @@ def test_the_compile_and_population_sentences_are_the_records():
 
 
 def test_the_studys_cost_on_the_h200_is_the_planners():
+    from initmem.study.plan_report import plan_json
     table = throughput.load_throughput(SPEEDS / "throughput.json", "cuda")
-    hours = {"measured": 0.0, "estimated": 0.0}
-    for path in sorted((REPO / "params").glob("*.yaml")):
-        for p in plan.plan_section(path, "paper", table).points:
-            hours[p.time_source.split(" ")[0].rstrip(";,")] += p.seconds / 3600  # SGD's step's source first
+    plans = plan.share_runs([plan.plan_section(p, "paper", table) for p in sorted((REPO / "params").glob("*.yaml"))])
+    t = plan_json(plans, table)["totals"]  # each run id once; measured and modelled apart
+    hours = {k: t[f"seconds_{k}"] / 3600 for k in ("measured", "modelled", "modelled_low", "modelled_high")}
+    assert t["seconds_estimated"] == 0 and t["seconds"] / 3600 == pytest.approx(hours["measured"] + hours["modelled"])
+    total = t["seconds"] / 3600
     section = _section()
-    assert f"**{sum(hours.values()):.1f} H200-hours** for the five sections at tf32" in section
+    assert f"**{total:.1f} H200-hours** for the five sections at tf32" in section
     assert f"{hours['measured']:.1f} of them from measured entries" in section
-    assert f"{hours['estimated']:.1f} estimated by scaling" in section
+    assert f"{hours['modelled']:.1f} modelled ({hours['modelled_low']:.1f}-{hours['modelled_high']:.1f}" in section
     entry = {(e.batch_size, e.precision, e.members): e for e in table.entries}
     tf32 = entry[(128, "tf32", 1)]
     roof = 128 * plan.image_flops("resnet9", 1.0)[0] / (plan.ROOFLINE_PEAK["tf32"] * plan.ROOFLINE_EFFICIENCY)
@@ -127,10 +129,10 @@ def test_the_studys_cost_on_the_h200_is_the_planners():
     per_image = (entry[(32, "fp32", 1)].train_step_s / 32) / (entry[(128, "fp32", 1)].train_step_s / 128)
     assert f"b = 32 fp32 measured {per_image:.1f}x b = 128's time per image" in section
     study = " ".join((REPO / "docs" / "study.md").read_text(encoding="utf-8").split())
-    assert (f"{sum(hours.values()):.1f} H200-hours for the five sections at tf32, the runs one after another, of "
-            f"which {hours['estimated']:.1f} are scaled estimates") in study
+    assert (f"{total:.1f} H200-hours for the five sections at tf32, the runs one after another, of "
+            f"which {hours['modelled']:.1f} are modelled") in study
     readme = " ".join((REPO / "README.md").read_text(encoding="utf-8").split())
-    assert f"the paper profiles plan to {sum(hours.values()):.1f} H200-hours" in readme
+    assert f"the paper profiles plan to {total:.1f} H200-hours" in readme
 
 
 def test_the_findings_cost_of_section_01_on_the_h200_is_the_planners():
@@ -165,7 +167,7 @@ def test_the_prepared_grids_floor_is_the_tables():
     assert f"(5.6 ms at width 1, the launch floor) one run's 3,720 steps take at least {one:.0f} s" in text
     assert f"at the {k7:.2f}x measured for K = 7 about {15 * one / k7 / 60:.1f} min a point" in text
     grid = plan.plan_section(REPO / "params" / "01_optimizers.yaml", "cpu_w025", table).totals()["seconds"]
-    assert f"--profile cpu_w025 --device cuda` says {grid / 60:.1f} min, from width-1 entries" in text
+    assert f"--profile cpu_w025 --device cuda` says {grid / 60:.1f} min, by the host-floor model" in text
 
 
 def test_the_studys_tf32_sentence_is_the_records():

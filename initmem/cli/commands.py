@@ -251,7 +251,7 @@ def _add_plan(sub: argparse._SubParsersAction) -> None:
 
 
 def _cmd_plan(args: argparse.Namespace) -> int:
-    from initmem.study import calibrate, plan, throughput
+    from initmem.study import calibrate, plan, plan_report, throughput
     paths = params_files(args.params)  # a pattern that matches no file is an error, as in `initmem sweep`
     if (paths or not args.calibrate) and not args.profile:
         raise ConfigError("plan needs params files and --profile (or --calibrate alone for the default set)")
@@ -276,8 +276,15 @@ def _cmd_plan(args: argparse.Namespace) -> int:
     if args.results is not None:  # a tree not there yet is fine: nothing is done in it
         check_results_arg("--results", args.results)
     table, note = calibrate.choose_table(args.device, args.throughput)
-    plans = [plan.plan_section(p, args.profile, table, args.results) for p in paths]
-    print(json.dumps(plan.plan_json(plans, table), indent=1) if args.json else plan.format_plan(plans, table, note))
+    if table is not None and table.kind == "cpu" and any(p.key["precision"] == "tf32" for s in plans for p in s.points):
+        table, note = None, (f"throughput: none: profile {args.profile!r} trains at tf32, on a GPU, so no CPU time "
+                             "is given; `--device cuda` prices it on the reference GPU table, `--throughput FILE` "
+                             "on another")  # not thousands of hours of a CPU's extrapolation
+        if args.json:
+            print(f"initmem plan: {note}", file=sys.stderr)
+    plans = plan.share_runs([plan.plan_section(p, args.profile, table, args.results) for p in paths])
+    print(json.dumps(plan_report.plan_json(plans, table), indent=1) if args.json
+          else plan_report.format_plan(plans, table, note))
     return 0
 
 

@@ -9,7 +9,8 @@ API = {
     **dict.fromkeys(["notebook_parameters", "checked_parameters", "execute_notebook", "run_notebook"], ".notebook"),
     **dict.fromkeys(["load_section", "params_files", "Section", "Point"], ".params"),
     "run_sweep": ".sweep",
-    **dict.fromkeys(["plan_point", "plan_section", "format_plan"], ".plan"),
+    **dict.fromkeys(["plan_point", "plan_section"], ".plan"),
+    "format_plan": ".plan_report",
     "load_throughput": ".throughput",
     **dict.fromkeys(["choose_table", "calibrate"], ".calibrate"),
 }

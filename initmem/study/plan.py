@@ -16,17 +16,17 @@ from typing import Any
 
 import numpy as np
 
-from initmem.config import TrainConfig, point_configs
+from initmem.config import TrainConfig, point_configs, run_id
 from initmem.errors import ConfigError
 from initmem.metrics import lr_scale
 from initmem.store.provenance import cpu_model
+from initmem.study import stepmodel
+from initmem.study.stepmodel import ARCH_MACS, image_flops
 from initmem.study.throughput import SGD_COST, Entry, Throughput, batch_exponent, describe, step_optimizer
 
 CIFAR_TRAIN, CIFAR_TEST = 50_000, 10_000
 SYNTHETIC_TRAIN, SYNTHETIC_TEST = 2000, 500  # train.py's synthetic_sizes when n_train / n_test are None
 KEY_FIELDS = ("arch", "width", "batch_size", "precision", "optimizer")  # a point's key: `plan_key`
-# forward multiply-accumulates per 32x32 image at width 1 (conv layers; width w scales them by about w^2)
-ARCH_MACS = {"resnet9": 379e6, "resnet20": 41e6, "resnet56": 125e6, "resnet110": 253e6}
 # The roofline estimate where no GPU table is found (docs/planner.md): FLOPs per image (2 per MAC; a training
 # step's forward + backward ~3 forward passes, an evaluation 1) against an H200 SXM's dense peak at the run's
 # precision (NVIDIA's datasheet: FP32 67 TFLOP/s; TF32 and BF16 tensor cores half the with-sparsity 989 and 1,979) at
@@ -128,6 +128,8 @@ def lookup(table: Throughput | None, config: TrainConfig, members: int = 1) -> t
     want = (config.arch, config.width, config.batch_size, config.precision, members, opt)
     if found := [e for e in table.entries if e.key == want]:
         return found[0], "measured"
+    if members == 1 and (modelled := _modelled(table, config)) is not None:
+        return modelled
     base, source = _nearest_sgd(table, config, members)
     if base is None or opt in SGD_COST:
         return base and dataclasses.replace(base, optimizer=opt), source
@@ -137,6 +139,20 @@ def lookup(table: Throughput | None, config: TrainConfig, members: int = 1) -> t
     seconds, at = extra
     return (dataclasses.replace(base, train_step_s=base.train_step_s + seconds, optimizer=opt),
             f"{source}, + {opt}'s extra {seconds * 1e3:.3g} ms a step as timed at {describe(at)}")
+
+
+def _modelled(table: Throughput, config: TrainConfig) -> tuple[Entry, str] | None:
+    """`config`'s step by the host-floor model fitted to `table` (`stepmodel`, central per-op cost) and its evaluated
+    image scaled from the nearest entry (`_nearest_sgd`); None where the model cannot price it."""
+    hf = stepmodel.fit(table) if table.kind == "cuda" else None
+    steps = None if hf is None else stepmodel.modelled_steps(hf, config)
+    base, _ = _nearest_sgd(table, config)
+    if steps is None or base is None:
+        return None
+    work = hf.gpu_work(config) or 0.0
+    ops, cost = stepmodel.step_ops(config), hf.per_op[1]
+    return (dataclasses.replace(base, train_step_s=steps[1], optimizer=step_optimizer(config)),
+            f"{stepmodel.MODELLED}: max(GPU {work * 1e3:.2g} ms, {ops} ops x {cost * 1e6:.0f} us)")
 
 
 def _nearest_sgd(table: Throughput, config: TrainConfig, members: int = 1) -> tuple[Entry | None, str]:
@@ -174,13 +190,6 @@ def _optimizer_extra(table: Throughput, config: TrainConfig, opt: str) -> tuple[
         return None
     scale = (config.width / at.width) ** 2 * ARCH_MACS[config.arch] / ARCH_MACS[at.arch]
     return max(0.0, at.train_step_s - sgd.train_step_s) * scale, at
-
-
-def image_flops(arch: str, width: float) -> tuple[float, float]:
-    """(training, evaluation) FLOPs per image of one network: 2 per multiply-accumulate, a training step's forward
-    and backward 3 forward passes (the conv layers' MACs, `ARCH_MACS`, scaled by width^2)."""
-    forward = 2 * ARCH_MACS[arch] * width**2
-    return 3 * forward, forward
 
 
 def roofline_entry(config: TrainConfig, members: int = 1) -> Entry:
@@ -241,6 +250,22 @@ class PointPlan:
     seconds: float | None = None
     time_source: str = "no throughput"
     done: int | None = None  # its runs complete in the results tree asked of (`plan_section(results=...)`)
+    seconds_range: tuple[float, float] | None = None  # a modelled time at the fit's low and high per-op cost
+    run_ids: tuple[str, ...] = ()  # its runs' ids, in (sigma_w, seed) order
+    prefixes: tuple[str | None, ...] = ()  # each run's `prefix_id`
+    served_by: dict[str, int] = field(default_factory=dict)  # "section/point" of an earlier section -> runs shared
+
+    @property
+    def source_kind(self) -> str:
+        """"measured" (an entry of the table: SGD's step for another optimiser says so after), "modelled"
+        (`stepmodel`) or "estimated" (scaled from an entry, or the roofline)."""
+        first = self.time_source.split(" ")[0].rstrip(";,:")
+        return first if first in ("measured", stepmodel.MODELLED) else "estimated"
+
+    @property
+    def served(self) -> int:
+        """Its runs an earlier section of the plan trains (the same run id): counted once, there."""
+        return sum(self.served_by.values())
 
     @property
     def steps(self) -> int:
@@ -265,12 +290,22 @@ class SectionPlan:
     points: list[PointPlan] = field(default_factory=list)
 
     def totals(self) -> dict[str, Any]:
+        """Its points' sums, each run id counted once: runs an earlier section trains (`served`) are left out."""
         pts, times = self.points, [p.seconds for p in self.points]
-        out = {"points": len(pts), "runs": sum(p.runs for p in pts), "steps": sum(p.steps for p in pts),
-               "eval_images": sum(p.runs * p.run["eval_images"] for p in pts),
-               "seconds": math.fsum(times) if times and None not in times else None,
-               "seconds_known": math.fsum(t for t in times if t is not None),
-               "points_without_time": sum(t is None for t in times)}
+        own = {id(p): (p.runs - p.served) / p.runs for p in pts}  # the share of a point's runs trained here
+
+        def fsum(f: Any, keep: Any = lambda p: True) -> float:
+            return math.fsum(f(p) * own[id(p)] for p in pts if p.seconds is not None and keep(p))
+        out = {"points": len(pts), "runs": sum(p.runs - p.served for p in pts),
+               "steps": sum(p.run["steps"] * (p.runs - p.served) for p in pts),
+               "eval_images": sum(p.run["eval_images"] * (p.runs - p.served) for p in pts),
+               "served_runs": sum(p.served for p in pts),
+               "seconds": fsum(lambda p: p.seconds) if times and None not in times else None,
+               "seconds_known": fsum(lambda p: p.seconds), "points_without_time": sum(t is None for t in times),
+               **{f"seconds_{k}": fsum(lambda p: p.seconds, lambda p, k=k: p.source_kind == k)
+                  for k in ("measured", "modelled", "estimated")},
+               "seconds_modelled_low": fsum(lambda p: p.seconds_range[0], lambda p: p.seconds_range is not None),
+               "seconds_modelled_high": fsum(lambda p: p.seconds_range[1], lambda p: p.seconds_range is not None)}
         if any(p.done is not None for p in pts):  # asked of a results tree: what is left there
             left = [p.left_seconds for p in pts if p.left]
             out.update(done_runs=sum(p.done or 0 for p in pts), left_runs=sum(p.left for p in pts),
@@ -287,10 +322,47 @@ def plan_point(point_id: str, grid: dict[str, Any], params: dict[str, Any],
     if source != "measured":  # else a population of exactly this point's runs was timed: one step trains them all
         (entry, source), members = lookup(table, c), 1
     r = run_plan(c)
-    seconds = None if entry is None else (runs // members) * (r["steps"] * entry.train_step_s
-                                                             + r["eval_images"] * entry.eval_image_s)
-    return PointPlan(point_id, dict(grid), runs, r, plan_key(c), members, seconds, source,
-                     done)
+
+    def seconds(step_s: float) -> float:
+        return (runs // members) * (r["steps"] * step_s + r["eval_images"] * entry.eval_image_s)
+    span = None
+    if source.startswith(stepmodel.MODELLED):
+        low, _, high = stepmodel.modelled_steps(stepmodel.fit(table), c)
+        span = seconds(low), seconds(high)
+    return PointPlan(point_id, dict(grid), runs, r, plan_key(c), members,
+                     None if entry is None else seconds(entry.train_step_s), source, done, span,
+                     tuple(run_id(x) for x in configs), tuple(prefix_id(x) for x in configs))
+
+
+def prefix_id(config: TrainConfig) -> str | None:
+    """The id `config` shares with every run that differs only in its epochs, where its first epochs are the same
+    run: a constant lr without warm-up, measured at its last epoch as a longer run measures it; else None."""
+    if config.schedule != "constant" or config.warmup_epochs or config.epochs % config.eval_every:
+        return None
+    return run_id(config.replace(epochs=config.eval_every))
+
+
+def share_runs(plans: list[SectionPlan]) -> list[SectionPlan]:
+    """`plans` with each point's `served_by` set, so that the totals count each run once: its runs whose id an earlier
+    point holds ("section/point"), and the others that are the first epochs of a longer run of the plans (same
+    `prefix_id`: "section/point, its first N epochs")."""
+    first: dict[str, str] = {}
+    longest: dict[str, tuple[int, str]] = {}  # prefix_id -> (epochs, section/point) of its longest run
+    for s in plans:
+        for p in s.points:
+            for pre in p.prefixes:
+                if pre is not None and p.run["epochs"] > longest.get(pre, (0, ""))[0]:
+                    longest[pre] = p.run["epochs"], f"{s.section}/{p.point_id}"
+    for s in plans:
+        for p in s.points:
+            here, p.served_by = f"{s.section}/{p.point_id}", {}
+            for rid, pre in zip(p.run_ids, p.prefixes, strict=True):
+                at = first.setdefault(rid, here)
+                if at == here and pre is not None and longest[pre][0] > p.run["epochs"]:
+                    at = f"{longest[pre][1]}, its first {p.run['epochs']:,} epochs"
+                if at != here:
+                    p.served_by[at] = p.served_by.get(at, 0) + 1
+    return plans
 
 
 def plan_section(path: str | Path, profile: str, table: Throughput | None = None,
@@ -305,87 +377,6 @@ def plan_section(path: str | Path, profile: str, table: Throughput | None = None
                    point_progress(section, p)[0]) for p in section.points(profile, results)])
 
 
-def _point_json(p: PointPlan) -> dict[str, Any]:
-    r = dict(p.run)
-    per_run = {"steps_per_run": r.pop("steps"), "eval_images_per_run": r.pop("eval_images")}
-    return {"point_id": p.point_id, "grid": p.grid, "runs": p.runs, **r, **per_run, "steps": p.steps,
-            "eval_images": p.runs * per_run["eval_images_per_run"], "key": p.key, "members": p.members,
-            "seconds": p.seconds, "time_source": p.time_source,
-            **({} if p.done is None else {"done": p.done, "left": p.left, "left_seconds": p.left_seconds})}
-
-
-def plan_json(plans: list[SectionPlan], table: Throughput | None) -> dict[str, Any]:
-    """One JSON-ready document of the plans and their totals."""
-    sections = [{"section": s.section, "params": s.path, "profile": s.profile, "totals": s.totals(),
-                 "points": [_point_json(p) for p in s.points]} for s in plans]
-    totals = [s["totals"] for s in sections]
-    known = [t["seconds"] for t in totals]
-    total = {k: sum(t[k] for t in totals) for k in ("points", "runs", "steps", "eval_images", "points_without_time")}
-    total["seconds"] = math.fsum(known) if known and None not in known else None
-    total["seconds_known"] = math.fsum(t["seconds_known"] for t in totals)
-    if any("left_runs" in t for t in totals):
-        lefts = [t.get("left_seconds") for t in totals if t.get("left_runs", 0)]
-        total.update(done_runs=sum(t.get("done_runs", 0) for t in totals),
-                     left_runs=sum(t.get("left_runs", 0) for t in totals),
-                     left_seconds=math.fsum(lefts) if None not in lefts else None)
-    dev = None if table is None else {"device": table.device, "kind": table.kind, "torch": table.torch,
-                                      "path": table.path, "estimate": ROOFLINE_SOURCE if table.roofline else None}
-    if table is not None and table.kind == "cuda":
-        for t in (*totals, total):
-            t["gpu_hours"] = t["seconds_known"] / 3600
-            if table.roofline:
-                t["gpu_hours_source"] = (f"{ROOFLINE_SOURCE}: {ROOFLINE_GPU} at {ROOFLINE_EFFICIENCY:.0%} of its "
-                                         "dense peak")
-    return {"throughput": dev, "sections": sections, "totals": total}
-
-
 def plural(n: int, word: str, many: str | None = None) -> str:
     """'1 step', '2 steps', '1,200 steps' (`many`: the plural when it is not word + 's')."""
     return f"{n:,} {word if n == 1 else many or word + 's'}"
-
-
-LEGEND = ("columns: runs = sigma_w x seed runs of the point; T_SGD = sum eta^2 / b, T_L2 = weight_decay x sum eta, "
-          "T_adapt = sum eta (the forgetting clocks one run reaches, docs/study.md); eval img/run = images one run "
-          "evaluates (train-eval + val + test at each measured epoch, plus full_test's and exact_tau's at their "
-          "measured shares, docs/planner.md); time = the point's runs one after another; with --results, done = "
-          "its runs complete there and left = the time of the others")
-
-
-def _hms(s: float | None) -> str:
-    return ("no throughput" if s is None else f"{s:.1f} s" if s < 120 else f"{s / 60:.1f} min" if s < 7200
-            else f"{s / 3600:.1f} h")
-
-
-def format_plan(plans: list[SectionPlan], table: Throughput | None, note: str | None = None) -> str:
-    """The readable form: which throughput table (`note`), the columns' legend, one table per section, totals."""
-    doc = plan_json(plans, table)
-    lines = [note or f"throughput: {'no throughput table' if table is None else f'{table.device} ({table.path})'}",
-             LEGEND]
-    width = max([5, *(len(p.point_id) for s in plans for p in s.points)])
-    head = (f"  {'point':<{width}} {'runs':>4} {'epochs':>6} {'steps/ep':>8} {'steps/run':>10} {'T_SGD':>9} "
-            f"{'T_L2':>9} {'T_adapt':>9} {'eval img/run':>12}  time")
-    for s, d in zip(plans, doc["sections"], strict=True):
-        t = d["totals"]
-        lines += ["", f"== {s.section} [{s.profile}] {plural(t['points'], 'point')}, {plural(t['runs'], 'run')}", head]
-        for p in s.points:
-            r, c = p.run, p.run["clocks"]
-            note = "" if p.time_source in ("measured", "no throughput") else f" ({p.time_source})"
-            left = "" if p.done is None else (f"; done {p.done}/{p.runs}, left "
-                                              + (_hms(p.left_seconds) if p.left else "nothing"))
-            lines.append(f"  {p.point_id:<{width}} {p.runs:>4} {r['epochs']:>6} {r['steps_per_epoch']:>8} "
-                         f"{r['steps']:>10,} {c['T_SGD']:>9.3g} {c['T_L2']:>9.3g} {c['T_adapt']:>9.4g} "
-                         f"{r['eval_images']:>12,}  {_hms(p.seconds)}{note}{left}")
-        lines.append(_total_line(f"{s.section} total", t))
-    lines += ["", _total_line("all total", doc["totals"])]
-    return "\n".join(lines)
-
-
-def _total_line(label: str, t: dict[str, Any]) -> str:
-    time = _hms(t["seconds"]) if t["points_without_time"] == 0 else "no throughput" if t["points_without_time"] == t[
-        "points"] else f"{_hms(t['seconds_known'])} + {plural(t['points_without_time'], 'point')} with no throughput"
-    gpu = f", {t['gpu_hours']:.1f} GPU-hours" if "gpu_hours" in t else ""
-    gpu += f" ({t['gpu_hours_source']})" if "gpu_hours_source" in t else ""
-    left = "" if "left_runs" not in t else (f"; {t['done_runs']:,} complete, {plural(t['left_runs'], 'run')} left: "
-                                            f"{_hms(t['left_seconds']) if t['left_runs'] else 'nothing'}")
-    return (f"  {label}: {plural(t['runs'], 'run')}, {plural(t['steps'], 'step')}, "
-            f"{plural(t['eval_images'], 'image')} evaluated, time {time}{gpu}{left}")
