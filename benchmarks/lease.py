@@ -37,10 +37,10 @@ from benchmarks import lease_steps as ls
 REPO = dc.REPO
 OUTPUTS = ("lease.json", "lease.md", "throughput.json", "runs.tar.gz", "logs.tar.gz")
 BUDGET_S = 285.0  # as the device check's: start + 2 x (budget + 60 s) fit 15 minutes of device time
-MEASURE_S = {"full": 120.0, "tiny": 400.0}  # the measurements' share; the sweep gets the rest
+MEASURE_S = {"full": 135.0, "tiny": 400.0}  # the measurements' share; the sweep gets the rest
 # seconds: (cap on CUDA, cap with --tiny, minimum worth starting)
-LIMITS = {"env": (60, 60, 10), "eager": (40, 120, 10), "population": (30, 120, 10), "compiled": (60, 150, 15),
-          "trace": (20, 60, 5)}
+LIMITS = {"env": (45, 60, 10), "eager": (35, 120, 10), "population": (25, 120, 10), "compiled": (75, 150, 15),
+          "trace": (15, 60, 5)}
 REPORT_S = 15  # kept back for the salvage and the report
 SECTION = ("params/01_optimizers.yaml", "01_optimizers")
 
