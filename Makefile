@@ -10,7 +10,7 @@ PYTEST_ARGS ?=
 LABSET  := $(VENV)/share/jupyter/lab/settings
 OVERRIDES := {"@jupyterlab/docmanager-extension:plugin": {"defaultViewers": {"python": "Jupytext Notebook"}}}
 
-.PHONY: help venv data test lint figures smoke reproduce report bench device-check gpu-prepare lab clean
+.PHONY: help venv data test lint figures smoke reproduce report bench device-check gpu-prepare gpu-lease lab clean
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*##' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
@@ -77,6 +77,9 @@ device-check:  ## correctness and speed on this device in <= 285 s (--budget-s; 
 ARCHIVE ?=
 gpu-prepare:  ## lay data/cifar10-jpeg.tar.gz (ARCHIVE=path) and print the device check's command and what to carry
 	benchmarks/gpu_prepare.sh $(ARCHIVE)
+
+gpu-lease: venv  ## lay the archive (ARCHIVE=path), collect the notebooks' wheels, print the lease's command and carry
+	$(PY) -m benchmarks.lease_prepare $(ARCHIVE)
 
 clean:  ## remove caches (keeps .venv and results)
 	rm -rf .pytest_cache .ruff_cache reports

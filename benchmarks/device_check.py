@@ -56,7 +56,7 @@ def _now() -> str:
 
 
 # ------------------------------------------------------------------------------------------------ one step
-def _fork(name: str, ctxfile: Path, log: Path) -> int:
+def _fork(name: str, ctxfile: Path, log: Path, steps: dict | None = None) -> int:
     """Fork the step `name` (own session and log; exits without running this process's exit handlers)."""
     sys.stdout.flush()
     sys.stderr.flush()
@@ -69,7 +69,7 @@ def _fork(name: str, ctxfile: Path, log: Path) -> int:
         fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
         os.dup2(fd, 1)
         os.dup2(fd, 2)
-        code = worker(name, str(ctxfile))
+        code = worker(name, str(ctxfile), steps)
     finally:
         sys.stdout.flush()
         sys.stderr.flush()
@@ -77,19 +77,22 @@ def _fork(name: str, ctxfile: Path, log: Path) -> int:
 
 
 def run_step(name: str, settings: dict, limit: float, logs: Path, hang: bool, fail: bool,
-             launch: str = "exec") -> dict[str, Any]:
+             launch: str = "exec", steps: dict | None = None,
+             module: str = "benchmarks.device_check") -> dict[str, Any]:
     """Run one step in its own process and session (killed with its helpers at `limit`); its record. `logs`: the
     work folder of its context, results file and log. `launch`: "exec" a fresh interpreter, or "fork" this one
-    (which has imported torch, never CUDA: a step starts at once)."""
+    (which has imported torch, never CUDA: a step starts at once). `steps`, `module`: another runner's steps (default
+    `device_steps.STEPS`) and the module whose `--worker` runs them (`benchmarks.lease`)."""
+    steps = steps or ds.STEPS
     result, ctxfile = logs / f"{name}.result.json", logs / f"{name}.ctx.json"
     result.unlink(missing_ok=True)
     ctxfile.write_text(json.dumps({"settings": settings, "deadline": time.time() + limit - GRACE_S,
                                    "result": str(result), "args": {"hang": hang, "fail": fail}}), encoding="utf-8")
     t0 = time.time()
     if launch == "fork":
-        pid = _fork(name, ctxfile, logs / f"{name}.log")
+        pid = _fork(name, ctxfile, logs / f"{name}.log", steps)
     else:
-        cmd, env = ds.worker_command(name, ctxfile)
+        cmd, env = ds.worker_command(name, ctxfile, module)
         with open(logs / f"{name}.log", "w") as log:
             pid = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True, env=env).pid
     rc: int | None = None
@@ -102,7 +105,7 @@ def run_step(name: str, settings: dict, limit: float, logs: Path, hang: bool, fa
             os.killpg(pid, signal.SIGKILL)
         os.waitpid(pid, 0)
     doc = json.loads(result.read_text(encoding="utf-8")) if result.is_file() else {}
-    rec = {"name": name, "title": ds.STEPS[name][0], "status": doc.get("status", "failed"), "pass": doc.get("pass"),
+    rec = {"name": name, "title": steps[name][0], "status": doc.get("status", "failed"), "pass": doc.get("pass"),
            "seconds": round(time.time() - t0, 2), "limit_s": round(limit, 1), "error": doc.get("error"),
            "reason": doc.get("reason"), "results": doc.get("results", {})}
     if rc is None:
@@ -115,9 +118,10 @@ def run_step(name: str, settings: dict, limit: float, logs: Path, hang: bool, fa
     return rec
 
 
-def worker(name: str, ctxfile: str) -> int:
-    """The step (or helper) `name` in this process; writes its status into its results file."""
-    ctx = ds.Ctx(ctxfile)
+def worker(name: str, ctxfile: str, steps: dict | None = None) -> int:
+    """The step (or helper) `name` of `steps` (default `device_steps.STEPS`) in this process; writes its status into
+    its results file."""
+    ctx, steps = ds.Ctx(ctxfile), steps or ds.STEPS
     if threads := ctx.s.get("threads"):
         import torch
 
@@ -130,7 +134,7 @@ def worker(name: str, ctxfile: str) -> int:
             raise RuntimeError(f"injected failure (--fail {name})")
         if ctx.args.get("hang"):
             time.sleep(10**6)
-        verdict = ds.STEPS[name][1](ctx)
+        verdict = steps[name][1](ctx)
         ctx.write(status="ok", **({"pass": verdict} if verdict is not None else {}))
     except ds.Skip as why:
         ctx.write(status="skipped", reason=str(why))
@@ -172,8 +176,8 @@ def settings_for(args: argparse.Namespace) -> tuple[dict[str, Any], list[str]]:
     return s, notes
 
 
-def _skipped(name: str, why: str) -> dict[str, Any]:
-    return {"name": name, "title": ds.STEPS[name][0], "status": "skipped", "pass": None, "seconds": 0.0,
+def _skipped(name: str, why: str, steps: dict | None = None) -> dict[str, Any]:
+    return {"name": name, "title": (steps or ds.STEPS)[name][0], "status": "skipped", "pass": None, "seconds": 0.0,
             "limit_s": 0.0, "error": None, "reason": why, "results": {}}
 
 

@@ -109,11 +109,12 @@ def config(ctx: Ctx, kind: str, **changes: Any):
     return TrainConfig(**{"arch": "resnet9", "device": s["device"], **data, **size, **changes})
 
 
-def worker_command(name: str, ctxfile: Path) -> tuple[list[str], dict[str, str]]:
-    """The command and environment of a worker process running the step or helper `name` (`ROOT` first on its
-    PYTHONPATH: `benchmarks` and `initmem` import from the checkout, installed or not)."""
+def worker_command(name: str, ctxfile: Path,
+                   module: str = "benchmarks.device_check") -> tuple[list[str], dict[str, str]]:
+    """The command and environment of a worker process running the step or helper `name` of `module` (`ROOT` first
+    on its PYTHONPATH: `benchmarks` and `initmem` import from the checkout, installed or not)."""
     path = os.pathsep.join(filter(None, (str(ROOT), os.environ.get("PYTHONPATH"))))
-    return ([sys.executable, "-m", "benchmarks.device_check", "--worker", name, "--ctx", str(ctxfile)],
+    return ([sys.executable, "-m", module, "--worker", name, "--ctx", str(ctxfile)],
             {**os.environ, "PYTHONPATH": path})
 
 
@@ -308,11 +309,13 @@ GRAPH_MARKS = {0: "before step 0: data, build, the eval graph's compile and the 
                2: "step 1 (CUDA graphs: warm-up)", 3: "step 2 (CUDA graphs: recorded)"}
 
 
-def _timed_epochs(cfg, ctx: Ctx | None = None) -> dict[str, Any]:
+def _timed_epochs(cfg, ctx: Ctx | None = None, members: int = 1, histories: list | None = None) -> dict[str, Any]:
     """Two epochs of `cfg` through the engine's loop, with a synchronised mark at steps 0-3, P and 2P-1 (P steps an
-    epoch): step time from epoch 2's steps, eval time from the end of epoch 2's measurement, epoch time from the
-    history's wall_time (train + eval). With `ctx` (compiled runs), each of steps 0-3 is recorded as `graphs` the
-    moment it ends, so a step killed mid-compile keeps every graph compiled so far."""
+    epoch; the steps between run unsynchronised, as in a real run): step time from epoch 2's steps, eval time from the
+    end of epoch 2's measurement, epoch time from the history's wall_time (train + eval). With `ctx` (compiled runs),
+    each of steps 0-3 is recorded as `graphs` the moment it ends, so a step killed mid-compile keeps every graph
+    compiled so far. `members` > 1: a population at sigma_w 0.1, 1.1, ... (seeds 0, 1, ...); `histories` gets each
+    member's history."""
     import resource
 
     import torch
@@ -339,7 +342,11 @@ def _timed_epochs(cfg, ctx: Ctx | None = None) -> dict[str, Any]:
 
     if dev.type == "cuda":
         torch.cuda.reset_peak_memory_stats(dev)
-    hist = train(cfg, progress=False, on_step=mark).history.set_index("epoch")["wall_time"]
+    pop = [cfg] if members == 1 else [cfg.replace(sigma_w=0.1 + i, seed=i) for i in range(members)]
+    runs = train(pop, progress=False, on_step=mark)
+    hist = runs[0].history.set_index("epoch")["wall_time"]
+    if histories is not None:
+        histories.extend(r.history for r in runs)
     step_s = (marks[2 * p - 1] - marks[p]) / (p - 1)
     t0 = marks[0] - hist[0]  # the loop's clock starts just before the epoch-0 measurement that precedes step 0
     eval_s = max(0.0, t0 + hist[2] - marks[2 * p - 1] - step_s)
@@ -347,7 +354,8 @@ def _timed_epochs(cfg, ctx: Ctx | None = None) -> dict[str, Any]:
     peak = (torch.cuda.max_memory_allocated(dev) if dev.type == "cuda"
             else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024)
     return {"arch": cfg.arch, "width": cfg.width, "batch_size": cfg.batch_size, "precision": cfg.precision,
-            "compile": cfg.compile, "steps_per_epoch": p, "step_s": step_s, "train_epoch_s": p * step_s,
+            "compile": cfg.compile, "members": members, "optimizer": cfg.optimizer, "steps_per_epoch": p,
+            "step_s": step_s, "train_epoch_s": p * step_s,
             "train_images_per_s": sizes["train"] / (p * step_s), "eval_s": eval_s, "eval_images": evals,
             "eval_image_s": eval_s / evals, "epoch_s": float(hist[2] - hist[1]),
             "first_epoch_s": float(hist[1] - hist[0]), "init_eval_s": float(hist[0]),
@@ -395,6 +403,19 @@ def _cudagraph_skips() -> int:
     return int(counters["inductor"].get("cudagraph_skips", 0))
 
 
+def compile_backend(ctx: Ctx) -> None:
+    """torch.compile's backend for this step, recorded: inductor, or with --tiny dynamo alone (inductor takes 15-40 s
+    a graph on a CPU)."""
+    import torch
+
+    if ctx.s["mode"] == "tiny":
+        real = torch.compile
+        torch.compile = lambda model, **kw: real(model, **{**kw, "backend": "eager"})
+        ctx.put("compile_backend", "eager (--tiny: inductor would take minutes on a CPU)")
+    else:
+        ctx.put("compile_backend", "inductor (default)")
+
+
 def step_epochs(ctx: Ctx, compile: bool) -> None:
     """Epoch times on the full split, in priority order, until the step's deadline. Compiled: each configuration
     compiled from scratch (`runtime.reset_compiled`), on a split of whole batches (one train graph, not a second for a
@@ -407,13 +428,8 @@ def step_epochs(ctx: Ctx, compile: bool) -> None:
 
     size = SIZES[ctx.s["mode"]]
     skips = _CudagraphSkips()
-    if compile and ctx.s["mode"] == "tiny":  # inductor takes 15-40 s a graph on a CPU: dynamo alone here
-        real = torch.compile
-        torch.compile = lambda model, **kw: real(model, **{**kw, "backend": "eager"})
-        ctx.put("compile_backend", "eager (--tiny: inductor would take minutes on a CPU)")
-    elif compile:
-        ctx.put("compile_backend", "inductor (default)")
     if compile:
+        compile_backend(ctx)
         logging.getLogger("torch").addHandler(skips)
         with contextlib.suppress(Exception):  # an artifact log: off unless asked for
             torch._logging.set_logs(cudagraphs=True)
