@@ -16,17 +16,14 @@
 # %% [markdown]
 # # 01 — Optimisers: does SGD remember σ_w, and do adaptive methods forget it?
 #
-# Tests [findings 1](../docs/study.md#finding-1-sgd-remembers) and [2](../docs/study.md#finding-2-adaptive-methods-forget) (and the clock side of [7](../docs/study.md#finding-7-clocks-not-epochs)). ResNet-9 at batch size 128 is trained at
-# every `sigma_w` of the grid, once per `optimizer` (`sgd`, `sgd_momentum`, `adam`, `adamw`, `muon`, each at its
-# default (docs/study.md) `lr`, `momentum` and `weight_decay`); everything else is held fixed. For one optimiser (one sweep
-# point) the **spread** is the best minus the worst test accuracy across `sigma_w`, each read at the epoch with the
-# lowest validation loss. The paper reports 26.5 pp for low-lr SGD (every run interpolating) and about 4 pp for
-# Muon; the final weight norm should stay coupled to the initial one under SGD (`norm_ratio` varies with `sigma_w`)
-# and converge to a common scale under the adaptive methods.
+# Tests findings [1](../docs/study.md#finding-1-sgd-remembers), [2](../docs/study.md#finding-2-adaptive-methods-forget)
+# and the clock side of [7](../docs/study.md#finding-7-clocks-not-epochs). One `optimizer` (`sgd`, `sgd_momentum`,
+# `adam`, `adamw` or `muon`, at its default `lr`, `momentum` and `weight_decay`) is trained at every `sigma_w`; the
+# **spread** is the best minus the worst test accuracy across `sigma_w`, each at its lowest-validation-loss epoch
+# ([metrics](../docs/study.md#metrics)). The paper reports 26.5 pp for low-lr SGD and about 4 pp for Muon.
 #
-# The parameters cell holds what this section varies, with seconds-long smoke defaults; any other TrainConfig
-# field can be added to it or given with `-p` (README, *Change a parameter and re-run*). `params/01_optimizers.yaml`
-# holds the `smoke`, `cpu` and `paper` profiles.
+# The parameters cell holds seconds-long smoke defaults; any TrainConfig field can be added or given with `-p`
+# ([docs/usage.md](../docs/usage.md#using-jupyterlab)); `params/01_optimizers.yaml` holds the profiles.
 
 # %% tags=["parameters"]
 # where and what to sweep (notebook-level)

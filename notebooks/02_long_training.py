@@ -16,18 +16,14 @@
 # %% [markdown]
 # # 02 — Long training: does time alone make SGD forget?
 #
-# Tests [finding 3](../docs/study.md#finding-3-time-alone-is-not-enough) (and the epoch-vs-clock contrast of [7](../docs/study.md#finding-7-clocks-not-epochs)). Low-learning-rate plain SGD (`lr`
-# 0.01, constant) trains ResNet-9 for a long time — 5,000 `epochs` in the paper — at every `sigma_w`. The
-# test-accuracy **spread** across `sigma_w` is measured as if training had stopped at each of several epoch marks
-# (`epoch_marks`): at each mark, each run's test accuracy is read at its best-validation epoch so far. The paper
-# finds the spread essentially unchanged from 200 to 5,000 epochs, while `T_SGD = (1/b) sum eta_k^2` grows only
-# linearly in epochs and stays tiny. The `cpu` profile also trains Adam (`optimizer`, at its own default lr) for as
-# many steps: the contrast of an adaptive method given the same time. Runs this long want checkpoints
-# (`checkpoint_every`): a killed run resumes from the newest.
+# Tests [finding 3](../docs/study.md#finding-3-time-alone-is-not-enough) and the epoch side of
+# [7](../docs/study.md#finding-7-clocks-not-epochs). Low-lr plain SGD (`optimizer`, `lr`) trains for many `epochs` at
+# every `sigma_w` (the `cpu` profile adds Adam for as many steps); the **spread** across `sigma_w` is read as if
+# training had stopped at each of the `epoch_marks`. The paper finds it unchanged from 200 to 5,000 epochs while
+# `T_SGD = (1/b) Σ η²` stays tiny ([clocks](../docs/study.md#clocks)). Long runs want `checkpoint_every`.
 #
-# The parameters cell holds what this section varies, with seconds-long smoke defaults; any other TrainConfig
-# field can be added to it or given with `-p` (README, *Change a parameter and re-run*). `params/02_long_training.yaml`
-# holds the `smoke`, `cpu` and `paper` profiles.
+# The parameters cell holds seconds-long smoke defaults; any TrainConfig field can be added or given with `-p`
+# ([docs/usage.md](../docs/usage.md#using-jupyterlab)); `params/02_long_training.yaml` holds the profiles.
 
 # %% tags=["parameters"]
 # where and what to sweep (notebook-level)

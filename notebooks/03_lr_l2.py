@@ -16,15 +16,14 @@
 # %% [markdown]
 # # 03 — Learning rate and L2: do they make SGD forget?
 #
-# Tests [finding 4](../docs/study.md#finding-4-regularisation-and-learning-rate-make-sgd-forget) (and [7](../docs/study.md#finding-7-clocks-not-epochs)). Plain SGD (`optimizer`) on ResNet-9 (b = 128) over a grid of `lr` ×
-# coupled L2 coefficient (`weight_decay`, including 1e-2); each grid point is trained at every `sigma_w`. A larger
-# learning rate raises `T_SGD = (1/b) sum eta_k^2` and L2 adds `T_L2 = lambda sum eta_k`, the norm-decay clock that
-# shrinks `||W||` towards a common scale; the paper finds that L2 at 1e-2 brings the spread across `sigma_w` to
-# nearly zero, and that a larger learning rate also erases the memory.
+# Tests [finding 4](../docs/study.md#finding-4-regularisation-and-learning-rate-make-sgd-forget) (and
+# [7](../docs/study.md#finding-7-clocks-not-epochs)). Plain SGD (`optimizer`) over a grid of `lr` × coupled L2
+# (`weight_decay`), each point at every `sigma_w`. A larger lr raises `T_SGD`; L2 adds `T_L2 = λ Σ η`, which shrinks
+# ‖W‖ towards a common scale ([clocks](../docs/study.md#clocks)). The paper: L2 at 1e-2 brings the spread across
+# `sigma_w` to nearly zero, and a larger learning rate also erases the memory.
 #
-# The parameters cell holds what this section varies, with seconds-long smoke defaults; any other TrainConfig
-# field can be added to it or given with `-p` (README, *Change a parameter and re-run*). `params/03_lr_l2.yaml`
-# holds the `smoke`, `cpu` and `paper` profiles.
+# The parameters cell holds seconds-long smoke defaults; any TrainConfig field can be added or given with `-p`
+# ([docs/usage.md](../docs/usage.md#using-jupyterlab)); `params/03_lr_l2.yaml` holds the profiles.
 
 # %% tags=["parameters"]
 # where and what to sweep (notebook-level)

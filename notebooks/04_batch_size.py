@@ -16,15 +16,13 @@
 # %% [markdown]
 # # 04 — Batch size: do larger batches slow forgetting?
 #
-# Tests [finding 5](../docs/study.md#finding-5-batch-size) (and [7](../docs/study.md#finding-7-clocks-not-epochs)). ResNet-9 trained with SGD and with Adam (`optimizer`) at batch sizes
-# b in {16, 32, 64, 128, 256} (`batch_size`), each at every `sigma_w`, for the same number of epochs. At a fixed
-# learning rate (`lr`, the optimiser's default) and epoch count, a larger batch means fewer steps and a smaller
-# `T_SGD = (1/b) sum eta_k^2` (it falls as 1/b^2 per epoch), so SGD should forget less and its spread across
-# `sigma_w` grow with b; Adam runs on `T_adapt = sum eta_k` and should stay near a small spread.
+# Tests [finding 5](../docs/study.md#finding-5-batch-size) (and [7](../docs/study.md#finding-7-clocks-not-epochs)).
+# SGD and Adam (`optimizer`, at its default `lr`) at several `batch_size`s, each at every `sigma_w`, for the same
+# epochs: a larger batch takes fewer steps and a smaller `T_SGD = (1/b) Σ η²` ([clocks](../docs/study.md#clocks)),
+# so SGD's spread across `sigma_w` should grow with b; Adam runs on `T_adapt = Σ η` and should stay near a small one.
 #
-# The parameters cell holds what this section varies, with seconds-long smoke defaults; any other TrainConfig
-# field can be added to it or given with `-p` (README, *Change a parameter and re-run*). `params/04_batch_size.yaml`
-# holds the `smoke`, `cpu` and `paper` profiles.
+# The parameters cell holds seconds-long smoke defaults; any TrainConfig field can be added or given with `-p`
+# ([docs/usage.md](../docs/usage.md#using-jupyterlab)); `params/04_batch_size.yaml` holds the profiles.
 
 # %% tags=["parameters"]
 # where and what to sweep (notebook-level)

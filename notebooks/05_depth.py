@@ -16,16 +16,14 @@
 # %% [markdown]
 # # 05 — Depth: do deep ResNets fail to train instead of remembering?
 #
-# Tests [finding 6](../docs/study.md#finding-6-depth). ResNet-9, ResNet-56 and ResNet-110 (He et al.'s CIFAR ResNets, option-A
-# shortcuts; `arch`) trained with SGD and with Adam (`optimizer`) at every `sigma_w`. In the deep networks bad
-# forgetting should show differently: at large `sigma_w` runs often fail to interpolate (never reach 99.5 % training
-# accuracy) rather than interpolating to a worse solution. Besides the spread, the notebook records which runs fail
-# to interpolate.
+# Tests [finding 6](../docs/study.md#finding-6-depth). ResNet-9 and He et al.'s CIFAR ResNets (`arch`) trained with
+# SGD and with Adam (`optimizer`) at every `sigma_w`. Deep networks should fail differently: at large `sigma_w` runs
+# often never reach 99.5 % training accuracy rather than interpolating to a worse solution, so beside the spread the
+# notebook records which runs interpolate.
 #
-# The parameters cell holds what this section varies, with seconds-long smoke defaults; any other TrainConfig
-# field can be added to it or given with `-p` (README, *Change a parameter and re-run*). `params/05_depth.yaml`
-# holds the `smoke`, `cpu` and `paper` profiles.
-# In the smoke defaults ResNet-20 at `width` 0.25, the shallowest of the family, stands in for the deep ones.
+# The parameters cell holds seconds-long smoke defaults (ResNet-20 at `width` 0.25 stands in for the deep ones); any
+# TrainConfig field can be added or given with `-p` ([docs/usage.md](../docs/usage.md#using-jupyterlab));
+# `params/05_depth.yaml` holds the profiles.
 
 # %% tags=["parameters"]
 # where and what to sweep (notebook-level)

@@ -91,3 +91,30 @@ def test_check_layout_fails_on_a_planted_clipped_label_naming_the_figure(tmp_pat
     with pytest.raises(NotebookError, match=r"F99_planted .*a label pushed off the canvas"):
         make_figures(ROOT / "results" / "cpu", tmp_path / "out", notebooks=[nb], progress=False, check_layout=True)
     assert (tmp_path / "out" / "F99_planted.png").is_file()  # written first: a reader can look at what is wrong
+
+
+def test_an_annotation_on_the_data_and_two_texts_on_one_spot_are_caught(legend_handles):
+    """F12 once wrote each panel's collapse ratio in a box over its lines, and its two bottom labels ran into each
+    other; F9's legend sat on a curve: all are caught; a note or a legend clear of the data is not."""
+    with matplotlib.rc_context(style.STYLE):
+        fig, (ax,) = style.new_figure(width=3.0, height=2.0)
+        ax.plot([0, 1], [0, 1], label="a line")
+        ax.plot([0.2], [0.8], "o", label="a point")
+        on_line = ax.text(0.5, 0.5, "on the line", ha="center", va="center")
+        on_point = ax.text(0.2, 0.8, "on the point", ha="center", va="center")
+        ax.text(0.55, 0.05, "clear of both")
+    problems = layout.layout_problems(fig, legend_handles)
+    assert [p for p in problems if "text over data" in p and "'on the line'" in p]
+    assert [p for p in problems if "text over data" in p and "'on the point'" in p]
+    assert not [p for p in problems if "clear of both" in p]
+    on_line.set_position((0.9, 0.35))
+    on_point.set_position((0.2, 0.55))
+    assert not [p for p in layout.layout_problems(fig, legend_handles) if "text over data" in p]
+    leg = ax.legend(loc="upper left")  # over the point at (0.2, 0.8)
+    assert [p for p in layout.layout_problems(fig, legend_handles) if "legend over data: line 'a point'" in p]
+    leg.set_loc("lower right")  # under the line's end, clear of the point: nothing drawn there
+    assert not [p for p in layout.layout_problems(fig, legend_handles) if "legend over data" in p]
+    fig.text(0.3, 0.02, "one label")
+    fig.text(0.32, 0.02, "another label")
+    assert [p for p in layout.layout_problems(fig, legend_handles)
+            if "one spot" in p and "'one label'" in p and "'another label'" in p]

@@ -16,8 +16,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+from matplotlib.colors import to_rgb
 
-from initmem.analysis import cells, display, plots, point_report, tables
+from initmem.analysis import cells, display, plots, point_report, style, tables
 from initmem.errors import ConfigError, NoResults
 from initmem.figures import artefacts
 
@@ -249,19 +250,46 @@ def test_paper_spreads_sit_beside_ours_in_t1_and_f1(two_optimizers):
     assert not plots.accuracy_vs_sigma(two_optimizers[two_optimizers["optimizer"] == "adam"]).axes[0].texts
 
 
-def test_spread_vs_clocks_tells_every_configuration_apart():
+def test_spread_vs_clocks_is_a_row_per_section_each_configuration_in_its_optimisers_look():
     rows = [{"optimizer": "sgd", "lr": lr, "weight_decay": wd, "sigma_w": s, "test_acc_at_best": 0.5 + 0.1 * s * lr,
              "T_L2": wd, "T_SGD": lr**2} for lr in (0.01, 0.1) for wd in (0.0, 0.01) for s in (0.5, 2.0)]
     runs = pd.concat([_runs(rows, "03_lr_l2"), _runs([{"optimizer": o, "sigma_w": s, "test_acc_at_best": 0.6}
                                                        for o in ("sgd", "adam") for s in (0.5, 2.0)])])
     fig = plots.spread_vs_clocks(runs.reset_index(drop=True))
-    labels = [t.get_text() for t in fig.axes[-1].get_legend().get_texts()]  # the legend row under the panels
-    assert labels == ["01 sgd", "01 adam", "03 lr=0.01 wd=0", "03 lr=0.01 wd=0.01", "03 lr=0.1 wd=0",
-                      "03 lr=0.1 wd=0.01"]
-    assert not any(ax.containers for ax in fig.axes)  # one seed: markers, no error bars
-    looks = {(ln.get_label(), ln.get_marker(), ln.get_color()) for ax in fig.axes[:3] for ln in ax.lines}
-    assert len({look[1:] for look in looks}) == len({look[0] for look in looks}) == len(labels)  # one look each
-    assert fig.axes[1].get_xlabel().endswith("4 configuration(s) with T_L2 = 0 not shown")
+    legends = [ax.get_legend() for ax in fig.axes if ax.get_legend() is not None]  # one beside each row
+    assert [(lg.get_title().get_text(), [t.get_text() for t in lg.get_texts()]) for lg in legends] == [
+        ("01_optimizers", ["sgd", "adam"]),
+        ("03_lr_l2", ["lr=0.01 wd=0", "lr=0.01 wd=0.01", "lr=0.1 wd=0", "lr=0.1 wd=0.01"])]
+    panels = [ax for ax in fig.axes if ax.axison]
+    assert len(panels) == 6 and not any(ax.containers for ax in panels)  # 2 sections × 3 clocks; one seed: no bars
+    own = {ln.get_label(): (ln.get_marker(), to_rgb(ln.get_color())) for ln in panels[0].lines + panels[3].lines
+           if not ln.get_label().startswith("_")}
+    assert own["sgd"] == ("o", to_rgb(style.OPTIMIZER_LOOKS["sgd"][0]))  # one look per optimiser, everywhere
+    assert own["adam"] == ("^", to_rgb(style.OPTIMIZER_LOOKS["adam"][0]))
+    sgd03 = [own[t.get_text()] for t in legends[1].get_texts()]
+    assert {m for m, _ in sgd03} == {"o"} and len({c for _, c in sgd03}) == 4  # sgd's marker, four shades
+    grey = [ln for ln in panels[3].lines if ln.get_label().startswith("_")]  # section 01 behind section 03's row
+    assert [len(ln.get_xdata()) for ln in grey] == [2] and grey[0].get_zorder() < 3
+    assert panels[4].get_xlabel().endswith("4 configuration(s) with T_L2 = 0 not shown")
+    assert panels[1].get_xlabel() == ""  # the clocks are named under the bottom row only
+
+
+def test_every_figure_draws_an_optimiser_in_its_one_look(two_optimizers):
+    """F1, F3, F8 and F9 colour (and mark) SGD and Adam as `style.OPTIMIZER_LOOKS` says, whatever else they draw."""
+    h = pd.concat([pd.DataFrame({"run_id": r, "epoch": np.arange(4), "train_acc": 0.5, "val_acc": 0.4,
+                                 "train_loss": 1.0, "val_loss": 1.0, "weight_norm": 10.0})
+                   for r in two_optimizers["run_id"]])
+    look = {o: (to_rgb(c), m) for o, (c, m) in style.OPTIMIZER_LOOKS.items()}
+    assert len({c for c, _ in look.values()}) == len({m for _, m in look.values()}) == len(look)  # all apart
+    for fig in (plots.accuracy_vs_sigma(two_optimizers), plots.radial_memory_plot(two_optimizers),
+                plots.training_curves(two_optimizers, h)):
+        handles = [(h[0] if isinstance(h, tuple) else h, lab) for ax in fig.axes
+                   for h, lab in zip(*ax.get_legend_handles_labels(), strict=True)]  # an error bar's: its line
+        drawn = {lab.split(" ")[0].rstrip(":"): (to_rgb(ln.get_color()), ln.get_marker())
+                 for ln, lab in handles if lab[:1] in "as"}
+        assert drawn == {"sgd": look["sgd"], "adam": look["adam"]}, drawn
+    bars = plots.repair_gap_bars(two_optimizers).axes[0].patches
+    assert [to_rgb(b.get_facecolor()) for b in bars] == [look["sgd"][0], look["adam"][0]]
 
 
 def test_spread_pivots_lr_l2_and_batch_size():

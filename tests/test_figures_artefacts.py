@@ -73,6 +73,27 @@ def test_artefacts_are_byte_stable_and_leave_no_temp_files(tmp_path, runs):
     assert all(oct(p.stat().st_mode)[-3:] == "644" for p in (tmp_path / "o0").rglob("*.*"))
 
 
+def test_the_index_is_in_figure_order_and_caption_links_work_where_each_file_is(tmp_path, runs):
+    """F2 before F10 (not as strings sort), tables first; a caption's link, written relative to the repository root,
+    points from the index, a table's .md and the notebook's HTML to the same file, and is plain text in LaTeX."""
+    stamp = artefacts.Stamp.of(runs, ROOT / "results" / "cpu", ["01_optimizers"])
+    out = tmp_path / "set"
+    linked = "A [spread](docs/study.md#metrics) table"
+    artefacts.save_table(tables.optimizer_table(runs), "T1", out, stamp, linked)
+    for name in ("F10", "F2", "F1"):
+        artefacts.save_figure(plots.radial_memory_plot(runs), name, out, stamp, "t", description=linked)
+    index = artefacts.write_index(out).read_text(encoding="utf-8")
+    assert [index.index(f"**{n}**") for n in ("T1", "F1", "F2", "F10")] == sorted(
+        index.index(f"**{n}**") for n in ("T1", "F1", "F2", "F10"))
+    docs = Path(os.path.relpath(ROOT / "docs", out)).as_posix()
+    assert f"[spread]({docs}/study.md#metrics)" in index
+    assert f"[spread](../{docs}/study.md#metrics)" in (out / "tables" / "T1.md").read_text(encoding="utf-8")
+    assert "A spread table" in (out / "tables" / "T1.tex").read_text(encoding="utf-8")
+    fig = plots.radial_memory_plot(runs)
+    artefacts.save_figure(fig, "F3", out, stamp, "t", description=linked)
+    assert '<a href="../../docs/study.md#metrics">spread</a>' in fig._repr_html_()  # from notebooks/figures/
+
+
 def test_a_failed_write_keeps_the_old_file(tmp_path):
     path = artefacts.write_text(tmp_path / "T1.md", "old\n")
 
@@ -241,7 +262,12 @@ def test_the_stamp_names_the_data_by_what_it_is_and_a_modified_tree_only_when_tr
                     git_commit="abcdef0123456789", git_dirty=False, git_diff_known=True)
     clean = artefacts.Stamp.of(r, "results/cpu", ["01_optimizers"]).caption()
     assert "data CIFAR-10 (JPEG archive) sha256:1a2b3c4d5e6f" in clean and "/home/me" not in clean
-    assert "modified" not in clean
+    assert "uncommitted" not in clean
     dirty = r.assign(git_dirty=[k < 3 for k in range(len(r))], git_diff_known=[k < 1 for k in range(len(r))])
     caption = artefacts.Stamp.of(dirty, "results/cpu", ["01_optimizers"]).caption()
-    assert f"3 of {len(r)} runs from a modified tree, 1 diffs recorded, 2 unknown" in caption
+    assert (f"3 of {len(r)} runs trained with uncommitted changes: 1 recorded in run.json, 2 not, whose code is not "
+            "exactly these commits (docs/results.md#provenance)") in caption  # what it means, where to read more
+    unknown = artefacts.Stamp.of(dirty.assign(git_diff_known=False), "results/cpu", ["01_optimizers"]).caption()
+    assert "3 of 12 runs trained with uncommitted changes that were not recorded, so their code" in unknown
+    known = artefacts.Stamp.of(dirty.assign(git_diff_known=True), "results/cpu", ["01_optimizers"]).caption()
+    assert "uncommitted changes, each recorded in its run.json" in known and "not exactly" not in known

@@ -90,7 +90,7 @@ def test_migrate_relabels_an_older_record_keeping_every_number(tmp_path):
     runs = load_runs(tmp_path)
     assert not runs["git_diff_known"].iloc[0] and runs["data_hash"].iloc[0] == rec["provenance"]["data_hash"]
     caption = Stamp.of(runs, tmp_path / "cpu", ["01_optimizers"]).caption()
-    assert "1 runs from a modified tree, its diff unknown" in caption
+    assert "1 of 1 runs trained with uncommitted changes that were not recorded" in caption
     assert f"CIFAR-10 (JPEG archive) sha256:{rec['provenance']['data_hash'][:12]}" in caption
 
 

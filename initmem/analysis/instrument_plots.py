@@ -1,5 +1,5 @@
-"""The forgetting instruments' figures F10–F12, built like `plots`; runs recorded before the instruments are left
-out, and a figure with nothing left raises `NoResults`."""
+"""The forgetting instruments' figures F10–F13, built like `plots` (F11 and F12 as small multiples, a row per
+section); runs recorded before the instruments are left out, and a figure with nothing left raises `NoResults`."""
 
 import math
 
@@ -51,55 +51,59 @@ def angle_curves(runs: pd.DataFrame, histories: pd.DataFrame, max_cols: int = 3)
 
 def spread_vs_measured_clock(runs: pd.DataFrame) -> Figure:
     """F11: spread (pp) of every configuration with the instruments against the *measured* forgetting (`MEASURED`),
-    marked as in F7, each panel with its Spearman ρ (T7 has it beside F7's clocks)."""
-    cs = instrument_tables.instrumented(plots.with_markers(tables.config_spreads(runs)))
-    fig, axes, lax = style.panels_over_legend(2, 1, 7.2, 2.8, plots.legend_height(len(cs)))
+    a row per section as in F7, each column titled with its Spearman ρ over every row (T7 has it beside F7's
+    clocks)."""
+    cs = instrument_tables.instrumented(style.config_looks(tables.config_spreads(runs)))
     xlabels = {"angle_range_deg": "σ_w-range of the angle from init.\nat the selected epoch (°)",
                "Theta_final": "Θ_final = Σ per-step angle\n(rad, end of training)"}
-    for ax, x in zip(axes, xlabels, strict=True):
+    fig, axes, legends, sections = style.config_rows(cs, len(xlabels))
+    for row, section, lax in zip(axes, sections, legends, strict=True):
+        mine = cs["section"] == section
+        for ax, x in zip(row, xlabels, strict=True):
+            ok = cs[x].notna() & cs["spread_pp"].notna()
+            style.context_points(ax, cs[~mine & ok], x)
+            style.config_points(ax, cs[mine & ok], x, log=x == "Theta_final")
+        style.config_legend(lax, row, cs[mine], section)
+    for top, bottom, x in zip(axes[0], axes[-1], xlabels, strict=True):
         ok = cs[cs[x].notna() & cs["spread_pp"].notna()]
-        plots.config_points(ax, ok, x)
         if x == "Theta_final" and len(ok) and (ok[x] > 0).all():
-            style.log_axis(ax, "x")
-        rho = instrument_tables.spearman(ok[x], ok["spread_pp"])
-        ax.set_title(f"Spearman ρ = {instrument_tables.signed(rho)} (n = {len(ok)})")
+            style.log_axis(bottom, "x")
+        top.set_title(f"Spearman ρ = {instrument_tables.signed(instrument_tables.spearman(ok[x], ok['spread_pp']))}"
+                      f" (n = {len(ok)})")
         left = len(cs) - len(ok)
-        ax.set_xlabel(xlabels[x] + (f"\n{left} configuration(s) without it not shown" if left else ""))
-    axes[0].set_ylabel("test-accuracy spread across σ_w (pp)")
-    axes[0].set_ylim(bottom=-0.5)
-    plots.config_legend(lax, axes, cs)
+        bottom.set_xlabel(xlabels[x] + (f"\n{left} configuration(s) without it not shown" if left else ""))
+    style.spread_label(fig, axes)
     return fig
 
 
 def unfolding_figure(runs: pd.DataFrame, histories: pd.DataFrame | None = None,
                      table: pd.DataFrame | None = None, rule: str = metrics.DEFAULT_RULE) -> Figure:
-    """F12: forgetting as it unfolds under one selection `rule` (the paper's by default), a panel per clock: each
-    configuration a line of (clock at e, spread had training stopped at e) from `unfolding_table` (or `table`). If
-    memory follows a clock, its panel's lines fall onto one curve; each panel states how far they disagree (T8).
-    The other rules are F13's."""
+    """F12: forgetting as it unfolds under one selection `rule` (the paper's by default): a column per clock, a row
+    per section, each configuration a line of (clock at e, spread had training stopped at e) from `unfolding_table`
+    (or `table`), the other sections' lines in grey behind. If memory follows a clock, its column's lines fall onto
+    one curve; each column's title states how far they disagree (T8). The other rules are F13's."""
     t = instrument_tables.unfolding_table(runs, histories) if table is None else table
     t = t[t["rule"] == rule]
     if t.empty:
         raise NoResults(f"no unfolding of selection rule {rule}")
-    cs = plots.with_markers(tables.config_spreads(runs))
-    one = cs["section"].nunique() == 1  # one section: a colour per configuration, else per section (as F7, F11)
-    cs = cs.assign(color=[f"C{k % 10}" if one else style.SECTION_COLORS.get(s[:2], "C7")
-                          for k, s in enumerate(cs["section"])]).set_index("config")
+    cs = style.config_looks(tables.config_spreads(runs))
+    cs = cs[cs["config"].isin(t["config"])]
     collapse = instrument_tables.collapse_table(t).set_index(["rule", "clock"])
     clocks = instrument_tables.UNFOLD_CLOCKS
-    fig, axes, lax = style.panels_over_legend(2, math.ceil(len(clocks) / 2), 7.2, 2.4, plots.legend_height(len(cs)))
+    fig, axes, legends, sections = style.config_rows(cs, len(clocks))
+    for row, section, lax in zip(axes, sections, legends, strict=True):
+        for ax, clock in zip(row, clocks, strict=True):
+            _unfold_panel(ax, t, cs, clock, section)
+        style.config_legend(lax, row, cs[cs["section"] == section], section)
     n = t["config"].nunique()
-    for ax, clock in zip(axes, clocks, strict=True):
-        _unfold_panel(ax, t, cs, clock, collapse.loc[(rule, clock)])
+    for top, bottom, clock in zip(axes[0], axes[-1], clocks, strict=True):
+        top.set_title(f"{UNFOLD_TITLES.get(clock, clock)}\n{_collapse_text(collapse.loc[(rule, clock)])}",
+                      fontsize=7)
         left = n - t.loc[t[clock] > 0, "config"].nunique()
-        why = "with T_L2 = 0 (no L2)" if clock == "T_L2" else "without the instrument"
-        ax.set_title(UNFOLD_TITLES.get(clock, clock), fontsize=8)
-        ax.set_xlabel(f"{'Θ' if clock == 'Theta_slowest' else clock} at e"
-                      + (f"\n{left} configuration(s) {why} not shown" if left else ""))
-    for ax in axes[::2]:
-        ax.set_ylabel("spread across σ_w (pp)")
-    axes[0].set_ylim(bottom=-0.5)
-    plots.config_legend(lax, axes, cs.reset_index())
+        why = "T_L2 = 0: no L2" if clock == "T_L2" else "no instrument"
+        bottom.set_xlabel(f"{'Θ' if clock == 'Theta_slowest' else clock} at e"
+                          + (f"\n{left} not shown\n({why})" if left else ""))
+    style.spread_label(fig, axes)
     return fig
 
 
@@ -135,23 +139,33 @@ def selection_rules_figure(runs: pd.DataFrame | None = None, histories: pd.DataF
     return fig
 
 
-def _unfold_panel(ax, t: pd.DataFrame, cs: pd.DataFrame, clock: str, collapse: pd.Series) -> None:
-    """One rule × clock panel: a line per configuration with a positive clock (epoch order) and the collapse."""
+def _unfold_panel(ax, t: pd.DataFrame, cs: pd.DataFrame, clock: str, section: str) -> None:
+    """One section × clock panel: a line per configuration of `section` with a positive clock (epoch order), the
+    other sections' lines in grey behind."""
     ok = t[(t[clock] > 0) & t["spread_pp"].notna()]
+    looks = cs.set_index("config")
     for cid, g in ok.groupby("config", sort=True):
-        r = next(cs.loc[[cid]].reset_index().itertuples())
         g = g.sort_values("epoch")
+        if g["section"].iloc[0] != section:
+            ax.plot(g[clock].to_numpy(), g["spread_pp"].to_numpy(), color=style.CONTEXT_COLOR, lw=0.5, zorder=1)
+            continue
+        r = next(looks.loc[[cid]].reset_index().itertuples())
         ax.plot(g[clock].to_numpy(), g["spread_pp"].to_numpy(), color=r.color, marker=r.marker, markevery=0.25,
-                markersize=3, lw=0.7, alpha=0.8, label=plots.config_label(r))
+                markersize=3, lw=0.8, zorder=3, label=style.config_label(r, section=False))
     if len(ok):
         ax.set_xscale("log")
         ax.xaxis.set_minor_formatter(ticker.NullFormatter())
-    text = ("no clock bin shared by two configurations" if math.isnan(collapse["dispersion_pp"]) else
-            f"±{collapse['dispersion_pp']:.1f} pp, ratio {collapse['collapse_ratio']:.2f}")
+
+
+def _collapse_text(collapse: pd.Series) -> str:
+    """A column's collapse (T8) under its title: the disagreement at equal clock and its ratio (and the ratio over
+    the configurations with Θ, where it differs)."""
+    if math.isnan(collapse["dispersion_pp"]):
+        return "no clock bin shared\nby two configurations"
+    text = f"±{collapse['dispersion_pp']:.1f} pp, ratio {collapse['collapse_ratio']:.2f}"
     if abs(collapse["ratio_theta_configs"] - collapse["collapse_ratio"]) > 1e-9:  # False for NaN: nothing to add
         text += f"\nwith Θ only: {collapse['ratio_theta_configs']:.2f}"
-    ax.text(0.98, 0.97, text, transform=ax.transAxes, ha="right", va="top", fontsize=6, color="0.3", zorder=5,
-            bbox={"boxstyle": "square,pad=0.15", "facecolor": "white", "edgecolor": "none", "alpha": 0.8})
+    return text
 
 
 def spike_curves(runs: pd.DataFrame, histories: pd.DataFrame, drop: float = metrics.COLLAPSE_DROP) -> Figure:

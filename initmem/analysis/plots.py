@@ -1,5 +1,7 @@
 """The study's figures F1–F9: pure functions from `load_runs` / `load_histories` frames to `style.StudyFigure`s
-(no pyplot). A builder raises `NoResults` with nothing to draw; build under `style.STYLE` for the study's look."""
+(no pyplot). A builder raises `NoResults` with nothing to draw; build under `style.STYLE` for the study's look. A
+configuration is drawn in its optimiser's look (`style.config_looks`), and a figure of many configurations is small
+multiples, a row per section (`style.config_rows`)."""
 
 import math
 from collections.abc import Sequence
@@ -10,21 +12,12 @@ from matplotlib import ticker
 from matplotlib.colors import Normalize
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
+from matplotlib.patches import Patch
 
-from initmem.analysis import cells, display, tables
-from initmem.analysis.style import (
-    SECTION_COLORS,
-    legend,
-    log_axis,
-    new_figure,
-    panels_over_legend,
-    sigma_axis,
-    sigma_colors,
-    with_sigma,
-)
+from initmem.analysis import cells, display, style, tables
+from initmem.analysis.style import legend, log_axis, new_figure, sigma_axis, sigma_colors, with_sigma
 from initmem.errors import NoResults
 
-MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*", "h", "<", ">", "p")
 CLOCK_NAMES = {"T_SGD": "T_SGD = Σ η² / b", "T_L2": "T_L2 = λ Σ η", "T_adapt": "T_adapt = Σ η"}  # axis titles
 
 
@@ -36,14 +29,14 @@ def accuracy_vs_sigma(runs: pd.DataFrame) -> Figure:
     confs = tables.configurations(runs)
     sigmas, multi = sorted(confs["sigma_w"].unique()), cells.multi_seed(confs)
     fig, (ax,) = new_figure(width=6.4, height=3.6)
-    brackets = []
-    for _, g in confs.groupby("config", sort=True):
+    looks, brackets = style.config_looks(confs.drop_duplicates("config")).set_index("config"), []
+    for cid, g in confs.groupby("config", sort=True):
         acc = 100 * g.groupby("sigma_w")[cells.spread_column(g)].agg(["mean", "std"])  # T1's accuracy and spread
         ours, have = cells.spread_cells(g, multi=multi), len(cells.sigmas_in_spread(g))
         label = g["label"].iloc[0] + ("" if math.isnan(ours["spread_pp"]) else ": " + display.spread(
             ours["spread_pp"], ours.get("spread_pp_lo", math.nan), ours.get("spread_pp_hi", math.nan))) + (
             f" (σ_w {have}/{len(sigmas)})" if 2 <= have < len(sigmas) else "")  # over fewer σ_w: T1's caption says
-        color = mean_line(ax, acc.index, acc["mean"], acc["std"], label=label)
+        color = mean_line(ax, acc.index, acc["mean"], acc["std"], label=label, **look_of(looks.loc[cid]))
         paper = tables.paper_spread(g.iloc[0])
         if not math.isnan(paper) and acc["mean"].notna().any():
             brackets.append((g["label"].iloc[0], paper, float(acc["mean"].max()), color))
@@ -87,9 +80,15 @@ def mean_line(ax, x, mean, err, **kw) -> str:
     legend either): `err` a ± std per point, or matplotlib's 2 × n (below, above) of an interval
     (`cells.interval_err`); returns the line's colour."""
     err = np.nan_to_num(np.asarray(err, dtype=float))
+    kw.setdefault("marker", "o")
     if err.any():
-        return ax.errorbar(x, mean, yerr=err, marker="o", capsize=2, **kw).lines[0].get_color()
-    return ax.plot(x, mean, marker="o", **kw)[0].get_color()
+        return ax.errorbar(x, mean, yerr=err, capsize=2, **kw).lines[0].get_color()
+    return ax.plot(x, mean, **kw)[0].get_color()
+
+
+def look_of(row) -> dict:
+    """The plot keywords of a `config_looks` row: its colour and marker."""
+    return {"color": row["color"], "marker": row["marker"]}
 
 
 def weight_norm_curves(runs: pd.DataFrame, histories: pd.DataFrame, optimizers: Sequence[str] = ("sgd", "adam")
@@ -123,21 +122,22 @@ def radial_memory_plot(runs: pd.DataFrame) -> Figure:
     """F3: final against initial weight norm across σ_w per configuration, log-log, its `tables.radial_slope` in the
     legend (~1: the final norm remembers the initial, ~0: it forgot)."""
     confs = tables.configurations(runs)
-    fig, (ax,) = new_figure(width=4.6, height=3.8)
-    for _, g in confs.groupby("config", sort=True):
+    fig, (ax,) = new_figure(width=6.0, height=3.6)
+    looks = style.config_looks(confs.drop_duplicates("config")).set_index("config")
+    for cid, g in confs.groupby("config", sort=True):
         ok = g[["init_weight_norm", "final_weight_norm"]].dropna().astype(float)
         ok = ok[(ok > 0).all(axis=1)].sort_values("init_weight_norm")
         if ok.empty:
             continue
         slope = tables.radial_slope(g)
         label = g["label"].iloc[0] + ("" if math.isnan(slope) else f" (slope {slope:.2f})")
-        ax.plot(ok["init_weight_norm"], ok["final_weight_norm"], marker="o", label=label)
+        ax.plot(ok["init_weight_norm"], ok["final_weight_norm"], label=label, **look_of(looks.loc[cid]))
     lo, hi = ax.get_xlim()
     ax.plot([lo, hi], [lo, hi], color="0.6", linestyle="--", linewidth=0.8, label="final = initial")
     log_axis(ax, "x")
     log_axis(ax, "y")
     ax.set(xlabel="initial weight norm ‖W₀‖_F", ylabel="final weight norm ‖W‖_F")
-    legend(ax)
+    fig.legend(*ax.get_legend_handles_labels(), loc="outside right center", frameon=False)  # clear of the data
     return fig
 
 
@@ -147,10 +147,14 @@ def spread_vs_batch_size(runs: pd.DataFrame) -> Figure:
     fig, (ax,) = new_figure(width=4.6, height=3.4)
     others = [c for c in dict.fromkeys(["optimizer", *tables.label_columns(cs)])
               if c != "batch_size" and c in cs.columns]
-    for key, g in cs.groupby(others, sort=False):  # a list of columns: every key is a tuple
+    groups = list(cs.groupby(others, sort=False))  # a list of columns: every key is a tuple
+    per = pd.Series([key[0] for key, _ in groups])  # the optimiser: its look, in shades where it has several lines
+    for k, (key, g) in enumerate(groups):
         g = g.sort_values("batch_size")
-        mean_line(ax, g["batch_size"], g["spread_pp"], cells.interval_err(g),
-                  label=" ".join(tables.fmt_value(k) for k in key))
+        color, marker = style.optimizer_look(key[0])
+        mean_line(ax, g["batch_size"], g["spread_pp"], cells.interval_err(g), marker=marker,
+                  color=style.shade(color, int((per[:k] == key[0]).sum()), int((per == key[0]).sum())),
+                  label=" ".join(tables.fmt_value(v) for v in key))
     sizes = sorted(cs["batch_size"].unique())
     ax.set_xscale("log", base=2)
     ax.set_xticks(sizes, [str(int(b)) for b in sizes])
@@ -214,70 +218,33 @@ def depth_interpolation_map(runs: pd.DataFrame) -> Figure:
     return fig
 
 
-def with_markers(cs: pd.DataFrame) -> pd.DataFrame:
-    """`config_spreads` rows with a `marker` per configuration within its section (F7 and F11 agree)."""
-    return cs.assign(marker=[MARKERS[k % len(MARKERS)] for k in cs.groupby("section", sort=False).cumcount()])
-
-
-def config_label(r) -> str:
-    """'03 lr=0.1 wd=0.01' for a `config_spreads` row (itertuples), '(σ_w 2/3)' added when a σ_w's runs diverged."""
-    narrowed = getattr(r, "n_sigma_in_spread", r.n_sigma) < r.n_sigma
-    return f"{r.section[:2]} {r.label}" + (f" (σ_w {r.n_sigma_in_spread}/{r.n_sigma})" if narrowed else "")
-
-
 def spread_vs_clocks(runs: pd.DataFrame) -> Figure:
     """F7: spread (pp) of every configuration against its clocks at the end of training (which, unlike the best
-    epoch, do not depend on σ_w); how many zero clocks a log axis leaves off is said under the panel."""
-    cs = with_markers(tables.config_spreads(runs))
-    fig, axes, lax = panels_over_legend(3, 1, 7.2, 2.6, legend_height(len(cs)))
-    for ax, clock in zip(axes, tables.CLOCKS, strict=True):
-        ok = cs[cs[clock] > 0]
-        config_points(ax, ok, clock)
+    epoch, do not depend on σ_w): a row per section, the other sections' configurations in grey behind; how many
+    zero clocks a log axis leaves off is said under each column."""
+    cs = style.config_looks(tables.config_spreads(runs))
+    fig, axes, legends, sections = style.config_rows(cs, len(tables.CLOCKS))
+    for row, section, lax in zip(axes, sections, legends, strict=True):
+        mine = cs["section"] == section
+        for ax, clock in zip(row, tables.CLOCKS, strict=True):
+            drawn = cs[clock] > 0
+            style.context_points(ax, cs[~mine & drawn], clock)
+            style.config_points(ax, cs[mine & drawn], clock)
+        style.config_legend(lax, row, cs[mine], section)
+    for ax, clock in zip(axes[-1], tables.CLOCKS, strict=True):
         skipped = int((~(cs[clock] > 0)).sum())
-        if len(ok):
+        if (cs[clock] > 0).any():
             ax.set_xscale("log")
             ax.xaxis.set_minor_formatter(ticker.NullFormatter())
-        ax.set_xlabel(CLOCK_NAMES[clock] + " (end of training)"
+        ax.set_xlabel(CLOCK_NAMES[clock] + "\n(end of training)"
                       + (f"\n{skipped} configuration(s) with {clock} = 0 not shown" if skipped else ""))
-    axes[0].set_ylabel("test-accuracy spread across σ_w (pp)")
-    axes[0].set_ylim(bottom=-0.5)  # spreads are >= 0; a zero stays visible
-    config_legend(lax, axes, cs)
+    style.spread_label(fig, axes)
     return fig
 
 
-def config_points(ax, cs: pd.DataFrame, x: str) -> None:
-    """Each `with_markers` row at (`x`, spread, its 95 % seed interval): colour = section, marker = configuration."""
-    for r in cs.itertuples():
-        look = {"color": getattr(r, "color", SECTION_COLORS.get(r.section[:2], "C7")), "markersize": 5.5,
-                "markeredgecolor": "white", "markeredgewidth": 0.4, "label": config_label(r)}
-        err = cells.interval_err(pd.DataFrame([r._asdict()]))
-        if not err.any():  # one seed: no whisker, and none in the legend
-            ax.plot(getattr(r, x), r.spread_pp, r.marker, **look)
-        else:
-            ax.errorbar(getattr(r, x), r.spread_pp, yerr=err, fmt=r.marker, capsize=2, **look)
-
-
-LEGEND_COLS = 4  # configurations a row under the panels (F7, F11, F12)
-
-
-def legend_height(n: int) -> float:
-    """Inches a `config_legend` of `n` entries takes under the panels."""
-    return 0.125 * math.ceil(n / LEGEND_COLS) + 0.1
-
-
-def config_legend(legend_axes, axes, cs: pd.DataFrame) -> None:
-    """One legend entry per configuration drawn on `axes`, in `cs`'s order (F7, F11, F12 agree), in rows in
-    `legend_axes` under the panels (`style.panels_over_legend`): the figure keeps a notebook's width."""
-    handles = {lab: h for ax in axes for h, lab in zip(*ax.get_legend_handles_labels(), strict=True)}
-    order = [config_label(r) for r in cs.itertuples() if config_label(r) in handles]
-    if order:
-        legend_axes.legend([handles[k] for k in order], order, loc="upper center", frameon=False, fontsize=6,
-                           ncols=min(LEGEND_COLS, len(order)), handletextpad=0.3, labelspacing=0.35,
-                           columnspacing=1.2, borderaxespad=0)
-
-
 def repair_gap_bars(runs: pd.DataFrame) -> Figure:
-    """F8: repair gap (pp) per configuration: the mean over its runs that interpolated, whiskers min–max."""
+    """F8: repair gap (pp) per configuration: the mean over its runs that interpolated, whiskers min–max, a bar in
+    its optimiser's colour."""
     cs = tables.config_spreads(runs)
     labels = [f"{r.section[:2]} {r.label}" for r in cs.itertuples()]
     fig, (ax,) = new_figure(width=5.8, height=0.22 * len(cs) + 1.4)
@@ -286,7 +253,7 @@ def repair_gap_bars(runs: pd.DataFrame) -> Figure:
     err = np.abs(np.vstack([mean - cs["repair_gap_pp_min"].to_numpy(dtype=float),
                             cs["repair_gap_pp_max"].to_numpy(dtype=float) - mean]))
     ax.barh(y, np.nan_to_num(mean), xerr=np.nan_to_num(err), capsize=2, height=0.7,
-            color=[SECTION_COLORS.get(s[:2], "C7") for s in cs["section"]], error_kw={"linewidth": 0.8})
+            color=[style.optimizer_look(o)[0] for o in cs["optimizer"]], error_kw={"linewidth": 0.8})
     for yi, m in zip(y, mean, strict=True):  # a zero bar has no length: its number says it is there
         if math.isnan(m) or abs(m) < 0.05:
             ax.text(0, yi, " never interpolated" if math.isnan(m) else " 0.0", va="center", fontsize=6,
@@ -296,6 +263,10 @@ def repair_gap_bars(runs: pd.DataFrame) -> Figure:
     ax.invert_yaxis()
     ax.set_xlabel("repair gap: val. acc. final − at τ_interp (pp)")
     ax.grid(axis="y", visible=False)
+    if any(r.optimizer not in r.label.split() for r in cs.itertuples()):  # a label that does not name its optimiser
+        names = list(dict.fromkeys(cs["optimizer"]))
+        fig.legend([Patch(color=style.optimizer_look(o)[0]) for o in names], names, loc="outside right upper",
+                   frameon=False, title="optimiser", title_fontsize=7)
     return fig
 
 
@@ -309,19 +280,20 @@ def training_curves(runs: pd.DataFrame, histories: pd.DataFrame, sigma_w: float 
         raise NoResults(f"no runs of optimizer {' or '.join(optimizers)}")
     s = min(common, key=lambda v: (abs(math.log(v / sigma_w)), v))
     fig, axes = new_figure(ncols=2, width=7.0, height=3.0)
-    for k, opt in enumerate(o for o in optimizers if o in set(sel["optimizer"])):
+    for opt in (o for o in optimizers if o in set(sel["optimizer"])):
         r = sel[(sel["optimizer"] == opt) & (sel["sigma_w"] == s)].sort_values(["seed", "run_id"])
         if r.empty:
             continue
         h = histories[histories["run_id"] == r["run_id"].iloc[0]].sort_values("epoch")
         for ax, col, what in ((axes[0], "train_acc", "train"), (axes[0], "val_acc", "val"),
                               (axes[1], "train_loss", "train"), (axes[1], "val_loss", "val")):
-            ax.plot(h["epoch"], (100 if col.endswith("acc") else 1) * h[col], color=f"C{k}",
-                    linestyle="-" if what == "train" else "--", label=f"{opt} {what}")
+            color, marker = style.optimizer_look(opt)
+            ax.plot(h["epoch"], (100 if col.endswith("acc") else 1) * h[col], color=color, marker=marker,
+                    markevery=0.1, markersize=3, linestyle="-" if what == "train" else "--", label=f"{opt} {what}")
     for ax, what, unit in zip(axes, ("accuracy", "loss"), (" (%)", ""), strict=True):
         ax.set(xlabel="epoch", ylabel=what + unit, title=f"{what}, σ_w = {s:g}")
     axes[1].set_yscale("log")
-    legend(axes[0])
+    fig.legend(*axes[0].get_legend_handles_labels(), loc="outside right center", frameon=False)  # clear of the data
     return fig
 
 
@@ -336,11 +308,12 @@ def spread_vs_effective_lr(runs: pd.DataFrame) -> Figure:
         g = g.sort_values("effective_lr")
         x = g["effective_lr"] * 1.05 ** (k - 0.5)  # dodged apart (±2.5 %) so that equal effective lrs both show
         lrs = ", ".join(f"{v:g}" for v in g["lr"])  # the nominal lrs, in the legend: labels at the markers collide
-        ax.errorbar(x, g["spread_pp"], yerr=cells.interval_err(g), marker=MARKERS[k], capsize=2,
-                    linestyle=":", linewidth=0.8, color=f"C{k}", label=f"{name} (lr {lrs}), selected epoch")
+        color, marker = style.optimizer_look(name)
+        ax.errorbar(x, g["spread_pp"], yerr=cells.interval_err(g), marker=marker, capsize=2,
+                    linestyle=":", linewidth=0.8, color=color, label=f"{name} (lr {lrs}), selected epoch")
         last = g.rename(columns=lambda c: c.removeprefix("last_") if c.startswith("last_spread") else "_" + c)
-        ax.errorbar(x * 1.1, last["spread_pp"], yerr=cells.interval_err(last), marker=MARKERS[k], capsize=2,
-                    linestyle="none", color=f"C{k}", markerfacecolor="white", label=f"{name}, last epoch")
+        ax.errorbar(x * 1.1, last["spread_pp"], yerr=cells.interval_err(last), marker=marker, capsize=2,
+                    linestyle="none", color=color, markerfacecolor="white", label=f"{name}, last epoch")
     log_axis(ax, "x")
     ax.set_xlim(min(t["effective_lr"]) / 2, max(t["effective_lr"]) * 2)
     ax.set_ylim(bottom=0)

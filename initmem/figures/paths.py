@@ -2,7 +2,10 @@
 stamps name folders inside the repository relative to it, so committed artefacts hold no path of the machine."""
 
 import contextlib
+import html
 import json
+import os
+import re
 from pathlib import Path
 
 from initmem.checks import REPOSITORY, RESULTS_ROOT, check_output_folder, check_results_root, resolve
@@ -38,6 +41,30 @@ def display_path(path: str | Path) -> str:
         return repo_path(path).relative_to(ROOT).as_posix() or "."
     except ValueError:
         return str(path)
+
+
+LINK = re.compile(r"\[([^\]]+)\]\(([^)\s]+)\)")  # a caption's markdown link, its target relative to the repository
+
+
+def caption_links(text: str, fmt: str, folder: Path | None = None) -> str:
+    """A caption's links `[text](docs/study.md#metrics)` (targets relative to the repository root) as `fmt` shows
+    them: 'md' a link relative to `folder` (where the markdown file is), 'html' an anchor relative to `folder` (text
+    escaped), 'text' the text alone (LaTeX, a PNG)."""
+    def target(m: re.Match) -> str:
+        path, _, anchor = m.group(2).partition("#")
+        rel = Path(os.path.relpath(ROOT / path, folder)).as_posix() if folder is not None else path
+        return rel + (f"#{anchor}" if anchor else "")
+
+    if fmt == "md":
+        return LINK.sub(lambda m: f"[{m.group(1)}]({target(m)})", text)
+    if fmt == "html":
+        pieces, end = [], 0
+        for m in LINK.finditer(text):
+            anchor = f'<a href="{html.escape(target(m))}">{html.escape(m.group(1))}</a>'
+            pieces += [html.escape(text[end:m.start()]), anchor]
+            end = m.end()
+        return "".join([*pieces, html.escape(text[end:])])
+    return LINK.sub(lambda m: m.group(1), text)
 
 
 def check_folders(results: Path, out: Path) -> tuple[Path, Path]:

@@ -15,18 +15,14 @@
 # %% [markdown]
 # # Figures of section 01 — optimisers: does the trained network remember σ_w?
 #
-# ResNet-9, b = 128, the σ_w grid × SGD / SGD+momentum / Adam / AdamW / Muon (`params/01_optimizers.yaml`).
-# Regenerates **T1** (test accuracy at the best-validation-loss epoch per optimiser and σ_w, with the spread,
-# interpolation epoch and norm ratio, and the paper's spread beside ours), **T9** (T1's spreads under each selection
-# rule), **F1** (accuracy against σ_w, the
-# paper's spreads drawn beside ours), **F2** (weight norm over training, SGD beside Adam), **F3** (final against
-# initial norm, with the radial-memory slope), **F9** (training and validation curves of an SGD/Adam pair) and
-# **F10** (the angle from initialisation over training per optimiser and σ_w, where the runs have the instrument).
-# All computation lives in `initmem.analysis` (tables and plots), the writing in `initmem.figures`; run every figure
-# notebook with `initmem figures --results results/cpu --out figures`.
+# The σ_w grid × SGD, SGD+momentum, Adam, AdamW and Muon, each at its default (`params/01_optimizers.yaml`; the
+# stamp printed below names the profile). **T1**: test accuracy per optimiser and σ_w with the spread; **T9**: the
+# spreads under each selection rule; **F1**: accuracy against σ_w beside the paper's spreads; **F2**: the weight norm
+# over training; **F3**: final against initial norm; **F9**: training curves; **F10**: the angle from initialisation.
+# Every quantity is defined in [docs/study.md](../../docs/study.md#metrics).
 #
-# Relative paths are relative to the repository root wherever this runs (`FigureBook`); `figures` is the committed
-# set, which this notebook overwrites. A missing `results_dir` is an error, a section without runs a placeholder.
+# `initmem figures` runs every figure notebook; paths are relative to the repository root, and `figures` is the
+# committed set, which this notebook overwrites.
 
 # %% tags=["parameters"]
 results_dir = "results/cpu"
@@ -40,45 +36,34 @@ s = FigureBook(results_dir, out_dir, "01_optimizers")
 
 # %%
 s.show_table("T1_optimizers", lambda: tables.optimizer_table(s.runs),
-             "Test accuracy (%) at the best-validation-loss epoch by optimiser and σ_w (mean ± std over seeds when "
-             "several; on all 10,000 test images where every run of the row has test_acc_full_at_best, else on the "
-             "runs' test subset), spread across σ_w (pp): max − min over σ_w of those seed means, with its 95 % "
-             "interval spread_pp_lo–hi: the same statistic with seeds resampled with replacement within each σ_w (all resamples "
-             "enumerated when at most 2,000, else 2,000 draws from a fixed RNG; percentile interval; with 2 seeds it "
-             "is crude: each σ_w's mean can only be a, b or their average); last row sgd − max(adaptive): SGD's "
-             "spread minus the largest of Adam's, AdamW's and Muon's, both sides resampled independently; "
-             f"the paper's spread where it reports one (paper spread: {tables.PAPER}, "
-             "ResNet-9, b = 128; Muon 'about 4'), runs that interpolated and that diverged ('diverged' in a σ_w cell: "
-             "its runs have no accuracy and are outside the spread), median interpolation epoch, final/initial "
-             "weight-norm ratio and radial-memory slope")
+             "Test accuracy (%) at the lowest-validation-loss epoch per optimiser and σ_w (mean ± std over seeds; all "
+             "10,000 test images where every run has them), the [spread](docs/study.md#metrics) (pp) with its 95 % "
+             "seed-resampled interval, the same at the end of training (`metrics.end_accuracy`: last 10 epochs' median, "
+             f"test subset), sgd − max(adaptive), the paper's spread ({tables.PAPER}), interpolation, norm ratios")
 
 # %%
 s.show_table("T9_selection_rules", lambda: instrument_tables.selection_rule_table(s.runs, s.histories),
-             "T1's spread across σ_w (pp) and its 95 % seed-resampled interval under each selection rule, every "
-             "run's test accuracy re-read from its history at the epoch the rule picks: the lowest validation loss "
-             "(T1's, so those rows are T1's), the highest validation accuracy, the last epoch; on all 10,000 test "
-             "images where every run of the row has them at that epoch, else on the test subset; sgd − "
-             "max(adaptive) as in T1; selected after τ_interp: how many of the selected networks had interpolated "
-             "(99.5 % train accuracy) by then. Whether a verdict depends on which epoch is reported")
+             "T1's spread (pp) and its 95 % interval under each [selection rule](docs/study.md#metrics) (lowest "
+             "validation loss, T1's; highest validation accuracy; last epoch), every run re-read at the epoch the rule "
+             "picks, and how many selected networks had interpolated by then: does a verdict depend on the epoch?")
 
 # %%
 s.figure("F1_accuracy_vs_sigma", lambda: plots.accuracy_vs_sigma(s.runs),
          "Test accuracy against σ_w, per optimiser",
-         "Test accuracy (%) at the best-validation-loss epoch against σ_w, mean ± std over seeds (as in T1: on "
-         "all 10,000 test images where every run of the optimiser has them, else on the test subset), a line per "
-         "optimiser with its spread across σ_w in the legend (with several seeds, T1's 95 % seed-resampled interval in brackets); " + plots.paper_note(s.runs) + ".")
+         "T1's accuracy against σ_w (mean ± std over seeds), a line per optimiser, its [spread](docs/study.md#metrics) "
+         "and 95 % interval in the legend; " + plots.paper_note(s.runs) + ".")
 
 # %%
 s.figure("F2_weight_norm", lambda: plots.weight_norm_curves(s.runs, s.histories, optimizers=("sgd", "adam")),
          "Weight norm over training: SGD beside Adam",
-         "Total weight norm ‖W‖_F over training, a line per σ_w (mean over seeds). The paper: SGD stays coupled to "
-         "the initial norm, Adam meets a common scale.")
+         "Total [weight norm](docs/study.md#metrics) ‖W‖_F over training, a line per σ_w (mean over seeds). The "
+         "paper: SGD stays coupled to the initial norm, Adam meets a common scale.")
 
 # %%
 s.figure("F3_radial_memory", lambda: plots.radial_memory_plot(s.runs),
          "Final against initial weight norm",
-         "Final against initial weight norm across σ_w (log-log), a line per optimiser; its slope (in the legend) is "
-         "the radial memory: 1 the final norm remembers the initial, 0 it forgot.")
+         "Final against initial weight norm across σ_w (log-log), a line per optimiser; the slope in the legend is the "
+         "[radial memory](docs/study.md#metrics): 1 the final norm remembers the initial, 0 it forgot.")
 
 # %%
 s.figure("F9_training_curves",
@@ -89,8 +74,8 @@ s.figure("F9_training_curves",
 # %%
 s.figure("F10_angle_curves", lambda: instrument_plots.angle_curves(s.runs, s.histories),
          "Angle from initialisation over training",
-         "Angle of the weights from their initialisation over training, a panel per optimiser and a line per σ_w "
-         "(mean over seeds), one y axis.")
+         "[Angle](docs/study.md#metrics) of the weights from their initialisation over training, a panel per "
+         "optimiser and a line per σ_w (mean over seeds), one y axis.")
 
 
 # %% [markdown]

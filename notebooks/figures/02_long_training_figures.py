@@ -16,12 +16,12 @@
 # # Figures of section 02 — long training: does time alone make low-learning-rate SGD forget?
 #
 # Low-lr SGD (and, in the cpu profile, Adam beside it) trained for a long time (`params/02_long_training.yaml`).
-# **T2** gives the test-accuracy spread across σ_w as if training had stopped at each epoch mark m: every run's
-# accuracy is read at its best-validation-loss epoch among epochs 1..m (`metrics.test_at_best(history, upto=m)`).
-# The marks are the section's `epoch_marks` in the params profile the results came from (a 1-2-5 series when unknown).
+# **T2**: the spread across σ_w as if training had stopped at each epoch mark m, every run read at its
+# lowest-validation-loss epoch among epochs 1..m (`metrics.test_at_best(history, upto=m)`); the marks are the
+# profile's `epoch_marks` (a 1-2-5 series when unknown).
 #
-# Relative paths are relative to the repository root wherever this runs (`FigureBook`); `figures` is the committed
-# set, which this notebook overwrites. A missing `results_dir` is an error, a section without runs a placeholder.
+# `initmem figures` runs every figure notebook; paths are relative to the repository root, and `figures` is the
+# committed set, which this notebook overwrites.
 
 # %% tags=["parameters"]
 results_dir = "results/cpu"
@@ -36,8 +36,9 @@ s = FigureBook(results_dir, out_dir, "02_long_training")
 # %%
 s.show_table("T2_long_training",
              lambda: tables.long_training_table(s.runs, s.histories, marks=s.param("epoch_marks")),
-             "Long training: test accuracy (%) per σ_w and spread across σ_w (pp) at the best-validation epoch up to "
-             "each epoch mark, with the clocks T_SGD and T_adapt reached there")
+             "Test accuracy (%) per σ_w and [spread](docs/study.md#metrics) across σ_w (pp) as if training had stopped "
+             "at each epoch mark (lowest validation loss up to it), with the [clocks](docs/study.md#clocks) T_SGD and "
+             "T_adapt reached there")
 
 
 # %% [markdown]

@@ -18,8 +18,8 @@
 # SGD over a learning-rate × weight-decay grid (`params/03_lr_l2.yaml`): **T3** the spread across σ_w per cell,
 # **F5** the same as a heatmap.
 #
-# Relative paths are relative to the repository root wherever this runs (`FigureBook`); `figures` is the committed
-# set, which this notebook overwrites. A missing `results_dir` is an error, a section without runs a placeholder.
+# `initmem figures` runs every figure notebook; paths are relative to the repository root, and `figures` is the
+# committed set, which this notebook overwrites.
 
 # %% tags=["parameters"]
 results_dir = "results/cpu"
@@ -33,15 +33,15 @@ s = FigureBook(results_dir, out_dir, "03_lr_l2")
 
 # %%
 t3 = s.table("T3_lr_l2", lambda: tables.lr_l2_table(s.runs),
-             "SGD: test-accuracy spread across σ_w (pp) by learning rate (rows) and L2 weight decay (columns); "
-             "'diverged': runs of the row that diverged, and the cells whose spread lacks a σ_w because they did")
+             "SGD: [spread](docs/study.md#metrics) across σ_w (pp) by learning rate (rows) and L2 weight decay "
+             "(columns); 'diverged': the row's runs that diverged, and the cells whose spread lacks a σ_w because of them")
 s.show("T3_lr_l2")
 
 # %%
 s.figure("F5_spread_lr_l2", lambda: plots.spread_heatmap(s.runs, table=t3),
          "SGD's spread across σ_w over learning rate × L2",
-         "SGD: the test-accuracy spread across σ_w (pp) per learning rate (rows) and L2 weight decay (columns), T3 "
-         "as a heatmap; a blank cell has no spread.")
+         "T3 as a heatmap: SGD's [spread](docs/study.md#metrics) across σ_w (pp) per learning rate (rows) and L2 "
+         "weight decay (columns); a blank cell has no spread.")
 
 
 # %% [markdown]

@@ -18,8 +18,8 @@
 # Batch size × {SGD, Adam} (`params/04_batch_size.yaml`): **T4** the spread across σ_w by batch size, **F4** the
 # same as lines.
 #
-# Relative paths are relative to the repository root wherever this runs (`FigureBook`); `figures` is the committed
-# set, which this notebook overwrites. A missing `results_dir` is an error, a section without runs a placeholder.
+# `initmem figures` runs every figure notebook; paths are relative to the repository root, and `figures` is the
+# committed set, which this notebook overwrites.
 
 # %% tags=["parameters"]
 results_dir = "results/cpu"
@@ -33,14 +33,14 @@ s = FigureBook(results_dir, out_dir, "04_batch_size")
 
 # %%
 s.show_table("T4_batch_size", lambda: tables.batch_size_table(s.runs),
-             "Test-accuracy spread across σ_w (pp) by batch size (rows) and optimiser (columns); 'diverged': runs of "
-             "the row that diverged, and the cells whose spread lacks a σ_w because they did")
+             "[Spread](docs/study.md#metrics) across σ_w (pp) by batch size (rows) and optimiser (columns); 'diverged': "
+             "the row's runs that diverged, and the cells whose spread lacks a σ_w because of them")
 
 # %%
 s.figure("F4_spread_vs_batch_size", lambda: plots.spread_vs_batch_size(s.runs),
          "Spread across σ_w against batch size",
-         "Test-accuracy spread across σ_w (pp) against batch size, a line per optimiser (whiskers: std over seeds, "
-         "where there are several).")
+         "[Spread](docs/study.md#metrics) across σ_w (pp) against batch size, a line per optimiser (whiskers: the "
+         "95 % seed-resampled interval, where seeds repeat).")
 
 
 # %% [markdown]

@@ -18,8 +18,8 @@
 # ResNet-9/20/56/110 × {SGD, Adam} (`params/05_depth.yaml`): **T5** per architecture and σ_w whether and when
 # the run interpolated and its test accuracy, **F6** the same as a map.
 #
-# Relative paths are relative to the repository root wherever this runs (`FigureBook`); `figures` is the committed
-# set, which this notebook overwrites. A missing `results_dir` is an error, a section without runs a placeholder.
+# `initmem figures` runs every figure notebook; paths are relative to the repository root, and `figures` is the
+# committed set, which this notebook overwrites.
 
 # %% tags=["parameters"]
 results_dir = "results/cpu"
@@ -33,15 +33,15 @@ s = FigureBook(results_dir, out_dir, "05_depth")
 
 # %%
 s.show_table("T5_depth", lambda: tables.depth_table(s.runs),
-             "Depth: test accuracy (%) / interpolation epoch ('never': no interpolation) per architecture, optimiser "
-             "and σ_w ('diverged': no accuracy, outside the spread), with the runs that interpolated and that "
-             "diverged and the spread across σ_w (pp)")
+             "Test accuracy (%) / [interpolation epoch](docs/study.md#metrics) ('never': none) per architecture, "
+             "optimiser and σ_w ('diverged': no accuracy, outside the spread), the runs that interpolated and that "
+             "diverged, and the spread across σ_w (pp)")
 
 # %%
 s.figure("F6_depth_interpolation", lambda: plots.depth_interpolation_map(s.runs),
          "Depth: test accuracy and interpolation by architecture and σ_w",
          "Per optimiser, architecture × σ_w coloured by test accuracy (%); each cell writes its accuracy and, under "
-         "it, the median epoch its seeds interpolated at (✗: no seed interpolated).")
+         "it, the median epoch its seeds [interpolated](docs/study.md#metrics) at (✗: no seed interpolated).")
 
 
 # %% [markdown]
