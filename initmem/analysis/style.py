@@ -223,19 +223,19 @@ def config_points(ax, cs: pd.DataFrame, x: str, log: bool = True) -> None:
 
 def dodged(x: np.ndarray, log: bool, step: float = 0.03) -> np.ndarray:
     """`x` with values closer than `step` of their span (in decades on a log axis) spread `step` apart, centred on
-    where they were: a group of markers on one spot drawn side by side."""
+    where they were: a group of markers on one spot drawn side by side; every other value exactly as given."""
     u = np.log10(x) if log else x.astype(float)
     span = float(np.nanmax(u) - np.nanmin(u)) or 1.0
-    out, order = u.copy(), np.argsort(u, kind="stable")
-    group: list[int] = []
-    for i in [*order, None]:
+    out, group = x.astype(float).copy(), []
+    for i in [*np.argsort(u, kind="stable"), None]:
         if i is not None and group and u[i] - u[group[0]] < step * span:
             group.append(i)
             continue
-        for k, j in enumerate(group):
-            out[j] = u[j] + step * span * (k - (len(group) - 1) / 2)
+        for k, j in enumerate(group if len(group) > 1 else []):
+            moved = u[j] + step * span * (k - (len(group) - 1) / 2)
+            out[j] = 10 ** moved if log else moved
         group = [] if i is None else [i]
-    return 10 ** out if log else out
+    return out
 
 
 def context_points(ax, cs: pd.DataFrame, x: str) -> None:
