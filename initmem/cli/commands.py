@@ -197,8 +197,9 @@ def _add_figures(sub: argparse._SubParsersAction) -> None:
                    "tree, or into a folder holding other files (default: refused)")
     p.add_argument("--no-progress", dest="progress", action="store_false", help="do not stream notebook output")
     p.add_argument("--check-layout", action="store_true", help="fail, naming it, on a figure with text outside its "
-                   "canvas or under a legend, a title of more than one line or wider than the figure, or a legend "
-                   "entry for nothing drawn (default: off)")
+                   "canvas, under a legend, on another text or an annotation over its data, a legend over a data line, "
+                   "a title of more than one line or wider than the figure, or a legend entry for nothing drawn "
+                   "(default: off)")
 
 
 def _cmd_figures(args: argparse.Namespace) -> int:
