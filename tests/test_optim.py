@@ -320,3 +320,12 @@ def test_muon_takes_ns_dtype_and_refuses_another_in_one_line():
     p = torch.nn.Parameter(torch.randn(4, 6))
     with pytest.raises(ConfigError, match="ns_dtype='half'"):
         Muon([p], ns_dtype="half")
+
+
+@pytest.mark.parametrize("name", ["adam", "adamw"])
+def test_adam_is_fused_on_cuda_only_and_keeps_the_multi_tensor_kernel_elsewhere(name):
+    devices = ["cpu", "meta"] + (["cuda"] if torch.cuda.is_available() else [])
+    for dev in devices:
+        opt = build_optimizer(name, torch.nn.Linear(3, 2, device=dev))
+        fused = dev == "cuda"
+        assert bool(opt.defaults["fused"]) is fused and bool(opt.defaults["foreach"]) is not fused, dev

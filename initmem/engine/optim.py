@@ -179,7 +179,8 @@ def build_optimizer(name: str, model: nn.Module, lr: float | None = None, member
                     **hparams) -> torch.optim.Optimizer:
     """The optimiser `name` over `model`'s parameters, the study's default for a hyperparameter left None (one `name`
     does not use only at its neutral value). weight_decay: coupled L2 for sgd, sgd_momentum and adam, decoupled for
-    adamw and muon; muon's AdamW part (BatchNorm, biases, the head) runs at muon_aux_lr. Groups keep `initial_lr`."""
+    adamw and muon; muon's AdamW part (BatchNorm, biases, the head) runs at muon_aux_lr. Groups keep `initial_lr`.
+    Adam and AdamW over CUDA parameters use torch's `fused` kernel, over any other device its `foreach` one."""
     hp = _resolve(name, lr, hparams)
     params = [p for p in model.parameters() if p.requires_grad]
     if name in ("sgd", "sgd_momentum"):
@@ -187,8 +188,10 @@ def build_optimizer(name: str, model: nn.Module, lr: float | None = None, member
                               weight_decay=hp["weight_decay"], foreach=True)
     elif name in ("adam", "adamw"):
         cls = torch.optim.Adam if name == "adam" else torch.optim.AdamW
+        # CUDA: torch's fused kernel (one launch for all parameters); elsewhere the multi-tensor one (CPU numerics)
+        kernel = dict(fused=True) if params and params[0].device.type == "cuda" else dict(foreach=True)
         opt = cls(params, lr=hp["lr"], betas=hp["betas"], eps=hp["eps"], weight_decay=hp["weight_decay"],
-                  amsgrad=hp["amsgrad"], foreach=True)
+                  amsgrad=hp["amsgrad"], **kernel)
     else:
         head = {id(p) for p in head_parameters(model)}
         hidden = [p for p in params if p.ndim >= 2 and id(p) not in head]
