@@ -96,7 +96,8 @@ def _by_hand(config: TrainConfig, table: throughput.Throughput) -> tuple[float, 
     work = (fp32.train_step_s * tf32.eval_image_s / fp32.eval_image_s * config.batch_size / 128
             * plan.ARCH_MACS[config.arch] / plan.ARCH_MACS["resnet9"])
     ops = stepmodel.STEP_OPS[(config.arch, config.optimizer)]
-    costs = [tf32.train_step_s / 123, by[("resnet9", 1.0, 32, "fp32", 1, "sgd")].train_step_s / 123]
+    r9 = stepmodel.STEP_OPS[("resnet9", "sgd")]  # the fit's ops: a ResNet-9 SGD step
+    costs = [tf32.train_step_s / r9, by[("resnet9", 1.0, 32, "fp32", 1, "sgd")].train_step_s / r9]
     mid = math.sqrt(costs[0] * costs[1])
     return max(work, ops * mid), max(work, ops * min(costs)), max(work, ops * max(costs)), "modelled"
 
