@@ -21,7 +21,7 @@ from pathlib import Path
 from benchmarks import lease
 
 REPO = lease.REPO
-WHEELS = ".lease/wheels"  # git-ignored through .git/info/exclude (added when missing)
+WHEELS = ".lease/wheels"  # git-ignored (.gitignore: .lease/), so it can travel in `carry`
 ARCHIVE = "data/cifar10-jpeg.tar.gz"
 ROOTS = ("papermill", "jupytext", "nbclient", "nbformat", "ipykernel", "submitit")
 # in the GPU image already (docs/gpu/lease.md): its own builds stay; debugpy: optional to ipykernel, 4 MB
@@ -88,15 +88,6 @@ def command(budget_s: float = lease.BUDGET_S) -> str:
             f"--device cuda --archive {ARCHIVE} --out \"$OUT\" --budget-s {budget_s:g}")
 
 
-def _ignored(path: str) -> None:
-    """`path` git-ignored: added to .git/info/exclude when it is not (it must never be committed)."""
-    if subprocess.run(["git", "check-ignore", "-q", path], cwd=REPO).returncode:
-        exclude = subprocess.run(["git", "rev-parse", "--git-path", "info/exclude"], cwd=REPO, capture_output=True,
-                                 text=True, check=True).stdout.strip()
-        with open(REPO / exclude, "a") as f:
-            f.write(f"/{path.split('/')[0]}/\n")
-
-
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     prep = subprocess.run([str(REPO / "benchmarks" / "gpu_prepare.sh"), *argv[:1]], cwd=REPO, capture_output=True,
@@ -105,7 +96,6 @@ def main(argv: list[str] | None = None) -> int:
         print(prep.stderr.strip(), file=sys.stderr)
         return prep.returncode
     print(prep.stdout.splitlines()[0])  # ready: the archive, its size and hash
-    _ignored(WHEELS)
     pins = closure()
     download(pins, REPO / WHEELS)
     carry = [ARCHIVE, WHEELS]
