@@ -43,7 +43,7 @@ def test_f_is_linear_in_log_t_between_the_lr_routes_points_and_undefined_outside
     assert math.isnan(clocks.f_at(pts, 5.0)[0]) and math.isnan(clocks.f_at(pts, 0.001)[0])
 
 
-@pytest.mark.parametrize("g600, outcome", [(12.5, "held"), (19.0, "refuted")])
+@pytest.mark.parametrize("g600, outcome", [(12.5, "held"), (19.0, "refuted"), (4.0, "not on f (below)")])
 def test_the_time_route_refutes_the_clock_only_when_its_memory_stays_above_f(g600, outcome):
     r = pd.DataFrame(LR_ROUTE + [reading("time", 0.01, 60, 0.01, 20.0, epochs=600),
                                  reading("time", 0.01, 600, 0.1, g600, epochs=600)])

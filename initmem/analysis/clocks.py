@@ -17,7 +17,6 @@ LOW, HIGH = 0.1, 2.5  # the two σ_w of every route
 BAND_PP = 3.0  # the registered tolerance: a reading falls on f within max(BAND_PP, 2 SE)
 MARKS = (60, 120, 180, 240, 600)  # where a long run is read (those within its length)
 F_LRS = (0.01, 0.0178, 0.0316, 0.0562, 0.1)  # the lr route: f's points, each lr's G at epoch 60
-ROUTES = ("lr", "time", "batch", "adaptive", "L2")
 KEY = ("optimizer", "lr", "batch_size", "weight_decay", "epochs")
 
 
@@ -120,8 +119,8 @@ def clock_time(r: pd.DataFrame) -> tuple[str, str]:
         side = "on f" if abs(row.G_pp - f) <= b else "above f" if row.G_pp > f else "below f"
         parts.append(f"lr {row.lr:g} e{row.epoch}: {row.G_pp:.1f} vs f {f:.1f} ± {b:.1f}: {side}"
                      + ("" if power else " (no power)"))
-        if row.epoch == row.epochs and power:
-            verdict = "refuted" if side == "above f" else ("held" if verdict != "refuted" else verdict)
+        if row.epoch == row.epochs and power and verdict != "refuted":  # the registered refutation: above f
+            verdict = {"above f": "refuted", "on f": "held"}.get(side, "not on f (below)")
     return "; ".join(parts) or "pending", verdict
 
 
