@@ -349,7 +349,9 @@ def _timed_epochs(cfg, ctx: Ctx | None = None, members: int = 1, histories: list
         histories.extend(r.history for r in runs)
     step_s = (marks[2 * p - 1] - marks[p]) / (p - 1)
     t0 = marks[0] - hist[0]  # the loop's clock starts just before the epoch-0 measurement that precedes step 0
-    eval_s = max(0.0, t0 + hist[2] - marks[2 * p - 1] - step_s)
+    eval_s = t0 + hist[2] - marks[2 * p - 1] - step_s  # epoch 2's measurement, by subtraction
+    if eval_s <= 0:  # a tiny, fast run: the subtraction is within the clocks' noise; epoch 0 measures evals only
+        eval_s = float(hist[0])
     evals = sizes["train_eval"] + sizes["val"] + sizes["test"]
     peak = (torch.cuda.max_memory_allocated(dev) if dev.type == "cuda"
             else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024)
