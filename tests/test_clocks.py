@@ -1,8 +1,8 @@
-"""The clock experiment's analysis (initmem.analysis.clocks): its report equals the committed runs' (clocks.md),
-G and its interval, the curve f, and each registered criterion deciding as registered on readings made to order."""
+"""The clock experiment's analysis (initmem.analysis.clocks): its committed tables (figures/cpu_w025_clocks: T10 the
+criteria, T11 the readings) equal what the committed runs give, G and its interval, the curve f, and each registered
+criterion deciding as registered on readings made to order."""
 
 import math
-import runpy
 from pathlib import Path
 
 import numpy as np
@@ -10,15 +10,26 @@ import pandas as pd
 import pytest
 
 from initmem.analysis import clocks
+from initmem.store.results import load_histories, load_runs
+from initmem.study.notebook import notebook_parameters
 
 ROOT = Path(__file__).resolve().parents[1]
-SCRIPT = ROOT / "docs" / "experiments" / "clocks" / "clocks.py"
+NOTEBOOK = notebook_parameters(ROOT / "notebooks" / "figures" / "clock_experiment_figures.py")
+TREES = (NOTEBOOK["results_dir"].default, *NOTEBOOK["shared_dirs"].default)  # what the committed set reads
 
 
-def test_the_committed_report_is_what_the_committed_runs_give():
-    script = runpy.run_path(str(SCRIPT))
-    runs, hist = script["clock_data"]()
-    assert (SCRIPT.parent / "clocks.md").read_text(encoding="utf-8") == script["report"](runs, hist)
+def test_the_committed_tables_are_what_the_committed_runs_give():
+    runs = clocks.clock_runs(pd.concat([load_runs(ROOT / t) for t in TREES], ignore_index=True))
+    hist = pd.concat([load_histories(ROOT / t) for t in TREES], ignore_index=True)
+    hist = hist[hist["run_id"].isin(runs["run_id"])]
+    tables = ROOT / "figures" / "cpu_w025_clocks" / "tables"
+    got = clocks.criteria(runs, hist)
+    want = pd.read_csv(tables / "T10_clock_criteria.csv", keep_default_na=False)
+    assert got.astype(str).to_dict("records") == want.astype(str).to_dict("records")
+    shown = clocks.reading_table(clocks.readings(runs, hist))
+    want = pd.read_csv(tables / "T11_clock_readings.csv")
+    assert list(shown.columns) == list(want.columns) and len(shown) == len(want)
+    pd.testing.assert_frame_equal(shown.reset_index(drop=True), want, check_dtype=False, rtol=1e-5)
 
 
 def test_g_is_the_gap_of_seed_means_with_an_enumerated_interval():

@@ -11,7 +11,7 @@ import numpy as np
 import pandas as pd
 
 from initmem import metrics
-from initmem.analysis import display, tables
+from initmem.analysis import cells, display, tables
 
 LOW, HIGH = 0.1, 2.5  # the two σ_w of every route
 BAND_PP = 3.0  # the registered tolerance: a reading falls on f within max(BAND_PP, 2 SE)
@@ -183,6 +183,13 @@ PREDICTIONS: dict[str, tuple[str, Callable]] = {
     "4. T_adapt": ("Adam 1e-3 × 180 epochs within the band of 3e-3 × 60", t_adapt),
     "5. T_L2": ("G at T_L2 ≈ 11 ≤ 3 pp + 2 SE", t_l2),
 }
+
+
+def reading_table(r: pd.DataFrame) -> pd.DataFrame:
+    """`readings` as a table shows them: G, SE and the interval in pp, named for a reader."""
+    names = {"G_pp": "G (pp)", "se_pp": "SE (pp)", "G_lo": "95 % low", "G_hi": "95 % high"}
+    shown = r.drop(columns=["weight_decay"]).rename(columns=names)
+    return cells.finish(shown, dict.fromkeys(names.values(), "percent"))
 
 
 def criteria(runs: pd.DataFrame, histories: pd.DataFrame) -> pd.DataFrame:

@@ -7,9 +7,8 @@ import os
 import re
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Self
+from typing import IO
 
 import matplotlib
 import pandas as pd
@@ -17,7 +16,7 @@ from matplotlib.figure import Figure
 
 from initmem.analysis import cells, display, style
 from initmem.checks import RESULTS_ROOT
-from initmem.errors import ConfigError, InitmemError, NoResults, ResultsError
+from initmem.errors import ConfigError, NoResults, ResultsError
 from initmem.figures import layout
 from initmem.figures.paths import (  # re-exported: figures.COMMITTED_SETS is what `make figures` makes
     COMMITTED_SETS,
@@ -37,103 +36,12 @@ from initmem.figures.paths import (  # re-exported: figures.COMMITTED_SETS is wh
     resolve,
     sidecars,
 )
+from initmem.figures.stamp import PROVENANCE_DOC, Stamp, data_name, tree_profile  # noqa: F401 - re-exported
 from initmem.store.files import atomic_write
 
 NOTEBOOK_DIR = ROOT / "notebooks" / "figures"
 PDF_METADATA = {"Creator": None, "Producer": None, "CreationDate": None, "ModDate": None}  # no dates: same bytes
 write_text = atomic_write  # text (UTF-8, its own line ends) written atomically
-
-
-PROVENANCE_DOC = "docs/results.md#provenance"  # what a run's provenance records and what a modified tree means
-DATA_KINDS = {"imagefolder-tar": "CIFAR-10 (JPEG archive)", "imagefolder": "CIFAR-10 (JPEG folder)",
-              "torchvision": "CIFAR-10 (torchvision)"}
-
-
-def data_name(source: str) -> str:
-    """A run's `data_source` as a reader names it, without the machine's path: 'CIFAR-10 (JPEG archive)'."""
-    kind, _, rest = source.partition(":")
-    if kind in DATA_KINDS:
-        return DATA_KINDS[kind]
-    return source if "/" not in rest and "\\" not in rest else kind
-
-
-def tree_profile(runs: pd.DataFrame, results_dir: str | Path, sections: Sequence[str]) -> str:
-    """The profile a results tree's runs were swept with (runs do not record it): the tree's folder name where that
-    profile holds them all, or where no profile of their sections' params files does (a tree of hand-made runs),
-    else the profile that holds them all (`Section.profiles_holding`), e.g. cpu_w025 for results/cpu_w025.
-    No `sections`: every section of the runs (a notebook reading the whole tree)."""
-    from initmem.study.params import load_section
-    name = repo_path(results_dir).name
-    try:
-        held = [set(load_section(ROOT / "params" / f"{s}.yaml").profiles_holding(set(g["run_id"])))
-                for s, g in runs.groupby("section") if not sections or s in sections]
-    except (InitmemError, OSError):  # a section without a params file here: nothing to match against
-        return name
-    common = set.intersection(*held) if held else set()
-    return name if name in common or not common else sorted(common)[0]
-
-
-@dataclass(frozen=True)
-class Stamp:
-    """Where an artefact's numbers came from: printed as its caption and stored in its sidecar JSON."""
-
-    profile: str
-    n_runs: int
-    data_sources: tuple[str, ...]
-    git_commits: tuple[str, ...]
-    results_dir: str
-    sections: tuple[str, ...]
-    modified: int = 0  # runs trained from a modified working tree
-    modified_unknown: int = 0  # ... of which the modification was not recorded (provenance.UNKNOWN_DIFF)
-
-    @classmethod
-    def of(cls, runs: pd.DataFrame, results_dir: str | Path, sections: Sequence[str]) -> Self:
-        """Profile: the runs' `profile` column, else `tree_profile`; a data source with its `data_hash`."""
-        def values(col: str) -> tuple[str, ...]:
-            return tuple(sorted({str(v) for v in runs[col].dropna()})) if col in runs.columns else ()
-
-        def source(row) -> str:
-            h = row.get("data_hash")
-            return data_name(str(row["data_source"])) + (f" sha256:{h[:12]}" if isinstance(h, str) and h else "")
-
-        sources = tuple(sorted({source(r) for _, r in runs.iterrows() if pd.notna(r["data_source"])})) if (
-            "data_source" in runs.columns) else ()
-        dirty = runs["git_dirty"].eq(True) if "git_dirty" in runs.columns else pd.Series(False, index=runs.index)
-        unknown = dirty & ~runs["git_diff_known"].astype(bool) if "git_diff_known" in runs.columns else dirty
-        profile = ", ".join(values("profile")) or tree_profile(runs, results_dir, sections)
-        return cls(profile, len(runs), sources, values("git_commit"), display_path(results_dir), tuple(sections),
-                   int(dirty.sum()), int(unknown.sum()))
-
-    def caption(self) -> str:
-        """One line a reader can use: the data (what it is, its hash), profile, runs, code, where the runs are."""
-        commits = ", ".join(c[:10] for c in self.git_commits[:3]) or "unknown"
-        if len(self.git_commits) > 3:
-            commits += f" (+{len(self.git_commits) - 3} more)"
-        code = f"code {commits}"
-        if self.modified:  # which code made them: the commit, and whether the change on top of it is recorded
-            code += f"; {self.modified} of {self.n_runs} runs trained with uncommitted changes" + self._changes()
-        return (f"data {', '.join(self.data_sources) or 'unknown'} · profile {self.profile}, {self.n_runs} runs "
-                f"({', '.join(self.sections) or 'all sections'}) · {code} · {self.results_dir}")
-
-    def _changes(self) -> str:
-        """What a reader can know of the modified-tree runs' code: each change in its run.json, or not recorded
-        (`provenance.UNKNOWN_DIFF`: that code is no commit's, said with where to read more)."""
-        known = self.modified - self.modified_unknown
-        if not self.modified_unknown:
-            return ", each recorded in its run.json (provenance.git_diff)"
-        return ((f": {known} recorded in run.json, {self.modified_unknown} not, whose" if known
-                 else " that were not recorded, so their") + f" code is not exactly these commits ({PROVENANCE_DOC})")
-
-    def sidecar(self, name: str, kind: str, title: str, files: Sequence[str], missing: bool = False,
-                description: str = "") -> dict:
-        """One artefact's sidecar record (no generation time: the same results give the same bytes); `description`:
-        the caption a paper prints beside a figure (its PNG holds only the one-line `title`)."""
-        return {"name": name, "kind": kind, "title": title, "description": description, "caption": self.caption(),
-                "profile": self.profile,
-                "n_runs": self.n_runs, "sections": list(self.sections), "data_sources": list(self.data_sources),
-                "git_commits": list(self.git_commits), "modified_tree_runs": self.modified,
-                "modified_unknown_runs": self.modified_unknown, "results_dir": self.results_dir,
-                "files": list(files), "missing": missing}
 
 
 def write_sidecar(path: str | Path, record: dict) -> Path:
@@ -212,15 +120,19 @@ class FigureBook:
     `stamp` (printed on opening), and `table`/`show_table`/`figure`, which build (a zero-argument lambda), save and
     return an artefact; no runs, or a builder's `NoResults`, gives a printed placeholder. Bad folders raise first."""
 
-    def __init__(self, results_dir: str | Path, out_dir: str | Path, sections: str | Sequence[str] | None = None):
+    def __init__(self, results_dir: str | Path, out_dir: str | Path, sections: str | Sequence[str] | None = None,
+                 also: Sequence[str | Path] = (), keep: Callable[[pd.DataFrame], pd.DataFrame] | None = None):
+        """`also`: other trees whose runs join (an experiment sharing committed runs); `keep`: the runs it reads."""
         from initmem.store.results import load_runs
         self.results_dir, self.out_dir = check_folders(repo_path(results_dir, "results_dir", RESULTS_ROOT),
                                                        repo_path(out_dir, "out_dir"))
         check_out(self.results_dir, self.out_dir, os.environ.get(OVERWRITE_ENV) == "1", committed_only=True)
         self.sections = (sections,) if isinstance(sections, str) else tuple(sections or ())
-        runs = load_runs(self.results_dir)
-        self.runs = (runs[runs["section"].isin(self.sections)] if self.sections else runs).reset_index(drop=True)
-        self.stamp = Stamp.of(self.runs, results_dir, self.sections)
+        self.trees = [self.results_dir, *(repo_path(t, "also", RESULTS_ROOT) for t in also)]
+        runs = pd.concat([load_runs(t) for t in self.trees], ignore_index=True)
+        runs = runs[runs["section"].isin(self.sections)] if self.sections else runs
+        self.runs = (keep(runs) if keep else runs).reset_index(drop=True)
+        self.stamp = Stamp.of(self.runs, results_dir, self.sections, shared=self.trees[1:])
         where = f"section {', '.join(self.sections)}" if self.sections else "any section"
         self.message = None if len(self.runs) else f"no results for {where} in {self.stamp.results_dir}"
         print(self.stamp.caption())  # where the numbers come from, atop the notebook
@@ -248,7 +160,7 @@ class FigureBook:
         """The history rows of `self.runs` (`results.load_histories`)."""
         if self._histories is None:
             from initmem.store.results import load_histories
-            folders = [self.results_dir / s for s in self.sections] or [self.results_dir]
+            folders = [t / s for t in self.trees for s in self.sections] or self.trees
             frames = [load_histories(f) for f in folders if f.is_dir()]
             h = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=["run_id", "epoch"])
             self._histories = h[h["run_id"].isin(self.runs["run_id"])]
@@ -303,20 +215,20 @@ class FigureBook:
 FIGURES_SUFFIX = "_figures"  # 01_optimizers_figures.py: its own tab title beside the section's 01_optimizers.py
 
 
-def figure_notebooks() -> list[Path]:
-    """The figure notebooks, in order."""
-    return sorted(NOTEBOOK_DIR.glob("[0-9]*.py"))
+def figure_notebooks(every: bool = False) -> list[Path]:
+    """The sections' figure notebooks (`NN_*`) in order, what runs by default; `every`: an experiment's too."""
+    return sorted(NOTEBOOK_DIR.glob("*.py" if every else "[0-9]*.py"))
 
 
 def _select(notebooks: list[str | Path] | None) -> list[Path]:
     """Figure notebooks by stem ('01_optimizers_figures'), by their section ('01_optimizers') or as .py paths."""
-    by_name = {name: p for p in figure_notebooks() for name in (p.stem, p.stem.removesuffix(FIGURES_SUFFIX))}
+    by_name = {n: p for p in figure_notebooks(every=True) for n in (p.stem, p.stem.removesuffix(FIGURES_SUFFIX))}
     if notebooks is None:
         return figure_notebooks()
     if unknown := [str(nb) for nb in notebooks if str(nb) not in by_name and not (
             Path(nb).suffix == ".py" and Path(nb).is_file())]:
         raise ConfigError(f"figure notebook {unknown[0]!r} is unknown: accepted are a .py path or one of "
-                          f"{', '.join(p.stem.removesuffix(FIGURES_SUFFIX) for p in figure_notebooks())}")
+                          f"{', '.join(p.stem.removesuffix(FIGURES_SUFFIX) for p in figure_notebooks(True))}")
     return [by_name[str(nb)] if str(nb) in by_name else Path(nb).resolve() for nb in notebooks]
 
 
