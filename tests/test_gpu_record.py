@@ -135,6 +135,24 @@ def test_the_studys_cost_on_the_h200_is_the_planners():
     assert f"the paper profiles plan to {total:.1f} H200-hours" in readme
 
 
+def test_the_studys_captured_cost_on_the_h200_is_the_planners():
+    """The paper profile, each step one CUDA graph (`plan --capture`): all modelled, its range, the model's terms."""
+    from initmem.study import stepmodel
+    from initmem.study.plan_report import plan_json
+    table = throughput.load_throughput(SPEEDS / "throughput.json", "cuda")
+    plans = plan.share_runs([plan.plan_section(p, "paper", table, capture=True)
+                             for p in sorted((REPO / "params").glob("*.yaml"))])
+    t = plan_json(plans, table, capture=True)["totals"]
+    h = {k: t[f"seconds{k}"] / 3600 for k in ("", "_measured", "_modelled_low", "_modelled_high")}
+    assert h["_measured"] == 0
+    low, _, high = stepmodel.fit(table).replay
+    bf16 = stepmodel.H200_COMPILED["bf16"][1]
+    assert (f"--capture`), the same runs are modelled at **{h['']:.1f} H200-hours** ({h['_modelled_low']:.1f}-"
+            f"{h['_modelled_high']:.1f}), none measured: a step costs its GPU work at the compiled fp32 step's "
+            f"{stepmodel.COMPILE_GAIN:.3f}x eager's plus one replay of {low * 1e6:.0f}-{high * 1e6:,.0f} µs (one op's "
+            f"host cost, up to the compiled bf16 step's {bf16 * 1e3:.2f} ms less its GPU work)") in _section()
+
+
 def test_the_findings_cost_of_section_01_on_the_h200_is_the_planners():
     table = throughput.load_throughput(SPEEDS / "throughput.json", "cuda")
     hours = sum(p.seconds for p in plan.plan_section(REPO / "params" / "01_optimizers.yaml", "paper", table).points)

@@ -244,6 +244,9 @@ def _add_plan(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--results", help="results tree whose complete runs are counted, as `initmem sweep --results` "
                    "(default: none, the whole cost): adds each point's runs done and the time of those left")
     p.add_argument("--json", action="store_true", help="print one JSON document instead of tables")
+    p.add_argument("--capture", action="store_true", help="price each step as one captured CUDA graph (the whole "
+                   "step compiled): its GPU work + one replay, modelled from the H200's compiled steps (docs/planner."
+                   "md); needs a measured GPU table")
     p.add_argument("--calibrate", action="store_true", help="time the (arch, width, batch size, precision, "
                    "optimiser) the params need (default: the paper profiles' set) on --device and store the table")
     p.add_argument("--steps", type=int, default=None, help="--calibrate: timed optimiser steps each (default: 5)")
@@ -252,12 +255,14 @@ def _add_plan(sub: argparse._SubParsersAction) -> None:
 
 
 def _cmd_plan(args: argparse.Namespace) -> int:
-    from initmem.study import calibrate, plan, plan_report, throughput
+    from initmem.study import calibrate, plan, plan_report, stepmodel, throughput
     paths = params_files(args.params)  # a pattern that matches no file is an error, as in `initmem sweep`
     if (paths or not args.calibrate) and not args.profile:
         raise ConfigError("plan needs params files and --profile (or --calibrate alone for the default set)")
     if not paths and not args.calibrate:
         raise ConfigError("plan needs at least one params file")
+    if args.calibrate and args.capture:
+        raise ConfigError("--capture prices a plan and --calibrate times eager steps: give one of them")
     if not args.calibrate and (args.steps is not None or args.members is not None):
         given = " and ".join(f for f, v in (("--steps", args.steps), ("--members", args.members)) if v is not None)
         raise ConfigError(f"{given} apply only to --calibrate (they set what it times): `initmem plan --calibrate "
@@ -283,9 +288,12 @@ def _cmd_plan(args: argparse.Namespace) -> int:
                              "on another")  # not thousands of hours of a CPU's extrapolation
         if args.json:
             print(f"initmem plan: {note}", file=sys.stderr)
-    plans = plan.share_runs([plan.plan_section(p, args.profile, table, args.results) for p in paths])
-    print(json.dumps(plan_report.plan_json(plans, table), indent=1) if args.json
-          else plan_report.format_plan(plans, table, note))
+    if args.capture and (table is None or stepmodel.fit(table) is None):
+        raise ConfigError(f"--capture needs a GPU table the host-floor model fits (here: "
+                          f"{'none' if table is None else table.device}): `--device cuda` reads the reference H200 one")
+    plans = plan.share_runs([plan.plan_section(p, args.profile, table, args.results, args.capture) for p in paths])
+    print(json.dumps(plan_report.plan_json(plans, table, args.capture), indent=1) if args.json
+          else plan_report.format_plan(plans, table, note, args.capture))
     return 0
 
 

@@ -116,14 +116,18 @@ def plan_key(config: TrainConfig) -> dict[str, Any]:
             "precision": config.precision, "optimizer": step_optimizer(config)}
 
 
-def lookup(table: Throughput | None, config: TrainConfig, members: int = 1) -> tuple[Entry | None, str]:
+def lookup(table: Throughput | None, config: TrainConfig, members: int = 1,
+           capture: bool = False) -> tuple[Entry | None, str]:
     """`config`'s entry and its source: "measured"; else SGD's (`_nearest_sgd`: "measured" or "estimated from ..."),
     for Muon plus its own extra cost where the table timed Muon (`_optimizer_extra`), the source then saying so after
-    SGD's; "roofline estimate"; or "no throughput" (None). An elementwise optimiser (`SGD_COST`) costs SGD's step."""
+    SGD's; "roofline estimate"; or "no throughput" (None). An elementwise optimiser (`SGD_COST`) costs SGD's step.
+    `capture`: the captured step's model before any of these (the table's steps are eager), where it prices one."""
     if table is None:
         return None, "no throughput"
     if table.roofline:
         return roofline_entry(config, members), ROOFLINE_SOURCE
+    if capture and members == 1 and (captured := _modelled(table, config, capture)) is not None:
+        return captured
     opt = step_optimizer(config)
     want = (config.arch, config.width, config.batch_size, config.precision, members, opt)
     if found := [e for e in table.entries if e.key == want]:
@@ -141,18 +145,17 @@ def lookup(table: Throughput | None, config: TrainConfig, members: int = 1) -> t
             f"{source}, + {opt}'s extra {seconds * 1e3:.3g} ms a step as timed at {describe(at)}")
 
 
-def _modelled(table: Throughput, config: TrainConfig) -> tuple[Entry, str] | None:
-    """`config`'s step by the host-floor model fitted to `table` (`stepmodel`, central per-op cost) and its evaluated
-    image scaled from the nearest entry (`_nearest_sgd`); None where the model cannot price it."""
+def _modelled(table: Throughput, config: TrainConfig, capture: bool = False) -> tuple[Entry, str] | None:
+    """`config`'s step by the host-floor model fitted to `table` (`stepmodel`, central per-op cost; `capture`: the
+    captured step's) and its evaluated image scaled from the nearest entry (`_nearest_sgd`); None where the model
+    cannot price it."""
     hf = stepmodel.fit(table) if table.kind == "cuda" else None
-    steps = None if hf is None else stepmodel.modelled_steps(hf, config)
+    steps = None if hf is None else stepmodel.step_range(hf, config, capture)
     base, _ = _nearest_sgd(table, config)
     if steps is None or base is None:
         return None
-    work = hf.gpu_work(config) or 0.0
-    ops, cost = stepmodel.step_ops(config), hf.per_op[1]
     return (dataclasses.replace(base, train_step_s=steps[1], optimizer=step_optimizer(config)),
-            f"{stepmodel.MODELLED}: max(GPU {work * 1e3:.2g} ms, {ops} ops x {cost * 1e6:.0f} us)")
+            stepmodel.step_source(hf, config, capture))
 
 
 def _nearest_sgd(table: Throughput, config: TrainConfig, members: int = 1) -> tuple[Entry | None, str]:
@@ -313,21 +316,23 @@ class SectionPlan:
         return out
 
 
-def plan_point(point_id: str, grid: dict[str, Any], params: dict[str, Any],
-               table: Throughput | None = None, done: int | None = None) -> PointPlan:
-    """The plan of one point from its effective parameters (`Section.effective(point)`); `done`: its runs complete."""
+def plan_point(point_id: str, grid: dict[str, Any], params: dict[str, Any], table: Throughput | None = None,
+               done: int | None = None, capture: bool = False) -> PointPlan:
+    """The plan of one point from its effective parameters (`Section.effective(point)`); `done`: its runs complete;
+    `capture`: each step priced as one captured graph (`stepmodel.captured_steps`), a population as its runs."""
     configs = point_configs(params)
     c, runs, members = configs[0], len(configs), len(configs)
-    entry, source = lookup(table, c, runs) if params.get("population") and runs > 1 else (None, "")
+    pop = params.get("population") and runs > 1 and not capture
+    entry, source = lookup(table, c, runs) if pop else (None, "")
     if source != "measured":  # else a population of exactly this point's runs was timed: one step trains them all
-        (entry, source), members = lookup(table, c), 1
+        (entry, source), members = lookup(table, c, capture=capture), 1
     r = run_plan(c)
 
     def seconds(step_s: float) -> float:
         return (runs // members) * (r["steps"] * step_s + r["eval_images"] * entry.eval_image_s)
     span = None
     if source.startswith(stepmodel.MODELLED):
-        low, _, high = stepmodel.modelled_steps(stepmodel.fit(table), c)
+        low, _, high = stepmodel.step_range(stepmodel.fit(table), c, capture)
         span = seconds(low), seconds(high)
     return PointPlan(point_id, dict(grid), runs, r, plan_key(c), members,
                      None if entry is None else seconds(entry.train_step_s), source, done, span,
@@ -366,15 +371,16 @@ def share_runs(plans: list[SectionPlan]) -> list[SectionPlan]:
 
 
 def plan_section(path: str | Path, profile: str, table: Throughput | None = None,
-                 results: str | Path | None = None) -> SectionPlan:
+                 results: str | Path | None = None, capture: bool = False) -> SectionPlan:
     """Every point of a params file's profile; SweepError/ConfigError (one line) for a bad file. `results`: a results
-    tree (as `initmem sweep --results`) whose complete runs each point counts (`done`), for the time left."""
+    tree (as `initmem sweep --results`) whose complete runs each point counts (`done`), for the time left; `capture`:
+    as `plan_point`."""
     from initmem.study.params import load_section
     from initmem.study.preflight import point_progress
     section = load_section(path)
     return SectionPlan(section.name, str(path), profile, [
         plan_point(p.point_id, p.grid, section.effective(p), table, None if results is None else
-                   point_progress(section, p)[0]) for p in section.points(profile, results)])
+                   point_progress(section, p)[0], capture) for p in section.points(profile, results)])
 
 
 def plural(n: int, word: str, many: str | None = None) -> str:

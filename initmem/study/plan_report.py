@@ -21,9 +21,9 @@ def _point_json(p: PointPlan) -> dict[str, Any]:
             **({} if p.done is None else {"done": p.done, "left": p.left, "left_seconds": p.left_seconds})}
 
 
-def plan_json(plans: list[SectionPlan], table: Throughput | None) -> dict[str, Any]:
+def plan_json(plans: list[SectionPlan], table: Throughput | None, capture: bool = False) -> dict[str, Any]:
     """One JSON-ready document of the plans and their totals (a run id that several sections share counted once, in
-    the first: `plan.share_runs`)."""
+    the first: `plan.share_runs`); `capture`: the plans priced each step as one captured graph."""
     sections = [{"section": s.section, "params": s.path, "profile": s.profile, "totals": s.totals(),
                  "points": [_point_json(p) for p in s.points]} for s in plans]
     totals = [s["totals"] for s in sections]
@@ -42,7 +42,8 @@ def plan_json(plans: list[SectionPlan], table: Throughput | None) -> dict[str, A
                                       "path": table.path, "estimate": ROOFLINE_SOURCE if table.roofline else None}
     if table is not None and (fit := stepmodel.fit(table)) is not None:
         dev["model"] = {"per_op_s": fit.per_op, "fitted": list(fit.per_op_s),
-                        "gpu_s_per_flop": fit.gpu_s_per_flop}
+                        "gpu_s_per_flop": fit.gpu_s_per_flop, "captured": capture,
+                        **({"replay_s": fit.replay, "compile_gain": stepmodel.COMPILE_GAIN} if capture else {})}
     if table is not None and table.kind == "cuda":
         for t in (*totals, total):
             t["gpu_hours"] = t["seconds_known"] / 3600
@@ -73,12 +74,13 @@ def _time(p: PointPlan) -> str:
     return f"{_hms(p.seconds)}{span}{note}{shared}"
 
 
-def format_plan(plans: list[SectionPlan], table: Throughput | None, note: str | None = None) -> str:
+def format_plan(plans: list[SectionPlan], table: Throughput | None, note: str | None = None,
+                capture: bool = False) -> str:
     """The readable form: which throughput table (`note`), the model's fit, the legend, a table per section, totals."""
-    doc = plan_json(plans, table)
+    doc = plan_json(plans, table, capture)
     fit = None if table is None else stepmodel.fit(table)
     lines = [note or f"throughput: {'no throughput table' if table is None else f'{table.device} ({table.path})'}",
-             *([] if fit is None else [stepmodel.describe_fit(fit)]), LEGEND]
+             *([] if fit is None else [stepmodel.describe_fit(fit, capture)]), LEGEND]
     width = max([5, *(len(p.point_id) for s in plans for p in s.points)])
     head = (f"  {'point':<{width}} {'runs':>4} {'epochs':>6} {'steps/ep':>8} {'steps/run':>10} {'T_SGD':>9} "
             f"{'T_L2':>9} {'T_adapt':>9} {'eval img/run':>12}  time")

@@ -1,7 +1,8 @@
 """The host-floor model of a GPU training step, torch-free (docs/planner.md, "Modelled steps"): an eager step costs
 max(GPU work, host floor). The host floor is the ops one step launches (`STEP_OPS`) times a per-op host cost fitted to
 a table's host-bound entries; the GPU work is the table's GPU-bound b = 128 fp32 step scaled by FLOPs, and to another
-precision by the ratio of its evaluated image's time (evaluation, at large batches, is GPU-bound)."""
+precision by the ratio of its evaluated image's time (evaluation, at large batches, is GPU-bound). A captured step
+(`plan --capture`: the whole step one CUDA graph) costs its compiled GPU work plus one replay (`captured_steps`)."""
 
 import math
 from dataclasses import dataclass
@@ -28,6 +29,18 @@ COUNTED_PRECISIONS = ("fp32", "tf32")  # the precisions whose ops `STEP_OPS` cou
 ANCHOR_BATCH = 128  # the GPU work is scaled from the table's fp32 step at this batch size
 HOST_BOUND = 0.5  # an entry is host-bound where its modelled GPU work is under this share of its measured step
 MODELLED = "modelled"  # the first word of a modelled point's time source
+# The H200's compiled steps beside its eager ones (docs/gpu/2026-12-04-h200-speeds/device_check.json, epoch_eager and
+# epoch_compile; ResNet-9 width 1, b = 128; "reduce-overhead": the network's forward and backward replayed as CUDA
+# graphs, the loss, instruments and optimiser eager): (eager step, compiled step, eager evaluated image) in seconds.
+H200_COMPILED = {"fp32": (9.523757703703707e-3, 8.700107891428551e-3, 2.189265810493808e-05),
+                 "bf16": (5.972926415954414e-3, 2.3205874485712945e-3, 3.0969733264007696e-06)}
+# Compiled kernels' share of the eager GPU work: the GPU-bound fp32 step, compiled against eager
+COMPILE_GAIN = H200_COMPILED["fp32"][1] / H200_COMPILED["fp32"][0]  # 0.914
+# A replay's host cost at most: the host-bound compiled bf16 step (which ran two replays and the eager rest) less its
+# compiled GPU work (fp32's compiled step scaled to bf16 by the evaluated image, as `fit` scales precisions), so that
+# a captured step there costs at most the compiled step measured
+_FP32, _BF16 = H200_COMPILED["fp32"], H200_COMPILED["bf16"]
+REPLAY_MAX_S = _BF16[1] - _FP32[1] * _BF16[2] / _FP32[2]
 
 
 def step_ops(config: TrainConfig) -> int | None:
@@ -59,6 +72,13 @@ class HostFit:
     def per_op(self) -> tuple[float, float, float]:
         c = self.per_op_s
         return min(c), math.exp(math.fsum(map(math.log, c)) / len(c)), max(c)
+
+    @property
+    def replay(self) -> tuple[float, float, float]:
+        """One CUDA-graph replay's host cost (low, central = geometric mean, high): at least one op's (the fit's
+        lowest per-op cost), at most `REPLAY_MAX_S`."""
+        low = min(self.per_op[0], REPLAY_MAX_S)
+        return low, math.sqrt(low * REPLAY_MAX_S), REPLAY_MAX_S
 
     def gpu_work(self, config: TrainConfig) -> float | None:
         g = self.gpu_s_per_flop.get(config.precision)
@@ -93,8 +113,37 @@ def modelled_steps(hf: HostFit, config: TrainConfig) -> tuple[float, float, floa
     return low, mid, high
 
 
-def describe_fit(hf: HostFit) -> str:
-    """One line: the per-op cost's range and what it was fitted to."""
+def captured_steps(hf: HostFit, config: TrainConfig) -> tuple[float, float, float] | None:
+    """`config`'s step as one captured graph at the replay's low, central and high cost: compiled GPU work
+    (`COMPILE_GAIN` x `HostFit.gpu_work`) + one replay, whatever its ops; None where its precision's work is unknown."""
+    work = hf.gpu_work(config)
+    if work is None:
+        return None
+    low, mid, high = (COMPILE_GAIN * work + r for r in hf.replay)
+    return low, mid, high
+
+
+def step_range(hf: HostFit, config: TrainConfig, capture: bool = False) -> tuple[float, float, float] | None:
+    """`captured_steps` with `capture`, else `modelled_steps`."""
+    return captured_steps(hf, config) if capture else modelled_steps(hf, config)
+
+
+def step_source(hf: HostFit, config: TrainConfig, capture: bool = False) -> str:
+    """A modelled step's time source: "modelled: max(GPU .. ms, N ops x .. us)" or "modelled: captured, ..."."""
+    work = hf.gpu_work(config) or 0.0
+    if capture:
+        return f"{MODELLED}: captured, GPU {COMPILE_GAIN * work * 1e3:.2g} ms + a replay {hf.replay[1] * 1e6:.0f} us"
+    return f"{MODELLED}: max(GPU {work * 1e3:.2g} ms, {step_ops(config)} ops x {hf.per_op[1] * 1e6:.0f} us)"
+
+
+def describe_fit(hf: HostFit, capture: bool = False) -> str:
+    """One line: the per-op cost's range and what it was fitted to (`capture`: the replay's range and its source)."""
+    if capture:
+        low, mid, high = hf.replay
+        return (f"{MODELLED}, captured (--capture): a step costs its compiled GPU work ({COMPILE_GAIN:.3f} x the "
+                f"eager GPU work, the H200's compiled fp32 step against eager) + one CUDA-graph replay, "
+                f"{mid * 1e6:.0f} us ({low * 1e6:.0f}-{high * 1e6:.0f} us: one op to the H200's compiled bf16 step "
+                "less its GPU work); evaluation as eager")
     low, mid, high = hf.per_op
     return (f"{MODELLED}: a step costs max(GPU work, ops x {mid * 1e6:.0f} us) ({low * 1e6:.0f}-{high * 1e6:.0f} us "
             f"an op, from {len(hf.per_op_s)} host-bound entries; GPU work scaled by FLOPs from the "
