@@ -326,6 +326,14 @@ def run_id(config: TrainConfig | dict) -> str:
     return hashlib.sha256(json.dumps(d, sort_keys=True, separators=(",", ":")).encode()).hexdigest()[:12]
 
 
+def prefix_id(config: TrainConfig) -> str | None:
+    """The id `config` shares with every run that differs only in its epochs, where its first epochs are the same
+    run: a constant lr without warm-up, measured at its last epoch as a longer run measures it; else None."""
+    if config.schedule != "constant" or config.warmup_epochs or config.epochs % config.eval_every:
+        return None
+    return run_id(config.replace(epochs=config.eval_every))
+
+
 def shared_fields(config: TrainConfig) -> dict[str, Any]:
     """What the members of a population share: every result-changing field but `MEMBER_FIELDS`."""
     return {k: v for k, v in config.to_dict().items() if k not in RUN_ID_EXCLUDE and k not in MEMBER_FIELDS}

@@ -20,7 +20,6 @@ from pathlib import Path
 import pandas as pd
 import torch
 
-from initmem import metrics
 from initmem.config import TrainConfig, check_members, field_error, shared_fields
 from initmem.data import splits as _data
 from initmem.engine import checkpoint as _ckpt
@@ -30,6 +29,7 @@ from initmem.engine.loop import generator_device as _gen_device
 from initmem.errors import CheckpointError
 from initmem.store.folders import Run, RunFolders, population_id
 from initmem.store.provenance import provenance, utcnow
+from initmem.store.record import run_summary
 from initmem.store.results import RunResult
 
 
@@ -225,11 +225,8 @@ def _finish(run: _Run, loop: Loop) -> list[RunResult]:
     finished_at, out, columns = utcnow(), [], loop.columns()
     for j, c in enumerate(run.configs):
         history = pd.DataFrame(loop.histories[j], columns=columns)
-        summary = metrics.summarize_history(history)
-        if loop.status[j] == "diverged":  # summarize_history sees only the train loss; an eval loss may go first
-            summary["diverged_epoch"] = int(history["epoch"].iloc[-1])
-        result = RunResult(c, run.rids[j], loop.status[j], history, summary, None, dict(run.prov), run.started_at,
-                           finished_at)
+        result = RunResult(c, run.rids[j], loop.status[j], history, run_summary(history, loop.status[j]), None,
+                           dict(run.prov), run.started_at, finished_at)
         result.path = run.owner.write(result)
         out.append(result)
     run.owner.finish(run.runs)

@@ -30,15 +30,7 @@ from initmem.config import TrainConfig, run_id
 from initmem.errors import ConfigError, ResultsError
 from initmem.store.files import atomic_write, ensure_writable
 from initmem.store.provenance import portable, portable_config, utcnow
-from initmem.store.record import (
-    SCHEMA,
-    check_record,
-    dumps_record,
-    full_config,
-    history_meta,
-    parse_record,
-    verify_record,
-)
+from initmem.store.record import SCHEMA, full_config, parse_record, verify_record, write_record
 from initmem.store.results import RunResult, find_runs, load_runs, verify_run
 
 DAMAGED_DIR = ".damaged"  # <section>/.damaged/<run_id>-<UTC stamp>/: where set_aside moves a damaged run
@@ -101,6 +93,24 @@ def lock(run_folder: str | Path, *, wait: bool = False) -> RunLock | None:
     os.pwrite(fd, f"{socket.gethostname()} pid {os.getpid()} since {utcnow()}\n".encode(), 0)
     _HELD[key] = [fd, 1, os.getpid()]
     return RunLock(key)
+
+
+def held_elsewhere(run_folder: str | Path) -> bool:
+    """Whether another process holds `run_folder`'s lock now; nothing is created (a tree only read is asked too)."""
+    path = lock_path(run_folder)
+    if (entry := _HELD.get(str(path.resolve()))) is not None and entry[2] == os.getpid():
+        return False
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:  # no lock file: never locked
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)  # dropped as the descriptor closes
+    except OSError as exc:
+        return isinstance(exc, BlockingIOError)
+    finally:
+        os.close(fd)
+    return False
 
 
 def checkpoint_file(folder: str | Path, epoch: int) -> Path:
@@ -360,23 +370,11 @@ class RunFolders:
         if self.results is None:
             return None
         folder = self.path / str(result.run_id)  # check_record: the id of its config
-        record = {"schema": SCHEMA, "run_id": result.run_id, "section": self.section, "status": result.status,
-                  "config": portable_config(result.config.to_dict()), "summary": result.summary,
-                  "history": {"sha256": "0" * 64, "rows": 0, "columns": []},  # until history.csv is written
-                  "provenance": portable(result.provenance), "started_at": result.started_at,
-                  "finished_at": result.finished_at}
-        try:
-            check_record(json.loads(dumps_record(record)), folder / "run.json")
-        except ResultsError as exc:
-            raise ResultsError(f"not written: {exc}") from None
-        try:
-            folder.mkdir(parents=True, exist_ok=True)
-            (folder / "run.json").unlink(missing_ok=True)  # a stale run.json must never vouch for a new history
-            atomic_write(folder / "history.csv", result.history.to_csv(index=False))
-            meta = history_meta(folder, written=len(result.history))  # ResultsError unless it reads back whole
-            atomic_write(folder / "run.json", dumps_record({**record, "history": meta}))
-        except OSError as exc:
-            raise ResultsError(f"cannot write run folder {str(folder)!r}: {exc.strerror or exc}") from None
+        write_record(folder, {"schema": SCHEMA, "run_id": result.run_id, "section": self.section,
+                              "status": result.status, "config": portable_config(result.config.to_dict()),
+                              "summary": result.summary, "history": {}, "provenance": portable(result.provenance),
+                              "started_at": result.started_at, "finished_at": result.finished_at},
+                     result.history.to_csv(index=False), len(result.history))
         return folder
 
     def load(self, runs: list[Run]) -> pd.DataFrame:

@@ -16,7 +16,8 @@ import pandas as pd
 
 from initmem.config import LATER_FIELDS, TrainConfig, run_id
 from initmem.errors import ResultsError
-from initmem.metrics import SUMMARY_KEYS
+from initmem.metrics import SUMMARY_KEYS, summarize_history
+from initmem.store.files import atomic_write
 
 SCHEMA = 2
 FINISHED = ("complete", "diverged")
@@ -159,6 +160,33 @@ def history_meta(folder: Path, *, written: int | None = None) -> dict:
         raise record_error(folder / "history.csv", f"was written but is no run's history, so no run.json was: it "
                                                    f"{problem}")
     return {"sha256": hashlib.sha256(data).hexdigest(), "rows": len(h), "columns": [str(c) for c in h.columns]}
+
+
+def run_summary(history: pd.DataFrame, status: str) -> dict:
+    """The summary a record holds: `summarize_history`, a diverged run's last epoch its `diverged_epoch` (the history
+    sees only its train loss; an evaluation loss may go first)."""
+    summary = summarize_history(history)
+    if status == "diverged":
+        summary["diverged_epoch"] = int(history["epoch"].iloc[-1])
+    return summary
+
+
+def write_record(folder: Path, record: dict, history: str | bytes, rows: int) -> None:
+    """Write `history` (`rows` rows) as history.csv, then, once it reads back whole, `record` with its `history` entry
+    as run.json, each atomically. A record that would not verify is a ResultsError before anything is written."""
+    record = {**record, "history": {"sha256": "0" * 64, "rows": 0, "columns": []}}  # until history.csv is written
+    try:
+        check_record(json.loads(dumps_record(record)), folder / "run.json")
+    except ResultsError as exc:
+        raise ResultsError(f"not written: {exc}") from None
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / "run.json").unlink(missing_ok=True)  # a stale run.json must never vouch for a new history
+        atomic_write(folder / "history.csv", history)
+        meta = history_meta(folder, written=rows)  # ResultsError unless it reads back whole
+        atomic_write(folder / "run.json", dumps_record({**record, "history": meta}))
+    except OSError as exc:
+        raise ResultsError(f"cannot write run folder {str(folder)!r}: {exc.strerror or exc}") from None
 
 
 def verify_record(folder: Path, record: dict, *, named: bool = True) -> pd.DataFrame:

@@ -116,7 +116,7 @@ def load_runs(path: str | Path, *, damaged: str = "raise") -> pd.DataFrame:
         row.update({k: v for k, v in rec["summary"].items() if k not in row})  # keys added to metrics later
         row.update({k: prov.get(k) for k in PROVENANCE_COLUMNS})
         row["git_diff_known"] = isinstance(prov.get("git_diff"), dict) or row["git_dirty"] is False
-        row.update({k: prov[k] for k in ("population_fallback",) if prov.get(k)})  # its population failed (point)
+        row.update({k: prov[k] for k in ("population_fallback", "served_from") if prov.get(k)})  # point, store.serve
         rows.append(row)
     columns = [*RUN_COLUMNS, *CONFIG_FIELDS, *SUMMARY_KEYS, *PROVENANCE_COLUMNS, "git_diff_known"]
     extra = sorted({k for r in rows for k in r} - set(columns))

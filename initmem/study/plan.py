@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from initmem.config import TrainConfig, point_configs, run_id
+from initmem.config import TrainConfig, point_configs, prefix_id, run_id
 from initmem.errors import ConfigError
 from initmem.metrics import lr_scale
 from initmem.store.provenance import cpu_model
@@ -257,6 +257,8 @@ class PointPlan:
     run_ids: tuple[str, ...] = ()  # its runs' ids, in (sigma_w, seed) order
     prefixes: tuple[str | None, ...] = ()  # each run's `prefix_id`
     served_by: dict[str, int] = field(default_factory=dict)  # "section/point" of an earlier section -> runs shared
+    states: tuple[str, ...] = ()  # asked of a results tree: each run's `preflight.run_states` (complete, served, train)
+    shared: tuple[bool, ...] = ()  # each run another point of the plan trains (`share_runs`)
 
     @property
     def source_kind(self) -> str:
@@ -275,8 +277,17 @@ class PointPlan:
         return self.runs * self.run["steps"]
 
     @property
+    def to_serve(self) -> int:
+        """Its runs the results tree holds elsewhere now: copied when the point runs, not trained (`store.serve`)."""
+        return self.states.count("served")
+
+    @property
     def left(self) -> int:
-        return self.runs - (self.done or 0)
+        """Its runs left to train: not complete, not served by the tree, not trained by another point of the plan."""
+        if not self.states:
+            return self.runs - (self.done or 0)
+        return sum(s == "train" and not shared for s, shared in zip(self.states, self.shared or (False,) * self.runs,
+                                                                    strict=True))
 
     @property
     def left_seconds(self) -> float | None:
@@ -311,15 +322,17 @@ class SectionPlan:
                "seconds_modelled_high": fsum(lambda p: p.seconds_range[1], lambda p: p.seconds_range is not None)}
         if any(p.done is not None for p in pts):  # asked of a results tree: what is left there
             left = [p.left_seconds for p in pts if p.left]
-            out.update(done_runs=sum(p.done or 0 for p in pts), left_runs=sum(p.left for p in pts),
+            out.update(done_runs=sum(p.done or 0 for p in pts), to_serve_runs=sum(p.to_serve for p in pts),
+                       left_runs=sum(p.left for p in pts),
                        left_seconds=math.fsum(left) if None not in left else None)
         return out
 
 
 def plan_point(point_id: str, grid: dict[str, Any], params: dict[str, Any], table: Throughput | None = None,
-               done: int | None = None, capture: bool = False) -> PointPlan:
-    """The plan of one point from its effective parameters (`Section.effective(point)`); `done`: its runs complete;
-    `capture`: each step priced as one captured graph (`stepmodel.captured_steps`), a population as its runs."""
+               states: list[str] | None = None, capture: bool = False) -> PointPlan:
+    """The plan of one point from its effective parameters (`Section.effective(point)`); `states`: its runs' in a
+    results tree (`preflight.run_states`); `capture`: each step priced as one captured graph
+    (`stepmodel.captured_steps`), a population as its runs."""
     configs = point_configs(params)
     c, runs, members = configs[0], len(configs), len(configs)
     pop = params.get("population") and runs > 1 and not capture
@@ -335,16 +348,9 @@ def plan_point(point_id: str, grid: dict[str, Any], params: dict[str, Any], tabl
         low, _, high = stepmodel.step_range(stepmodel.fit(table), c, capture)
         span = seconds(low), seconds(high)
     return PointPlan(point_id, dict(grid), runs, r, plan_key(c), members,
-                     None if entry is None else seconds(entry.train_step_s), source, done, span,
-                     tuple(run_id(x) for x in configs), tuple(prefix_id(x) for x in configs))
-
-
-def prefix_id(config: TrainConfig) -> str | None:
-    """The id `config` shares with every run that differs only in its epochs, where its first epochs are the same
-    run: a constant lr without warm-up, measured at its last epoch as a longer run measures it; else None."""
-    if config.schedule != "constant" or config.warmup_epochs or config.epochs % config.eval_every:
-        return None
-    return run_id(config.replace(epochs=config.eval_every))
+                     None if entry is None else seconds(entry.train_step_s), source,
+                     None if states is None else states.count("complete"), span, tuple(run_id(x) for x in configs),
+                     tuple(prefix_id(x) for x in configs), states=tuple(states or ()))
 
 
 def share_runs(plans: list[SectionPlan]) -> list[SectionPlan]:
@@ -360,27 +366,29 @@ def share_runs(plans: list[SectionPlan]) -> list[SectionPlan]:
                     longest[pre] = p.run["epochs"], f"{s.section}/{p.point_id}"
     for s in plans:
         for p in s.points:
-            here, p.served_by = f"{s.section}/{p.point_id}", {}
+            here, p.served_by, shared = f"{s.section}/{p.point_id}", {}, []
             for rid, pre in zip(p.run_ids, p.prefixes, strict=True):
                 at = first.setdefault(rid, here)
                 if at == here and pre is not None and longest[pre][0] > p.run["epochs"]:
                     at = f"{longest[pre][1]}, its first {p.run['epochs']:,} epochs"
                 if at != here:
                     p.served_by[at] = p.served_by.get(at, 0) + 1
+                shared.append(at != here)
+            p.shared = tuple(shared)
     return plans
 
 
 def plan_section(path: str | Path, profile: str, table: Throughput | None = None,
                  results: str | Path | None = None, capture: bool = False) -> SectionPlan:
     """Every point of a params file's profile; SweepError/ConfigError (one line) for a bad file. `results`: a results
-    tree (as `initmem sweep --results`) whose complete runs each point counts (`done`), for the time left; `capture`:
-    as `plan_point`."""
+    tree (as `initmem sweep --results`) whose complete runs each point counts (`done`), and those it serves from
+    elsewhere in the tree (`to_serve`), for the time left; `capture`: as `plan_point`."""
     from initmem.study.params import load_section
-    from initmem.study.preflight import point_progress
+    from initmem.study.preflight import run_states
     section = load_section(path)
     return SectionPlan(section.name, str(path), profile, [
         plan_point(p.point_id, p.grid, section.effective(p), table, None if results is None else
-                   point_progress(section, p)[0], capture) for p in section.points(profile, results)])
+                   run_states(section, p), capture) for p in section.points(profile, results)])
 
 
 def plural(n: int, word: str, many: str | None = None) -> str:

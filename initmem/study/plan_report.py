@@ -18,7 +18,8 @@ def _point_json(p: PointPlan) -> dict[str, Any]:
             "eval_images": p.runs * per_run["eval_images_per_run"], "key": p.key, "members": p.members,
             "seconds": p.seconds, "seconds_range": p.seconds_range, "time_source": p.time_source,
             "served_by": p.served_by,
-            **({} if p.done is None else {"done": p.done, "left": p.left, "left_seconds": p.left_seconds})}
+            **({} if p.done is None else {"done": p.done, "to_serve": p.to_serve, "left": p.left,
+                                       "left_seconds": p.left_seconds})}
 
 
 def plan_json(plans: list[SectionPlan], table: Throughput | None, capture: bool = False) -> dict[str, Any]:
@@ -36,6 +37,7 @@ def plan_json(plans: list[SectionPlan], table: Throughput | None, capture: bool 
     if any("left_runs" in t for t in totals):
         lefts = [t.get("left_seconds") for t in totals if t.get("left_runs", 0)]
         total.update(done_runs=sum(t.get("done_runs", 0) for t in totals),
+                     to_serve_runs=sum(t.get("to_serve_runs", 0) for t in totals),
                      left_runs=sum(t.get("left_runs", 0) for t in totals),
                      left_seconds=math.fsum(lefts) if None not in lefts else None)
     dev = None if table is None else {"device": table.device, "kind": table.kind, "torch": table.torch,
@@ -58,7 +60,8 @@ LEGEND = ("columns: runs = sigma_w x seed runs of the point; T_SGD = sum eta^2 /
           "evaluates (train-eval + val + test at each measured epoch, plus full_test's and exact_tau's at their "
           "measured shares, docs/planner.md); time = the point's runs one after another (modelled: the model's "
           "range in brackets); a run another point trains (its id, or its first epochs) is counted there; with "
-          "--results, done = its runs complete there and left = the time of the others")
+          "--results, done = its runs complete there, to serve = those the tree holds elsewhere (copied, not "
+          "trained) and left = the time of the others")
 
 
 def _hms(s: float | None) -> str:
@@ -90,7 +93,8 @@ def format_plan(plans: list[SectionPlan], table: Throughput | None, note: str | 
                       f"{plural(t['runs'] + t['served_runs'], 'run')}", head]
         for p in s.points:
             r, c = p.run, p.run["clocks"]
-            left = "" if p.done is None else (f"; done {p.done}/{p.runs}, left "
+            serve = f", {p.to_serve} to serve" if p.to_serve else ""
+            left = "" if p.done is None else (f"; done {p.done}/{p.runs}{serve}, left "
                                               + (_hms(p.left_seconds) if p.left else "nothing"))
             lines.append(f"  {p.point_id:<{width}} {p.runs:>4} {r['epochs']:>6} {r['steps_per_epoch']:>8} "
                          f"{r['steps']:>10,} {c['T_SGD']:>9.3g} {c['T_L2']:>9.3g} {c['T_adapt']:>9.4g} "
@@ -114,7 +118,8 @@ def _total_line(label: str, t: dict[str, Any]) -> str:
     gpu = f", {t['gpu_hours']:.1f} GPU-hours" if "gpu_hours" in t else ""
     gpu += f" ({t['gpu_hours_source']})" if "gpu_hours_source" in t else ""
     served = f" ({plural(t['served_runs'], 'run')} of other points counted there)" if t["served_runs"] else ""
-    left = "" if "left_runs" not in t else (f"; {t['done_runs']:,} complete, {plural(t['left_runs'], 'run')} left: "
-                                            f"{_hms(t['left_seconds']) if t['left_runs'] else 'nothing'}")
+    serve = f", {t['to_serve_runs']:,} to serve" if t.get("to_serve_runs") else ""
+    left = "" if "left_runs" not in t else (f"; {t['done_runs']:,} complete{serve}, {plural(t['left_runs'], 'run')} "
+                                            f"left: {_hms(t['left_seconds']) if t['left_runs'] else 'nothing'}")
     return (f"  {label}: {plural(t['runs'], 'run')}{served}, {plural(t['steps'], 'step')}, "
             f"{plural(t['eval_images'], 'image')} evaluated, time {time}{_split(t)}{gpu}{left}")

@@ -1,7 +1,8 @@
-"""Training a point (`run_point`): its missing runs as one population or one by one under their locks; a run that
-raises is recorded and retried later, a user error stops at once, a failed population falls back to one by one
-(`population_fallback` in each run's provenance). A run another process trains is waited for after the others, or, in
-a local sweep's kernel (`PointDeferred.env`), the point is deferred so that the sweep trains other points meanwhile."""
+"""Training a point (`run_point`): its missing runs, those the tree already holds elsewhere served (`store.serve`),
+the others as one population or one by one under their locks; a run that raises is recorded and retried later, a
+user error stops at once, a failed population falls back to one by one (`population_fallback` in each run's
+provenance). A run another process trains is waited for after the others, or, in a local sweep's kernel
+(`PointDeferred.env`), the point is deferred so that the sweep trains other points meanwhile."""
 
 import contextlib
 import os
@@ -14,6 +15,7 @@ from initmem.config import TrainConfig, check_members, point_configs
 from initmem.engine.trainer import train
 from initmem.errors import ConfigError, InitmemError, PointDeferred, SweepError
 from initmem.store.folders import FAILED, Run, RunFolders
+from initmem.store.serve import serve
 
 
 def run_point(params: dict[str, Any], *, results: str | Path | None = None, section: str | None = None,
@@ -43,6 +45,7 @@ def train_point(configs: list[TrainConfig], *, results: str | Path, section: str
     todo = [r for r in runs if not r.is_complete()]
     if done := [r for r in runs if r not in todo]:
         print(f"skipping {len(done)} complete run(s): " + ", ".join(map(_name, done)), flush=True)
+    todo = [r for r in todo if not _served(r)]  # trained once in the tree: copied, not trained again
     fallback: dict[str, str] = {}  # run id -> why its population failed: kept in the run's provenance
     if population and len(todo) > 1:
         todo = _train_population(todo, owner, progress, fallback)
@@ -102,6 +105,13 @@ def _train_population(todo: list[Run], owner: RunFolders, progress: bool, fallba
     return [r for r in todo if r in rest]
 
 
+def _served(r: Run, tag: str = "") -> bool:
+    """Whether `r` was served from another section's run or a longer run's first epochs (`store.serve`), said so."""
+    if (came := serve(r)) is not None:
+        print(f"{tag}{' ' if tag else ''}{_name(r)}: served from {came.name} (trained once, not again)", flush=True)
+    return came is not None
+
+
 def _name(r: Run) -> str:
     return f"sigma_w={r.config.sigma_w:g} seed={r.config.seed} ({r.run_id})"
 
@@ -115,6 +125,8 @@ def _train_locked(r: Run, owner: RunFolders, progress: bool, tag: str, failed: l
     """Train one run whose lock this process holds, unless done meanwhile (`fallback`: why its population failed)."""
     if r.is_complete():
         print(f"{tag} {_name(r)}: completed by another process meanwhile", flush=True)
+        return
+    if _served(r, tag):
         return
     before = r.failed()
     if progress or before:

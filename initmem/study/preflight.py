@@ -9,14 +9,22 @@ from initmem.checks import check_results_root
 from initmem.config import point_configs
 from initmem.errors import ConfigError, InitmemError
 from initmem.store.folders import RunFolders
+from initmem.store.serve import origin
 from initmem.study.params import Point, Section
 
 
-def point_progress(section: Section, point: Point) -> tuple[int, int]:
-    """(complete runs, runs) of a point: the TrainConfigs its notebook builds (`config.point_configs`)."""
-    configs = point_configs(section.effective(point))
+def run_states(section: Section, point: Point) -> list[str]:
+    """Each run of a point, in `config.point_configs` order (the TrainConfigs its notebook builds): "complete" in its
+    folder, "served" (the tree holds it elsewhere: `store.serve.origin`, copied when the point runs) or "train"."""
     owner = RunFolders(section.root / point.parameters["results_dir"], section.name)  # an absolute one wins the join
-    return sum(owner.run(c).is_complete() for c in configs), len(configs)
+    return ["complete" if (r := owner.run(c)).is_complete() else "served" if origin(r) else "train"
+            for c in point_configs(section.effective(point))]
+
+
+def point_progress(section: Section, point: Point) -> tuple[int, int, int]:
+    """(complete runs, runs to serve, runs) of a point (`run_states`)."""
+    states = run_states(section, point)
+    return states.count("complete"), states.count("served"), len(states)
 
 
 def _writable_problem(folder: Path) -> str | None:
@@ -64,13 +72,15 @@ def section_problems(section: Section, profile: str, results: str | Path | None,
     for p in section.points(profile, results):
         try:
             configs = point_configs(section.effective(p))
-            done, total = point_progress(section, p)
+            done, served, total = point_progress(section, p)
         except InitmemError as exc:
             problems.append(f"{section.name} {p.point_id}: {exc}")
             continue
         if pending_only and done == total:
             continue
         pending += 1
+        if pending_only and done + served == total:  # its runs are copied: no data nor device needed
+            continue
         for c in configs:
             root = Path(c.data_root) if Path(c.data_root).is_absolute() else section.root / c.data_root
             if c.data != "synthetic" and (root, c.data) not in data_checked:  # hashed once per data source

@@ -44,6 +44,7 @@ class PointReport:
     notebook: str = ""  # the executed notebook
     seconds: float = 0.0
     runs: str = ""  # "complete/total" before the sweep
+    served: int = 0  # its runs the tree holds elsewhere before the sweep: copied, not trained (`store.serve`)
 
 
 def execute_point(point: Point, notebook: str, cwd: str, output: str, parameters: dict[str, Any],
@@ -215,7 +216,7 @@ def refuse_older(out: Path, section: str) -> None:
 def points_to_run(section: Section, profile: str, results: str | Path | None = None, seen: set | None = None) -> int:
     """How many of a profile's points a sweep would execute, less those in `seen` (which gets this file's added)."""
     points = _once(section, section.points(profile, results), profile, results, seen)
-    return sum(done < total for done, total in (point_progress(section, p) for p in points))
+    return sum(done < total for done, _, total in (point_progress(section, p) for p in points))
 
 
 def _once(section: Section, points: list[Point], profile: str, results: str | Path | None,
@@ -251,10 +252,10 @@ def _plan(section: Section, points: list[Point], out: Path, dry_run: bool,
     tasks, plan = [], {}
     extra = {"progress": progress} if "progress" in section.declared else {}
     for p in points:
-        done, total = point_progress(section, p)
+        done, served, total = point_progress(section, p)
         status = "skipped" if done == total else "would-run" if dry_run else "pending"
         nb_out = out / section.name / "notebooks" / f"{p.point_id}.ipynb"
-        plan[p.point_id] = PointReport(p.point_id, status, notebook=str(nb_out), runs=f"{done}/{total}")
+        plan[p.point_id] = PointReport(p.point_id, status, notebook=str(nb_out), runs=f"{done}/{total}", served=served)
         if status == "pending":
             tasks.append((p, str(section.notebook), str(section.root), str(nb_out), {**p.parameters, **extra},
                           progress))
@@ -269,15 +270,18 @@ def _print_dry_run(section: Section, points: list[Point], plan: dict[str, PointR
     n = collections.Counter()
     for p in points:
         r, pp = plan[p.point_id], plan_point(p.point_id, p.grid, section.effective(p))
-        what = "skip (complete)" if r.status == "skipped" else f"run ({r.runs} runs complete)"
-        todo = pp.runs - int(r.runs.split("/")[0])
+        what = "skip (complete)" if r.status == "skipped" else f"run ({r.runs} runs complete" + (
+            f", {r.served} served)" if r.served else ")")
+        todo = pp.runs - int(r.runs.split("/")[0]) - r.served
         n.update(runs=pp.runs, epochs=pp.runs * pp.run["epochs"], steps=pp.steps, todo_runs=todo,
-                 todo_steps=todo * pp.run["steps"])
+                 todo_steps=todo * pp.run["steps"], served=r.served)
         print(f"  {p.point_id:<48} {what:<28} {plural(pp.runs, 'run')} x {plural(pp.run['epochs'], 'epoch')} x "
               f"{plural(pp.run['steps_per_epoch'], 'step')} = {plural(pp.steps, 'step')} "
               f"{json.dumps(p.grid, default=str)}")
+    served = f"; served: {plural(n['served'], 'run')} (copied from elsewhere in the tree)" if n["served"] else ""
     print(f"  total: {plural(n['runs'], 'run')}, {plural(n['epochs'], 'epoch')}, {plural(n['steps'], 'step')}; to run: "
-          f"{plural(n['todo_runs'], 'run')}, {plural(n['todo_steps'], 'step')} (`initmem plan` adds clocks and time)")
+          f"{plural(n['todo_runs'], 'run')}, {plural(n['todo_steps'], 'step')}{served} (`initmem plan` adds clocks and "
+          "time)")
 
 
 def run_sweep(params_path: str | Path | Section, *, profile: str, results: str | Path | None = None,
