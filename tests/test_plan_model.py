@@ -111,15 +111,11 @@ def test_the_paper_profiles_plan_is_the_models_on_the_committed_numbers(capsys):
     eval_s = {a: tf32.eval_image_s * plan.ARCH_MACS[a] / plan.ARCH_MACS["resnet9"]
               for a in ("resnet9", "resnet56", "resnet110")}  # the tf32 entry's, scaled by MACs
     want, seen = {"measured": [0.0] * 3, "modelled": [0.0] * 3}, set()
-    long = load_section(REPO / "params" / "02_long_training.yaml")
-    longer = [{**c.to_dict(), "epochs": 0, "checkpoint_every": 0} for p in long.points("paper")
-              for c in point_configs(long.effective(p))]  # 02's constant-lr runs, whose first epochs 01's SGD runs are
-    for path in PARAMS:
+    for path in PARAMS:  # 02's runs come after 01's, so none of them serves 01's SGD runs as its first epochs
         section = load_section(path)
         for p in section.points("paper"):
             for c in point_configs(section.effective(p)):
-                if (rid := run_id(c)) in seen or (c.epochs < 5000 and {
-                        **c.to_dict(), "epochs": 0, "checkpoint_every": 0} in longer):
+                if (rid := run_id(c)) in seen:
                     continue
                 seen.add(rid)
                 r, steps = plan.run_plan(c), _by_hand(c, table)
@@ -127,24 +123,23 @@ def test_the_paper_profiles_plan_is_the_models_on_the_committed_numbers(capsys):
                     want[steps[3]][i] += r["steps"] * step + r["eval_images"] * eval_s[c.arch]
     assert main(["plan", *PARAMS, "--profile", "paper", "--throughput", str(calibrate.REFERENCE_GPU), "--json"]) == 0
     t = json.loads(capsys.readouterr().out)["totals"]
-    assert (t["runs"], t["served_runs"]) == (len(seen), 238 - len(seen)) == (196, 42)  # 203 run ids
+    assert (t["runs"], t["served_runs"]) == (len(seen), 238 - len(seen)) == (203, 35)  # 203 run ids
     assert t["seconds_measured"] == pytest.approx(want["measured"][0], rel=1e-9)
     assert [t["seconds_modelled"], t["seconds_modelled_low"], t["seconds_modelled_high"]] == pytest.approx(
         want["modelled"], rel=1e-9)
     assert t["seconds_estimated"] == 0 and t["seconds"] == pytest.approx(t["seconds_measured"] + t["seconds_modelled"])
     assert main(["plan", *PARAMS, "--profile", "paper", "--throughput", str(calibrate.REFERENCE_GPU)]) == 0
     last = capsys.readouterr().out.splitlines()[-1]
-    assert ("all total: 196 runs (42 runs of other points counted there)" in last
+    assert ("all total: 203 runs (35 runs of other points counted there)" in last
             and f"(measured {t['seconds_measured'] / 3600:.1f} h + modelled {t['seconds_modelled'] / 3600:.1f} h ["
             f"{t['seconds_modelled_low'] / 3600:.1f} h-{t['seconds_modelled_high'] / 3600:.1f} h])" in last), last
 
 
-def test_a_run_id_of_several_sections_is_counted_in_the_first_and_a_prefix_in_its_longer_run():
+def test_a_run_id_of_several_sections_is_counted_in_the_first_and_a_prefix_in_an_earlier_longer_run():
     table = _reference()
     plans = plan.share_runs([plan.plan_section(p, "paper", table) for p in PARAMS])
     served = {f"{s.section}/{p.point_id}": p.served_by for s in plans for p in s.points if p.served_by}
-    assert served == {
-        "01_optimizers/optimizer-sgd_c84530": {"02_long_training/base_c9defc, its first 200 epochs": 7},
+    assert served == {  # 01's SGD runs, the first 200 epochs of 02's, train first: a sweep cannot serve them
         "03_lr_l2/lr-0.01_weight_decay-0_4c319d": {"01_optimizers/optimizer-sgd_c84530": 7},
         "04_batch_size/optimizer-sgd_batch_size-128_c84530": {"01_optimizers/optimizer-sgd_c84530": 7},
         "04_batch_size/optimizer-adam_batch_size-128_b46586": {"01_optimizers/optimizer-adam_b46586": 7},
@@ -152,6 +147,9 @@ def test_a_run_id_of_several_sections_is_counted_in_the_first_and_a_prefix_in_it
         "05_depth/arch-resnet9_optimizer-adam_f75157": {"01_optimizers/optimizer-adam_b46586": 7}}
     alone = plan.share_runs([plan.plan_section(PARAMS[3], "paper", table)])  # one section: it trains them all
     assert alone[0].totals()["runs"] == 70 and alone[0].totals()["served_runs"] == 0
+    long_first = plan.share_runs([plan.plan_section(PARAMS[i], "paper", table) for i in (1, 0)])  # 02, then 01
+    assert {p.point_id: p.served_by for p in long_first[1].points}["optimizer-sgd_c84530"] == {
+        "02_long_training/base_c9defc, its first 200 epochs": 7}
 
 
 def test_a_gpu_profile_on_a_cpu_says_how_to_price_it_instead_of_a_cpu_extrapolation(tmp_path, monkeypatch, capsys):

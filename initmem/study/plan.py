@@ -355,25 +355,24 @@ def plan_point(point_id: str, grid: dict[str, Any], params: dict[str, Any], tabl
 
 def share_runs(plans: list[SectionPlan]) -> list[SectionPlan]:
     """`plans` with each point's `served_by` set, so that the totals count each run once: its runs whose id an earlier
-    point holds ("section/point"), and the others that are the first epochs of a longer run of the plans (same
-    `prefix_id`: "section/point, its first N epochs")."""
+    point holds ("section/point"), and the others that are the first epochs of a longer run of an earlier point (same
+    `prefix_id`: "section/point, its first N epochs"); a sweep runs points in this order and serves a prefix only
+    from a complete run (`store.serve`), so a longer run planned later does not serve it."""
     first: dict[str, str] = {}
-    longest: dict[str, tuple[int, str]] = {}  # prefix_id -> (epochs, section/point) of its longest run
-    for s in plans:
-        for p in s.points:
-            for pre in p.prefixes:
-                if pre is not None and p.run["epochs"] > longest.get(pre, (0, ""))[0]:
-                    longest[pre] = p.run["epochs"], f"{s.section}/{p.point_id}"
+    longest: dict[str, tuple[int, str]] = {}  # prefix_id -> (epochs, section/point) of its longest run so far
     for s in plans:
         for p in s.points:
             here, p.served_by, shared = f"{s.section}/{p.point_id}", {}, []
             for rid, pre in zip(p.run_ids, p.prefixes, strict=True):
                 at = first.setdefault(rid, here)
-                if at == here and pre is not None and longest[pre][0] > p.run["epochs"]:
+                if at == here and pre is not None and longest.get(pre, (0, ""))[0] > p.run["epochs"]:
                     at = f"{longest[pre][1]}, its first {p.run['epochs']:,} epochs"
                 if at != here:
                     p.served_by[at] = p.served_by.get(at, 0) + 1
                 shared.append(at != here)
+            for pre in p.prefixes:
+                if pre is not None and p.run["epochs"] > longest.get(pre, (0, ""))[0]:
+                    longest[pre] = p.run["epochs"], here
             p.shared = tuple(shared)
     return plans
 
