@@ -131,8 +131,9 @@ VERDICTS = {v.finding: v for v in (
             "lr: consistent, two lrs in one protocol; L2: not shown (the clock experiment's L2 route will read it)"),
     Verdict(5, "Batch size", "finding-5-batch-size", "not shown", "results/cpu", _quote_5,
             "one seed and unequal fitting across b; the clock experiment's batch route will decide"),
-    Verdict(6, "Depth", "finding-6-depth", "partly", "results/cpu", _quote_6,
-            "800 steps and one seed cannot tell 'fails to fit' from 'fits slowly'; not more so in the deeper net"),
+    Verdict(6, "Depth", "finding-6-depth", "not shown", "results/cpu", _quote_6,
+            "no designed test: 800 steps and one seed cannot tell 'never fits' from 'fits slowly'; the deeper net "
+            "does not fail more; no ResNet-110"),
     Verdict(7, "Clocks, not epochs", "finding-7-clocks-not-epochs", "not shown", HEADLINE, _quote_7,
             "5 configurations cannot settle a sign; lr and T_SGD vary together in the committed runs"),
 )}

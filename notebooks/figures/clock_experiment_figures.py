@@ -44,7 +44,7 @@ def readings():
 
 # %%
 s.show_table("T10_clock_criteria", lambda: clocks.criteria(s.runs, s.histories),
-             "The clock experiment's registered predictions (docs/experiments/clocks/README.md), each with its "
+             "The [clock experiment](docs/experiments/clocks/README.md)'s registered predictions, each with its "
              "criterion, what the committed runs give and the outcome; 'pending' until all its runs are in")
 
 # %%
