@@ -143,13 +143,17 @@ class Instruments:
     def before_step(self) -> None:
         torch._foreach_copy_(self.prev, self.weights)
 
-    @torch.no_grad()
     def after_step(self) -> None:
+        self.add_step()
+        self.steps += 1
+
+    @torch.no_grad()
+    def add_step(self) -> None:
+        """`after_step`'s tensor work alone (a compiled step's part: the host counter `steps` stays outside it)."""
         torch._foreach_copy_(self.now, self.weights)  # the weights after the step, then less those before it
         self._d.sub_(self._before)
         db, bb, dd = self._parts(self._step_pair)  # the pair is (before, difference)
         self._acc += _angle(db, dd, bb)  # [L + 1, K], into both accumulators
-        self.steps += 1
 
     @torch.no_grad()
     def read(self) -> torch.Tensor:
