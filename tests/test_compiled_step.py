@@ -88,7 +88,7 @@ def test_the_compiled_whole_step_is_one_graph_and_equals_the_eager_one_to_roundi
 
 def test_an_eager_checkpoint_resumes_compiled_and_a_later_population_reuses_the_graph(traced):
     """Muon's AdamW step counters: host ints eagerly, device tensors compiled (`capturable`), converted by the first,
-    eager step after a restore; a second population of the shape compiles nothing."""
+    eager step after a restore; a later population of the shape compiles nothing and starts afresh."""
     eager = _loop("muon", False, steps=2)
     state = eager.state_dict()
     comp = _loop("muon", True, steps=2)
@@ -97,5 +97,6 @@ def test_an_eager_checkpoint_resumes_compiled_and_a_later_population_reuses_the_
     comp.run_epoch()
     _assert_equal_to_rounding(comp, eager, "resumed")
     compiled = len(traced), sum(c.frame_count for c in traced)
-    _loop("muon", True, steps=2)
+    later = _loop("muon", True, steps=2)  # trains with `comp`'s optimiser and instruments, reset
     assert (len(traced), sum(c.frame_count for c in traced)) == compiled
+    _assert_equal_to_rounding(later, _loop("muon", False, steps=2), "reused")

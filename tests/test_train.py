@@ -400,7 +400,7 @@ def test_compile_compiles_a_network_shape_once_and_each_run_equals_its_uncompile
     monkeypatch.setattr(runtime.torch, "compile", counting_compile)
     monkeypatch.setattr(runtime, "_COMPILED", {})
     monkeypatch.setenv(runtime.INDUCTOR_CACHE_ENV, "unused")  # no inductor here: nothing of the test's environment
-    base = TrainConfig(**{**TINY, "epochs": 2})
+    base = TrainConfig(**{**TINY, "epochs": 1})
     runs = [train(base.replace(sigma_w=s, seed=seed, compile=True), progress=False)
             for s, seed in ((0.5, 0), (2.0, 1), (1.0, 0))]
     assert len(compiled) == 2  # three runs: one compiled network (evaluation), one compiled step (training)
@@ -409,7 +409,7 @@ def test_compile_compiles_a_network_shape_once_and_each_run_equals_its_uncompile
         assert r.history["weight_norm"].iloc[0] == plain.history["weight_norm"].iloc[0]  # bitwise: fresh weights
         _compiled_rows(r.history, plain.history)
     assert runs[0].history["weight_norm"].iloc[0] != runs[1].history["weight_norm"].iloc[0]
-    train(base.replace(width=0.125, compile=True), progress=False)  # another shape: compiled anew
+    train(base.replace(width=0.125, n_train=64, compile=True), progress=False)  # another shape: compiled anew
     assert len(compiled) == 4
 
 

@@ -118,5 +118,17 @@ class Capture:
         else:
             out = whole_step(*self.parts, x, y, live)
             self.warm = True
+            self._pin()
         instruments.steps += 1
         return out
+
+    def _pin(self) -> None:
+        """On CUDA, every tensor the compiled step changes in place (the optimiser's state, which an eager step may
+        have made anew, and the instruments' buffers) or reads (the lrs) marked as a static address: CUDA graphs
+        replay a mutated input only at a fixed address (else inductor skips them), and re-record where one moved."""
+        _, dev, _, opt, instruments = self.parts
+        if dev.type != "cuda":
+            return
+        state = [t for s in opt.state.values() for t in s.values() if isinstance(t, torch.Tensor)]
+        for t in (*self.lrs, *state, *instruments.step_tensors()):
+            torch._dynamo.mark_static_address(t, guard=False)

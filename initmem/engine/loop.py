@@ -109,7 +109,9 @@ class Loop:
             raise ConfigError("TrainConfig.full_test=True is invalid with these splits: splits made by "
                               "make_splits(..., full_test=True) are accepted")
         full_eval = (splits.full_test_x, splits.full_test_y) if cfg.full_test else None
-        instruments, whole = Instruments(pop.weights, k, pop.layers, fused=cfg.compile), None
+        # the CPU's eager instruments keep the committed runs' values bit for bit; a compiled step and every other
+        # device take the fused ones (fewer ops, equal to rounding: engine.instruments)
+        instruments, whole = Instruments(pop.weights, k, pop.layers, fused=cfg.compile or dev.type != "cpu"), None
         if cfg.compile:  # a later population of the shape trains with the compiled step's optimiser and instruments
             whole = capture.Capture(cfg, dev, pop, opt, instruments, runtime.network_key(configs, dev))
             opt, instruments = whole.opt, whole.instruments
