@@ -24,9 +24,9 @@ Result = tuple[torch.Tensor, torch.Tensor]  # the members' losses and the output
 def update(opt: torch.optim.Optimizer, groups: list[dict], lrs: Sequence[torch.Tensor]) -> None:
     """One step of `opt` with no graph break, group i (`groups[i]`: `opt.param_groups[i]` without its lrs, which dynamo
     would guard on) at lr `lrs[i]`: torch's SGD and Adam(W) as their functional form on the state their first step made,
-    Muon by its `update`. Adam(W) runs torch's multi-tensor form, `capturable` (bias corrections from the step tensors,
-    which CUDA's fused Adam keeps on the device), whatever its eager kernel: dynamo does not trace torch's fused kernel
-    (a graph break); inductor fuses the multi-tensor arithmetic instead."""
+    Muon by its `update`. Both run torch's multi-tensor form whatever their eager kernel (dynamo does not trace torch's
+    fused kernels: a graph break; inductor fuses the multi-tensor arithmetic instead), Adam(W) `capturable` (its bias
+    corrections from the step tensors, which CUDA's fused Adam keeps on the device)."""
     if isinstance(opt, optim.MuonWithAuxAdam):
         opt.update(lrs, groups)
         return
@@ -35,9 +35,8 @@ def update(opt: torch.optim.Optimizer, groups: list[dict], lrs: Sequence[torch.T
         grads = [p.grad for p in params]
         if isinstance(opt, torch.optim.SGD):  # plain SGD keeps no state (reading it would make some)
             bufs = [opt.state[p]["momentum_buffer"] for p in params] if g["momentum"] else [None] * len(params)
-            _sgd(params, grads, bufs, foreach=g["foreach"], fused=g["fused"],
-                 weight_decay=g["weight_decay"], momentum=g["momentum"], lr=lr, dampening=g["dampening"],
-                 nesterov=g["nesterov"], maximize=False)
+            _sgd(params, grads, bufs, foreach=True, fused=False, weight_decay=g["weight_decay"], momentum=g["momentum"],
+                 lr=lr, dampening=g["dampening"], nesterov=g["nesterov"], maximize=False)
         else:
             states = [opt.state[p] for p in params]
             _adam(params, grads, [s["exp_avg"] for s in states], [s["exp_avg_sq"] for s in states],
