@@ -138,7 +138,8 @@ class TrainConfig:
     deterministic: bool = _f(False, "deterministic kernels (CUDA: bit-identical reruns and resumes; off: "
                                     "cudnn.benchmark)")
     channels_last: bool = _f(True, "channels-last memory format (speed only)")
-    compile: bool = _f(False, "torch.compile the training step (speed only; compiled once per process and shape)")
+    compile: bool = _f(False, "torch.compile the whole training step, optimiser and instruments in (speed only: equal "
+                              "to rounding; compiled once per process and shape)")
 
     def __post_init__(self) -> None:
         _check_recipe(self, check := _Check(self))

@@ -76,7 +76,9 @@ def test_the_fit_of_the_h200_table():
     assert sorted(hf.per_op_s) == sorted([by[(128, "tf32")].train_step_s / ops, by[(32, "fp32")].train_step_s / ops])
     low, mid, high = hf.per_op
     assert low < mid < high and mid == pytest.approx(math.sqrt(low * high))
-    assert 30e-6 < low and high < 50e-6  # the issue's ~36 us an op
+    # the issue's ~36 us an op; the table's steps ran 8 instrument ops more than STEP_OPS counts since the fused GPU
+    # instruments (docs/experiments/capture/README.md): read as ~7 % more per op until the table is measured again
+    assert 30e-6 < low and high < 55e-6
     r9 = TrainConfig(arch="resnet9", batch_size=128, precision="fp32")
     assert hf.gpu_work(r9) == pytest.approx(by[(128, "fp32")].train_step_s)
     assert stepmodel.modelled_steps(hf, r9) == pytest.approx([by[(128, "fp32")].train_step_s] * 3)  # GPU-bound

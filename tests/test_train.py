@@ -376,9 +376,21 @@ def test_one_epoch_on_real_cifar10_images(cifar10_real, monkeypatch):
 
 
 # ------------------------------------------------------------------------------------------------ compile
+def _compiled_rows(compiled: pd.DataFrame, plain: pd.DataFrame) -> None:
+    """A compiled run's history against its uncompiled run's: epoch 0 (initialisation and evaluation, no step yet) to
+    float32 rounding, the trained rows loosely. The compiled step rounds otherwise (its lr is a tensor: no fused
+    multiply-add), which this tiny run on noise amplifies at some seeds to a few % and an image's accuracy
+    (tests/test_compiled_step.py holds the step to rounding); a population not reset (weights, W_0, optimiser
+    state) is off by far more."""
+    h, g = compiled.drop(columns="wall_time"), plain.drop(columns="wall_time")
+    pd.testing.assert_frame_equal(h.iloc[:1], g.iloc[:1], check_exact=False, rtol=1e-6, atol=1e-9)
+    pd.testing.assert_frame_equal(h, g, check_exact=False, rtol=0.1, atol=0.05)
+
+
 def test_compile_compiles_a_network_shape_once_and_each_run_equals_its_uncompiled_run(monkeypatch):
-    """The runs of a point share one compiled model, re-initialised in place. torch's 'eager' backend stands in for
-    inductor (no C++ toolchain needed), so what is tested is ours: one compilation, fresh weights, same histories."""
+    """The runs of a point share one compiled evaluation network and one compiled whole training step
+    (`engine.capture`), re-initialised in place. torch's 'eager' backend stands in for inductor (no C++ toolchain
+    needed), so what is tested is ours: one compilation of each, fresh weights, like histories (`_compiled_rows`)."""
     compiled, real = [], torch.compile
 
     def counting_compile(model, **kwargs):
@@ -388,25 +400,25 @@ def test_compile_compiles_a_network_shape_once_and_each_run_equals_its_uncompile
     monkeypatch.setattr(runtime.torch, "compile", counting_compile)
     monkeypatch.setattr(runtime, "_COMPILED", {})
     monkeypatch.setenv(runtime.INDUCTOR_CACHE_ENV, "unused")  # no inductor here: nothing of the test's environment
-    base = TrainConfig(**{**TINY, "epochs": 2})
+    base = TrainConfig(**{**TINY, "epochs": 1})
     runs = [train(base.replace(sigma_w=s, seed=seed, compile=True), progress=False)
             for s, seed in ((0.5, 0), (2.0, 1), (1.0, 0))]
-    assert len(compiled) == 1  # three runs, one compilation
+    assert len(compiled) == 2  # three runs: one compiled network (evaluation), one compiled step (training)
     for r in runs:
         plain = train(r.config.replace(compile=False), progress=False)
-        h, g = r.history.drop(columns="wall_time"), plain.history.drop(columns="wall_time")
-        assert h["weight_norm"].iloc[0] == g["weight_norm"].iloc[0]  # bitwise the fresh initialisation
-        pd.testing.assert_frame_equal(h, g, check_exact=False, rtol=1e-5, atol=1e-6)
+        assert r.history["weight_norm"].iloc[0] == plain.history["weight_norm"].iloc[0]  # bitwise: fresh weights
+        _compiled_rows(r.history, plain.history)
     assert runs[0].history["weight_norm"].iloc[0] != runs[1].history["weight_norm"].iloc[0]
-    train(base.replace(width=0.125, compile=True), progress=False)  # another shape: compiled anew
-    assert len(compiled) == 2
+    train(base.replace(width=0.125, n_train=64, compile=True), progress=False)  # another shape: compiled anew
+    assert len(compiled) == 4
 
 
 def test_a_partial_last_batch_under_compile_adds_no_compiled_shape_and_the_cache_folder_is_shared(monkeypatch,
                                                                                                   tmp_path):
     """drop_last false, 250 = 3 x 64 + 58 images: the partial batch runs uncompiled (padding it would put its rows
     into BatchNorm's batch statistics), so dynamo compiles the same graphs as for 256 images (dynamo's CompileCounter
-    backend counts them, no C++ toolchain needed); inductor's cache folder is set under the initmem cache."""
+    backend counts them, no C++ toolchain needed): the evaluation network's and the whole training step's, which no
+    change of lr recompiles; inductor's cache folder is set under the initmem cache."""
     from torch._dynamo.testing import CompileCounter
 
     counters, real = [], torch.compile
@@ -420,18 +432,16 @@ def test_a_partial_last_batch_under_compile_adds_no_compiled_shape_and_the_cache
     monkeypatch.setenv("INITMEM_CACHE", str(tmp_path))
     monkeypatch.setenv(runtime.INDUCTOR_CACHE_ENV, "set")
     monkeypatch.delenv(runtime.INDUCTOR_CACHE_ENV)  # unset now, restored after the test
-    full = train(TrainConfig(**{**TINY, "compile": True}), progress=False)
-    assert len(counters) == 1 and counters[0].frame_count >= 2  # the training and the evaluation graph
-    graphs = counters[0].frame_count
-    cfg = TrainConfig(**{**TINY, "compile": True, "n_train": 250})
+    full = train(TrainConfig(**{**TINY, "compile": True, "schedule": "cosine"}), progress=False)
+    graphs = [c.frame_count for c in counters]
+    assert len(counters) == 2 and graphs[0] >= 1 and graphs[1] == 1  # evaluation; training, for every lr
+    cfg = TrainConfig(**{**TINY, "compile": True, "n_train": 250, "schedule": "cosine"})
     partial = train(cfg, progress=False)
-    assert len(counters) == 1 and counters[0].frame_count == graphs  # the 58-image batch compiled nothing
+    assert [c.frame_count for c in counters] == graphs  # the 58-image batch compiled nothing
     assert partial.summary["steps"] == 8 and full.summary["steps"] == 8
     assert partial.provenance["compile_partial_batch"] == "eager" and partial.provenance["inductor_cache"] == "shared"
     assert os.environ[runtime.INDUCTOR_CACHE_ENV] == str(tmp_path / "inductor")
-    plain = train(cfg.replace(compile=False), progress=False)
-    pd.testing.assert_frame_equal(partial.history.drop(columns="wall_time"), plain.history.drop(columns="wall_time"),
-                                  check_exact=False, rtol=1e-5, atol=1e-6)
+    _compiled_rows(partial.history, train(cfg.replace(compile=False), progress=False).history)
     monkeypatch.setenv(runtime.INDUCTOR_CACHE_ENV, str(tmp_path / "mine"))  # the user's folder is kept
     assert runtime.engine_settings(cfg, torch.device("cpu"))["inductor_cache"] == "user"
     assert os.environ[runtime.INDUCTOR_CACHE_ENV] == str(tmp_path / "mine")

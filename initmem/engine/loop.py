@@ -20,8 +20,8 @@ import torch
 from initmem import metrics
 from initmem.config import TrainConfig
 from initmem.data import splits as _data
+from initmem.engine import capture, members, optim, runtime
 from initmem.engine import checkpoint as _ckpt
-from initmem.engine import members, optim, runtime
 from initmem.engine.instruments import Instruments
 from initmem.errors import ConfigError
 from initmem.store import record
@@ -84,6 +84,7 @@ class Loop:
     t0: float = field(default_factory=time.perf_counter)  # when this process's clock started
     checked: bool = False  # check_device ran after a step (the optimiser's state exists from the first step on)
     full_eval: tuple[torch.Tensor, torch.Tensor] | None = None  # every test image (full_test), else None
+    whole: capture.Capture | None = None  # with compile: the whole step, compiled (`engine.capture`)
 
     @classmethod
     def build(cls, configs: list[TrainConfig], dev: torch.device, splits: _data.Splits) -> Self:
@@ -96,7 +97,7 @@ class Loop:
         opt = optim.build_optimizer(cfg.optimizer, pop.model, lr=cfg.lr, members=k, momentum=cfg.momentum,
                                     weight_decay=cfg.weight_decay, betas=cfg.betas, eps=cfg.eps,
                                     amsgrad=cfg.amsgrad, ns_steps=cfg.ns_steps, ns_dtype=cfg.ns_dtype,
-                                    muon_aux_lr=cfg.muon_aux_lr)
+                                    muon_aux_lr=cfg.muon_aux_lr, capturable=cfg.compile)
         seeds = sorted({c.seed for c in configs})  # members with equal seeds draw the same minibatches
         order_gen = {s: torch.Generator().manual_seed(stream_seed(s, "order")) for s in seeds}
         aug_gen = {s: torch.Generator(device=generator_device(dev)).manual_seed(stream_seed(s, "augment"))
@@ -108,10 +109,15 @@ class Loop:
             raise ConfigError("TrainConfig.full_test=True is invalid with these splits: splits made by "
                               "make_splits(..., full_test=True) are accepted")
         full_eval = (splits.full_test_x, splits.full_test_y) if cfg.full_test else None
+        # the CPU's eager instruments keep the committed runs' values bit for bit; a compiled step and every other
+        # device take the fused ones (fewer ops, equal to rounding: engine.instruments)
+        instruments, whole = Instruments(pop.weights, k, pop.layers, fused=cfg.compile or dev.type != "cpu"), None
+        if cfg.compile:  # a later population of the shape trains with the compiled step's optimiser and instruments
+            whole = capture.Capture(cfg, dev, pop, opt, instruments, runtime.network_key(configs, dev))
+            opt, instruments = whole.opt, whole.instruments
         return cls(configs, cfg, k, seeds, n, _data.steps_per_epoch(n, cfg.batch_size, cfg.drop_last), dev, splits,
-                   evals, pop, net, opt, Instruments(pop.weights, k, pop.layers), clocks, order_gen,
-                   aug_gen, torch.ones(k, device=dev), list(range(k)), ["complete"] * k, [[] for _ in range(k)],
-                   full_eval=full_eval)
+                   evals, pop, net, opt, instruments, clocks, order_gen, aug_gen, torch.ones(k, device=dev),
+                   list(range(k)), ["complete"] * k, [[] for _ in range(k)], full_eval=full_eval, whole=whole)
 
     def columns(self) -> list[str]:
         """The history's columns, in order."""
@@ -193,20 +199,17 @@ class Loop:
         lr = cfg.lr * factor  # the clocks run on the main lr (muon's aux AdamW lr is not a clock)
         x, y = self._batch(idxs)
         self.step_begin()
-        # The partial last batch (drop_last false) runs the uncompiled network: a compiled one would compile and record
-        # its CUDA graphs a second time in every process for one step an epoch. Not padded and masked: in training mode
-        # BatchNorm's batch statistics would include the padding rows, so no mask gives the unpadded batch's gradients.
-        net = self.net if len(x) == cfg.batch_size else pop.model
-        with runtime.autocast(cfg, self.dev):
-            out = net(x).float()
-        losses = pop.losses(out, y)
-        self.opt.zero_grad(set_to_none=True)
-        (losses * self.live).sum().backward()  # member j's gradient = its own mean loss's gradient
-        self.instruments.before_step()
-        self.opt.step()
-        self.instruments.after_step()
-        sums[:, 0] += losses.detach() * len(out)
-        sums[:, 1] += pop.correct(out.detach(), y)
+        # With compile, the whole step is one compiled graph, but the partial last batch (drop_last false) runs eagerly
+        # (`capture.Capture`). Not padded and masked: in training mode BatchNorm's batch statistics would include the
+        # padding rows, so no mask gives the unpadded batch's gradients.
+        if self.whole is not None:
+            losses, out = self.whole(x, y, self.live)
+        else:
+            self.opt.zero_grad(set_to_none=True)
+            losses, out = capture.whole_step(cfg, self.dev, pop, self.opt, self.instruments, x, y, self.live)
+            self.instruments.steps += 1
+        sums[:, 0] += losses * len(out)
+        sums[:, 1] += pop.correct(out, y)
         for j in self.alive:
             self.clocks[j].update(lr)
         self.step += 1
@@ -369,3 +372,5 @@ class Loop:
                                                    ("alive", "status", "histories"))
         self.epoch, self.step, self.wall_time = int(s["epoch"]), int(s["step"]), float(s["wall_time"])
         self.t0 = time.perf_counter()
+        if self.whole is not None:
+            self.whole.warm = False  # the restored optimiser state: converted by an eager step

@@ -77,8 +77,9 @@ class MuonWithAuxAdam(torch.optim.Optimizer):
     MUON_DEFAULTS = dict(lr=0.02, momentum=0.95, nesterov=True, ns_steps=5, ns_dtype="bfloat16", weight_decay=0.0)
     ADAM_DEFAULTS = dict(lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0)
 
-    def __init__(self, param_groups: list[dict], members: int = 1):
+    def __init__(self, param_groups: list[dict], members: int = 1, capturable: bool = False):
         self.members = members  # a population's K: each Muon parameter holds K members' matrices
+        self.capturable = capturable  # AdamW step counters as device tensors (a compiled step: no host value)
         for g in param_groups:
             if not isinstance(g, dict) or not isinstance(g.get("use_muon"), bool):
                 raise ConfigError(f"param group {g!r:.80} is invalid: a dict with use_muon=True/False is accepted")
@@ -93,12 +94,18 @@ class MuonWithAuxAdam(torch.optim.Optimizer):
     def step(self, closure=None):
         with torch.enable_grad():
             loss = None if closure is None else closure()
-        for group in self.param_groups:
-            (self._muon_step if group["use_muon"] else self._adam_step)(group)
+        self.update([g["lr"] for g in self.param_groups])
         return loss
 
-    def _muon_step(self, group: dict) -> None:
-        lr, wd = group["lr"], group["weight_decay"]
+    def update(self, lrs: list, groups: list[dict] | None = None) -> None:
+        """One step, group i at lr `lrs[i]` (a number, or a device tensor: a compiled step's, `engine.capture`, which
+        passes its `groups`: `param_groups` without their lrs); without torch's `step` wrapper, whose deliberate graph
+        breaks a compiled step must not meet."""
+        for group, lr in zip(groups or self.param_groups, lrs, strict=True):
+            (self._muon_step if group["use_muon"] else self._adam_step)(group, lr)
+
+    def _muon_step(self, group: dict, lr: float | torch.Tensor) -> None:
+        wd = group["weight_decay"]
         for p in group["params"]:
             if p.grad is None:
                 continue
@@ -109,19 +116,26 @@ class MuonWithAuxAdam(torch.optim.Optimizer):
                             self.members, group["ns_dtype"])
             p.mul_(1 - lr * wd)
             rows, cols = p.shape[0] // self.members, math.prod(p.shape[1:])
-            p.add_(u, alpha=-lr * math.sqrt(max(1.0, rows / cols)))  # torch's adjust_lr_fn="original", per member
+            scale = math.sqrt(max(1.0, rows / cols))  # torch's adjust_lr_fn="original", per member
+            if isinstance(lr, torch.Tensor):  # a compiled step's lr: alpha must be a number
+                p.sub_(u * (lr * scale))
+            else:
+                p.add_(u, alpha=-lr * scale)
 
-    def _adam_step(self, group: dict) -> None:
+    def _adam_step(self, group: dict, lr: float | torch.Tensor) -> None:
         # torch.optim.AdamW's multi-tensor arithmetic (capturable=False), so the aux part matches it to rounding.
         params = [p for p in group["params"] if p.grad is not None]
         if not params:
             return
-        lr, wd, eps, (beta1, beta2) = group["lr"], group["weight_decay"], group["eps"], group["betas"]
+        wd, eps, (beta1, beta2) = group["weight_decay"], group["eps"], group["betas"]
         states = [self.state[p] for p in params]
         for p, s in zip(params, states, strict=True):
             if not s:
                 s.update(step=0, exp_avg=torch.zeros_like(p, memory_format=torch.preserve_format),
                          exp_avg_sq=torch.zeros_like(p, memory_format=torch.preserve_format))
+            if self.capturable != isinstance(s["step"], torch.Tensor):  # a checkpoint of the other kind
+                s["step"] = (torch.tensor(float(s["step"]), dtype=torch.float32, device=p.device) if self.capturable
+                             else int(s["step"]))
             s["step"] += 1
         grads = [p.grad for p in params]
         exp_avgs, exp_avg_sqs = [s["exp_avg"] for s in states], [s["exp_avg_sq"] for s in states]
@@ -130,8 +144,16 @@ class MuonWithAuxAdam(torch.optim.Optimizer):
         torch._foreach_lerp_(exp_avgs, grads, 1 - beta1)
         torch._foreach_mul_(exp_avg_sqs, beta2)
         torch._foreach_addcmul_(exp_avg_sqs, grads, grads, 1 - beta2)
-        step_size = [-lr / (1 - beta1 ** s["step"]) for s in states]
         denom = torch._foreach_sqrt(exp_avg_sqs)
+        if self.capturable:  # the bias corrections from device tensors (no host value: nothing to recompile on)
+            steps = [s["step"] for s in states]
+            torch._foreach_div_(denom, torch._foreach_sqrt(torch._foreach_neg(torch._foreach_sub(
+                torch._foreach_pow(beta2, steps), 1))))
+            torch._foreach_add_(denom, eps)
+            torch._foreach_mul_(denom, torch._foreach_div(torch._foreach_sub(torch._foreach_pow(beta1, steps), 1), lr))
+            torch._foreach_addcdiv_(params, exp_avgs, denom)
+            return
+        step_size = [-lr / (1 - beta1 ** s["step"]) for s in states]
         torch._foreach_div_(denom, [math.sqrt(1 - beta2 ** s["step"]) for s in states])
         torch._foreach_add_(denom, eps)
         torch._foreach_addcdiv_(params, exp_avgs, denom, step_size)
@@ -175,12 +197,13 @@ def _resolve(name: str, lr: float | None, hparams: dict) -> dict:
     return hp
 
 
-def build_optimizer(name: str, model: nn.Module, lr: float | None = None, members: int = 1,
+def build_optimizer(name: str, model: nn.Module, lr: float | None = None, members: int = 1, capturable: bool = False,
                     **hparams) -> torch.optim.Optimizer:
     """The optimiser `name` over `model`'s parameters, the study's default for a hyperparameter left None (one `name`
     does not use only at its neutral value). weight_decay: coupled L2 for sgd, sgd_momentum and adam, decoupled for
     adamw and muon; muon's AdamW part (BatchNorm, biases, the head) runs at muon_aux_lr. Groups keep `initial_lr`.
-    Adam and AdamW over CUDA parameters use torch's `fused` kernel, over any other device its `foreach` one."""
+    Adam and AdamW over CUDA parameters use torch's `fused` kernel, over any other device its `foreach` one.
+    `capturable` (a compiled step, `engine.capture`): Muon's AdamW part counts its steps in device tensors."""
     hp = _resolve(name, lr, hparams)
     params = [p for p in model.parameters() if p.requires_grad]
     if name in ("sgd", "sgd_momentum"):
@@ -201,7 +224,7 @@ def build_optimizer(name: str, model: nn.Module, lr: float | None = None, member
                  ns_steps=hp["ns_steps"], ns_dtype=hp["ns_dtype"], weight_decay=hp["weight_decay"]),
             dict(params=aux, use_muon=False, lr=hp["muon_aux_lr"], betas=hp["betas"], eps=hp["eps"],
                  weight_decay=hp["weight_decay"]),
-        ], members=members)
+        ], members=members, capturable=capturable)
     for g in opt.param_groups:
         g["initial_lr"] = g["lr"]
     return opt

@@ -1,10 +1,13 @@
 """Where and how a run computes: `run_device`, the process-wide numerics (`engine_settings`, recorded with the run:
 fp32 with TF32 off everywhere, tf32 on CUDA, bf16 autocast with weights, loss and metrics in fp32; deterministic
 algorithms, else cuDNN benchmarking on CUDA; the cuBLAS workspace is set at import), bf16 `autocast`, and the network
-the loop calls (`network`: compiled once per process and shape with `compile`; `reset_compiled` clears them)."""
+the loop calls (`network`: compiled once per process and shape with `compile`, as `engine.capture`'s whole step is,
+both kept by `compiled_once`; `reset_compiled` clears them)."""
 
 import contextlib
 import os
+from collections.abc import Callable
+from typing import TypeVar
 
 import torch
 
@@ -16,6 +19,7 @@ from initmem.engine import members, models
 # cuBLAS reads its workspace setting at its first call and deterministic algorithms need it: set at import (or kept).
 os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
 INDUCTOR_CACHE_ENV = "TORCHINDUCTOR_CACHE_DIR"
+T = TypeVar("T")
 
 
 def run_device(config: TrainConfig) -> torch.device:
@@ -90,13 +94,27 @@ def autocast(config: TrainConfig, dev: torch.device):
     return torch.autocast(dev.type, dtype=torch.bfloat16) if config.precision == "bf16" else contextlib.nullcontext()
 
 
-_COMPILED: dict[tuple, tuple[members.PlainPopulation, object]] = {}  # one network shape per process
+_COMPILED: dict[str, tuple[tuple, object]] = {}  # per kind ("network", "step"): its key and compiled form
 
 
 def reset_compiled() -> None:
-    """Forget every compiled network: dynamo's caches and this module's (after dynamo's alone, a model stays held)."""
+    """Forget every compiled network and step: dynamo's caches and this module's (after dynamo's alone, a model stays
+    held)."""
     torch._dynamo.reset()
     _COMPILED.clear()
+
+
+def compiled_once(kind: str, key: tuple, make: Callable[[], T]) -> T:
+    """`make()` (a compiled form) once per process and `key` of its `kind`: a new key replaces the kind's old one."""
+    if kind not in _COMPILED or _COMPILED[kind][0] != key:
+        _COMPILED[kind] = (key, make())
+    return _COMPILED[kind][1]
+
+
+def network_key(configs: list[TrainConfig], dev: torch.device) -> tuple:
+    """What makes two populations' networks one compiled shape: arch, width, K, a shared input, device, layout."""
+    cfg = configs[0]
+    return cfg.arch, cfg.width, len(configs), len({c.seed for c in configs}) == 1, str(dev), cfg.channels_last
 
 
 def network(configs: list[TrainConfig], dev: torch.device) -> tuple[members.PlainPopulation, object]:
@@ -113,22 +131,19 @@ def network(configs: list[TrainConfig], dev: torch.device) -> tuple[members.Plai
                 raise
             raise field_error("width", cfg.width, f"the network does not fit in memory on {dev} "
                               f"({type(exc).__name__}); a smaller width is accepted") from None
-    same_input = len({c.seed for c in configs}) == 1
-    pop = members.population(nets, same_input)
+    pop = members.population(nets, len({c.seed for c in configs}) == 1)
     if cfg.channels_last:
         pop.model.to(memory_format=torch.channels_last)
     if not cfg.compile:
         return pop, pop.model
-    key = (cfg.arch, cfg.width, len(configs), same_input, str(dev), cfg.channels_last)
-    if key not in _COMPILED:
-        _COMPILED.clear()
-        # dynamic=False: one graph per shape set: the full training batch and the padded evaluation batch (the partial
-        # last training batch runs uncompiled, Loop.train_step). On CUDA replayed as CUDA graphs ("reduce-overhead"):
-        # the network's forward and backward as one launch instead of ~100-1,000 (the instruments' ~30 ops stay eager).
+    key = network_key(configs, dev)
+    if _COMPILED.get("network", (None,))[0] != key:
+        _COMPILED.clear()  # the step compiled for the old network goes with it
+        # dynamic=False: one graph per shape: the padded evaluation batch (training compiles the whole step instead,
+        # engine.capture). On CUDA replayed as CUDA graphs ("reduce-overhead"): one launch instead of ~100-1,000.
         mode = "reduce-overhead" if dev.type == "cuda" else None
-        _COMPILED[key] = (pop, torch.compile(pop.model, dynamic=False, mode=mode))
-        return _COMPILED[key]
-    cached, net = _COMPILED[key]
+        return compiled_once("network", key, lambda: (pop, torch.compile(pop.model, dynamic=False, mode=mode)))
+    cached, net = _COMPILED["network"][1]
     cached.model.load_state_dict(pop.model.state_dict())  # weights, BatchNorm running stats and counters
     cached.model.zero_grad(set_to_none=True)
     cached.model.train()

@@ -16,12 +16,12 @@ from initmem.study.throughput import Entry, Throughput
 # (arch, optimiser): the width and batch size change the shapes, not the calls. fp32 and tf32 launch the same ops;
 # bf16's autocast adds casts not counted here, so bf16 takes no part in the fit.
 STEP_OPS: dict[tuple[str, str], int] = {
-    ("resnet9", "sgd"): 119, ("resnet9", "sgd_momentum"): 121, ("resnet9", "adam"): 125, ("resnet9", "adamw"): 126,
-    ("resnet9", "muon"): 373,
-    ("resnet56", "sgd"): 497, ("resnet56", "sgd_momentum"): 499, ("resnet56", "adam"): 503, ("resnet56", "adamw"): 504,
-    ("resnet56", "muon"): 2208,
-    ("resnet110", "sgd"): 929, ("resnet110", "sgd_momentum"): 931, ("resnet110", "adam"): 935,
-    ("resnet110", "adamw"): 936, ("resnet110", "muon"): 4314,
+    ("resnet9", "sgd"): 111, ("resnet9", "sgd_momentum"): 113, ("resnet9", "adam"): 117, ("resnet9", "adamw"): 118,
+    ("resnet9", "muon"): 365,
+    ("resnet56", "sgd"): 489, ("resnet56", "sgd_momentum"): 491, ("resnet56", "adam"): 495, ("resnet56", "adamw"): 496,
+    ("resnet56", "muon"): 2200,
+    ("resnet110", "sgd"): 921, ("resnet110", "sgd_momentum"): 923, ("resnet110", "adam"): 927,
+    ("resnet110", "adamw"): 928, ("resnet110", "muon"): 4306,
 }
 # forward multiply-accumulates per 32x32 image at width 1 (conv layers; width w scales them by about w^2)
 ARCH_MACS = {"resnet9": 379e6, "resnet20": 41e6, "resnet56": 125e6, "resnet110": 253e6}
