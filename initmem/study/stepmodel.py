@@ -23,6 +23,9 @@ STEP_OPS: dict[tuple[str, str], int] = {
     ("resnet110", "sgd"): 921, ("resnet110", "sgd_momentum"): 923, ("resnet110", "adam"): 927,
     ("resnet110", "adamw"): 928, ("resnet110", "muon"): 4306,
 }
+# A table created before the instruments were fused (FUSED_SINCE) timed steps launching OPS_BEFORE_FUSED more ops than
+# `STEP_OPS` (every arch: ResNet-9 SGD 127 then, 111 now); its per-op cost is its step over the ops it launched
+FUSED_SINCE, OPS_BEFORE_FUSED = "2026-12-06", 16
 # forward multiply-accumulates per 32x32 image at width 1 (conv layers; width w scales them by about w^2)
 ARCH_MACS = {"resnet9": 379e6, "resnet20": 41e6, "resnet56": 125e6, "resnet110": 253e6}
 COUNTED_PRECISIONS = ("fp32", "tf32")  # the precisions whose ops `STEP_OPS` counts
@@ -98,7 +101,9 @@ def fit(table: Throughput) -> HostFit | None:
     for e in singles:  # another precision: the same network's evaluation against fp32's
         if (e.arch, e.width, e.batch_size) == (a.arch, a.width, a.batch_size) and e.precision != "fp32":
             per_flop[e.precision] = per_flop["fp32"] * e.eval_image_s / a.eval_image_s
-    costs = tuple(e.train_step_s / STEP_OPS[(e.arch, "sgd")] for e in singles if e.precision in COUNTED_PRECISIONS
+    extra = OPS_BEFORE_FUSED if (table.created or "") < FUSED_SINCE else 0
+    costs = tuple(e.train_step_s / (STEP_OPS[(e.arch, "sgd")] + extra) for e in singles
+                  if e.precision in COUNTED_PRECISIONS
                   and per_flop[e.precision] * _flops(e.arch, e.width, e.batch_size) < HOST_BOUND * e.train_step_s)
     return HostFit(per_flop, costs, a) if costs else None
 
