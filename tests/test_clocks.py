@@ -92,3 +92,11 @@ def test_each_configuration_has_its_route():
     assert [clocks.route(dict(optimizer=o, weight_decay=w, batch_size=b, epochs=e)) for o, w, b, e in (
         ("adam", 0.0, 32, 60), ("sgd", 0.3, 32, 60), ("sgd", 0.0, 16, 60), ("sgd", 0.0, 32, 600),
         ("sgd", 0.0, 32, 60))] == ["adaptive", "L2", "batch", "time", "lr"]
+
+
+def test_a_configuration_without_all_its_seeds_decides_nothing():
+    r = pd.DataFrame(LR_ROUTE + [reading("time", 0.01, 60, 0.01, 20.0, epochs=600),
+                                 reading("time", 0.01, 600, 0.1, 19.0, epochs=600)])
+    r.loc[r["epochs"] == 600, "n"] = 1  # one seed at a σ_w so far
+    assert clocks.clock_time(r)[1] == "refuted"  # as if decided ...
+    assert clocks.clock_time(clocks.complete(r))[1] == "pending"  # ... but criteria() reads complete ones only

@@ -15,6 +15,7 @@ from initmem.analysis import cells, display, tables
 
 LOW, HIGH = 0.1, 2.5  # the two σ_w of every route
 BAND_PP = 3.0  # the registered tolerance: a reading falls on f within max(BAND_PP, 2 SE)
+SEEDS = 3  # the design's seeds a σ_w: a criterion reads a configuration once it has them all
 MARKS = (60, 120, 180, 240, 600)  # where a long run is read (those within its length)
 F_LRS = (0.01, 0.0178, 0.0316, 0.0562, 0.1)  # the lr route: f's points, each lr's G at epoch 60
 KEY = ("optimizer", "lr", "batch_size", "weight_decay", "epochs")
@@ -131,7 +132,7 @@ def finding3(r: pd.DataFrame, runs: pd.DataFrame, histories: pd.DataFrame) -> tu
     h = {rid: x for rid, x in histories.groupby("run_id")}
     ch = {s: np.array([100 * (metrics.end_accuracy(h[i], end=600) - metrics.end_accuracy(h[i], end=60))
                        for i in gs["run_id"] if i in h]) for s, gs in g.groupby("sigma_w")}
-    if set(ch) != {LOW, HIGH} or min(len(v) for v in ch.values()) < 2:
+    if set(ch) != {LOW, HIGH} or min(len(v) for v in ch.values()) < SEEDS:
         return "pending", "pending"
     d = gap(ch[LOW], ch[HIGH])
     word = "consistent" if abs(d["G_pp"]) <= BAND_PP else \
@@ -192,10 +193,15 @@ def reading_table(r: pd.DataFrame) -> pd.DataFrame:
     return cells.finish(shown, dict.fromkeys(names.values(), "percent"))
 
 
+def complete(r: pd.DataFrame) -> pd.DataFrame:
+    """The readings of configurations with all their seeds (`SEEDS` at each σ_w): what a criterion may read."""
+    return r[r["n"] >= SEEDS] if len(r) else r
+
+
 def criteria(runs: pd.DataFrame, histories: pd.DataFrame) -> pd.DataFrame:
     """The registered predictions, each with its criterion, what the runs give and the outcome ('pending' until
-    its runs are committed)."""
-    r = readings(runs, histories)
+    its runs are committed: a configuration counts once it has `SEEDS` seeds at each σ_w)."""
+    r = complete(readings(runs, histories))
     rows = []
     for name, (criterion, fn) in PREDICTIONS.items():
         got, outcome = finding3(r, runs, histories) if fn is None else fn(r) if len(r) else ("pending", "pending")
