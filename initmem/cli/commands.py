@@ -192,7 +192,8 @@ def _add_figures(sub: argparse._SubParsersAction) -> None:
                    "current folder (default: a committed tree's own figure set, else <results>/figures; executed "
                    "notebooks go to <out>/.executed/)")
     p.add_argument("--notebooks", nargs="+", default=None, metavar="NAME",
-                   help="only these figure notebooks (stems like 01_optimizers, or .py paths; default: all)")
+                   help="only these figure notebooks (stems like 01_optimizers or clock_experiment, or .py "
+                   "paths; default: a committed set's own, else every section's)")
     p.add_argument("--overwrite", action="store_true", help="write into a committed figure set from another results "
                    "tree, or into a folder holding other files (default: refused)")
     p.add_argument("--no-progress", dest="progress", action="store_false", help="do not stream notebook output")
