@@ -54,12 +54,22 @@ def test_f_is_linear_in_log_t_between_the_lr_routes_points_and_undefined_outside
     assert math.isnan(clocks.f_at(pts, 5.0)[0]) and math.isnan(clocks.f_at(pts, 0.001)[0])
 
 
+LARGE_LR = [reading("time", 0.0562, 60, 0.3, 10.0, epochs=180),  # its own 60 above f(0.9): the 180 reading has power
+            reading("time", 0.0562, 180, 0.9, 5.0, epochs=180)]  # on f (f(0.9) = 4.5: f now runs through its 60)
+
+
 @pytest.mark.parametrize("g600, outcome", [(12.5, "held"), (19.0, "refuted"), (4.0, "not on f (below)")])
 def test_the_time_route_refutes_the_clock_only_when_its_memory_stays_above_f(g600, outcome):
-    r = pd.DataFrame(LR_ROUTE + [reading("time", 0.01, 60, 0.01, 20.0, epochs=600),
-                                 reading("time", 0.01, 600, 0.1, g600, epochs=600)])
+    r = pd.DataFrame(LR_ROUTE + LARGE_LR + [reading("time", 0.01, 60, 0.01, 20.0, epochs=600),
+                                            reading("time", 0.01, 600, 0.1, g600, epochs=600)])
     said, got = clocks.clock_time(r)
-    assert got == outcome and "e600" in said
+    assert got == outcome and "e600" in said and "lr 0.0562 e180: 5.0 [4.0, 6.0] vs f 4.5 ± 3.0, on f" in said
+
+
+def test_the_time_route_is_pending_until_both_its_lrs_are_read_unless_one_refutes():
+    one = LR_ROUTE + [reading("time", 0.01, 60, 0.01, 20.0, epochs=600)]
+    assert clocks.clock_time(pd.DataFrame(one + [reading("time", 0.01, 600, 0.1, 12.5, epochs=600)]))[1] == "pending"
+    assert clocks.clock_time(pd.DataFrame(one + [reading("time", 0.01, 600, 0.1, 19.0, epochs=600)]))[1] == "refuted"
 
 
 def test_a_reading_without_power_decides_nothing():
@@ -83,8 +93,12 @@ def test_batch_and_l2_and_t_adapt_criteria_decide_as_registered():
         assert clocks.t_l2(pd.DataFrame(l2))[1] == want
     adam = [reading("adaptive", 1e-3, 180, 0.0, 8.0, optimizer="adam", epochs=180),
             reading("adaptive", 3e-3, 60, 0.0, 9.0, optimizer="adam")]
+    assert clocks.t_adapt(pd.DataFrame(adam))[1] == "pending"  # its epoch-120 reading is part of the prediction
+    adam.append(reading("adaptive", 1e-3, 120, 0.0, 10.0, optimizer="adam", epochs=180))
     assert clocks.t_adapt(pd.DataFrame(adam))[1] == "held"
-    adam[1] = reading("adaptive", 3e-3, 60, 0.0, 15.0, optimizer="adam")
+    adam[2] = reading("adaptive", 1e-3, 120, 0.0, 16.0, optimizer="adam", epochs=180)  # not between them ± band
+    assert clocks.t_adapt(pd.DataFrame(adam))[1] == "refuted"
+    adam[1:] = [reading("adaptive", 3e-3, 60, 0.0, 15.0, optimizer="adam"), adam[2]]
     assert clocks.t_adapt(pd.DataFrame(adam))[1] == "refuted"
 
 
@@ -100,3 +114,7 @@ def test_a_configuration_without_all_its_seeds_decides_nothing():
     r.loc[r["epochs"] == 600, "n"] = 1  # one seed at a σ_w so far
     assert clocks.clock_time(r)[1] == "refuted"  # as if decided ...
     assert clocks.clock_time(clocks.complete(r))[1] == "pending"  # ... but criteria() reads complete ones only
+
+
+def test_the_verdicts_read_the_trees_the_committed_set_reads():
+    assert TREES == clocks.TREES

@@ -18,6 +18,8 @@ BAND_PP = 3.0  # the registered tolerance: a reading falls on f within max(BAND_
 SEEDS = 3  # the design's seeds a σ_w: a criterion reads a configuration once it has them all
 MARKS = (60, 120, 180, 240, 600)  # where a long run is read (those within its length)
 F_LRS = (0.01, 0.0178, 0.0316, 0.0562, 0.1)  # the lr route: f's points, each lr's G at epoch 60
+TIME_LRS = (0.01, 0.0562)  # the time route: 600 and 180 epochs, each decided at its last
+TREES = ("results/cpu_w025_clocks", "results/cpu_w025", "results/cpu_w025_lr")  # its runs, then the routes' shared
 KEY = ("optimizer", "lr", "batch_size", "weight_decay", "epochs")
 
 
@@ -106,23 +108,47 @@ def _one(r: pd.DataFrame, **where) -> pd.Series | None:
     return r[m].iloc[0] if m.any() else None
 
 
+def g_text(row: pd.Series | dict) -> str:
+    """A reading as T10 quotes it: 'G [95 % interval]' in pp."""
+    return f"{row['G_pp']:.1f} [{row['G_lo']:.1f}, {row['G_hi']:.1f}]"
+
+
+def time_readings(r: pd.DataFrame) -> list[dict]:
+    """The time route's readings beyond epoch 60, each against f: f(T_SGD), the band, the side of f it lies on
+    and whether it has power (its own lr's G(60) differs from f(T) by more than the band)."""
+    pts, out = curve(r), []
+    for row in r[(r["route"] == "time") & (r["epoch"] > 60)].to_dict("records"):
+        f, se_f = f_at(pts, row["T_SGD"])
+        own = _one(r[r["epochs"] == row["epochs"]], lr=row["lr"], epoch=60)  # its own first 60 epochs
+        b = band(row["se_pp"], se_f)
+        side = "outside f" if math.isnan(f) else "on f" if abs(row["G_pp"] - f) <= b else \
+            "above f" if row["G_pp"] > f else "below f"
+        out.append({**row, "f": f, "band": b, "side": side,
+                    "power": own is not None and not math.isnan(f) and abs(own["G_pp"] - f) > b})
+    return out
+
+
+def time_text(t: dict) -> str:
+    """'lr 0.01 e600: 17.2 [15.1, 19.0] vs f 12.0 ± 3.0, above f' (and '(no power)' where it has none)."""
+    if t["side"] == "outside f":
+        return f"lr {t['lr']:g} e{t['epoch']}: outside f"
+    return (f"lr {t['lr']:g} e{t['epoch']}: {g_text(t)} vs f {t['f']:.1f} ± {t['band']:.1f}, {t['side']}"
+            + ("" if t["power"] else " (no power)"))
+
+
 def clock_time(r: pd.DataFrame) -> tuple[str, str]:
-    """Prediction 1: the time route's readings beyond epoch 60 against f."""
-    pts, parts, verdict = curve(r), [], "pending"
-    for row in r[(r["route"] == "time") & (r["epoch"] > 60)].itertuples():
-        f, se_f = f_at(pts, row.T_SGD)
-        own = _one(r[r["epochs"] == row.epochs], lr=row.lr, epoch=60)  # its own first 60 epochs
-        b = band(row.se_pp, se_f)
-        if math.isnan(f):
-            parts.append(f"lr {row.lr:g} e{row.epoch}: outside f")
-            continue
-        power = own is not None and abs(own["G_pp"] - f) > b
-        side = "on f" if abs(row.G_pp - f) <= b else "above f" if row.G_pp > f else "below f"
-        parts.append(f"lr {row.lr:g} e{row.epoch}: {row.G_pp:.1f} vs f {f:.1f} ± {b:.1f}: {side}"
-                     + ("" if power else " (no power)"))
-        if row.epoch == row.epochs and power and verdict != "refuted":  # the registered refutation: above f
-            verdict = {"above f": "refuted", "on f": "held"}.get(side, "not on f (below)")
-    return "; ".join(parts) or "pending", verdict
+    """Prediction 1: the time route's readings beyond epoch 60 against f; decided at each configuration's last
+    epoch: refuted by one above f with power, else pending until every `TIME_LRS` configuration is read."""
+    parts = time_readings(r)
+    ends = {t["lr"]: t for t in parts if t["epoch"] == t["epochs"]}
+    powered = [t["side"] for t in ends.values() if t["power"]]
+    if "above f" in powered:
+        verdict = "refuted"
+    elif {round(x, 6) for x in ends} != {round(x, 6) for x in TIME_LRS}:
+        verdict = "pending"
+    else:
+        verdict = "no power" if not powered else "held" if set(powered) == {"on f"} else "not on f (below)"
+    return "; ".join(map(time_text, parts)) or "pending", verdict
 
 
 def finding3(r: pd.DataFrame, runs: pd.DataFrame, histories: pd.DataFrame) -> tuple[str, str]:
@@ -147,8 +173,8 @@ def finding5(r: pd.DataFrame) -> tuple[str, str]:
     large = [_one(r, batch_size=b, epoch=120) for b in (64, 128)]
     if b32 is None or b16 is None or any(x is None for x in large):
         return "pending", "pending"
-    said = f"b 16: {b16['G_pp']:.1f}, b 32: {b32['G_pp']:.1f}, b 64/128 at 120: " + \
-        "/".join(f"{x['G_pp']:.1f}" for x in large)
+    said = f"b 16: {g_text(b16)}, b 32: {g_text(b32)}, b 64 and 128 at e120: " + \
+        ", ".join(g_text(x) for x in large) + f" (n = {min(int(x['n']) for x in (b16, b32, *large))})"
     fitted = all(x["fitted"].split("/")[0] == x["fitted"].split("/")[1] for x in (b16, *large))
     if b16["G_pp"] >= b32["G_pp"] - BAND_PP or any(x["G_pp"] < b32["G_pp"] - BAND_PP for x in large):
         return said, "contradicted"
@@ -156,14 +182,18 @@ def finding5(r: pd.DataFrame) -> tuple[str, str]:
 
 
 def t_adapt(r: pd.DataFrame) -> tuple[str, str]:
-    """Prediction 4: Adam at equal T_adapt by time (lr 1e-3, 180 epochs) and by lr (3e-3, 60)."""
+    """Prediction 4: Adam at equal T_adapt by time (lr 1e-3, 180 epochs) and by lr (3e-3, 60) within the band of
+    each other, and lr 1e-3's reading at epoch 120 between them ± its band."""
     adam = r[r["optimizer"] == "adam"]
     by_time, by_lr = _one(adam, lr=1e-3, epoch=180), _one(adam, lr=3e-3, epoch=60)
-    if by_time is None or by_lr is None:
+    mid = _one(adam, lr=1e-3, epoch=120)
+    if by_time is None or by_lr is None or mid is None:
         return "pending", "pending"
-    b = band(by_time["se_pp"], by_lr["se_pp"])
-    held = abs(by_time["G_pp"] - by_lr["G_pp"]) <= b
-    return f"time {by_time['G_pp']:.1f} vs lr {by_lr['G_pp']:.1f} (band {b:.1f})", "held" if held else "refuted"
+    b, b_mid = band(by_time["se_pp"], by_lr["se_pp"]), band(mid["se_pp"])
+    lo, hi = sorted((by_time["G_pp"], by_lr["G_pp"]))
+    held = hi - lo <= b and lo - b_mid <= mid["G_pp"] <= hi + b_mid
+    return (f"by time (1e-3, e180) {g_text(by_time)} vs by lr (3e-3, e60) {g_text(by_lr)}, band {b:.1f}; "
+            f"e120 {g_text(mid)} (n = {min(int(by_time['n']), int(by_lr['n']))})"), "held" if held else "refuted"
 
 
 def t_l2(r: pd.DataFrame) -> tuple[str, str]:
@@ -172,8 +202,8 @@ def t_l2(r: pd.DataFrame) -> tuple[str, str]:
     if big is None or small is None:
         return "pending", "pending"
     held = big["G_pp"] <= BAND_PP + 2 * big["se_pp"]
-    return f"λ 0.03: {small['G_pp']:.1f} ({small['fitted']} fitted), λ 0.3: {big['G_pp']:.1f} ({big['fitted']} " \
-           "fitted)", "held" if held else "refuted"
+    return (f"λ 0.03: {g_text(small)} ({small['fitted']} fitted), λ 0.3: {g_text(big)} ({big['fitted']} fitted; "
+            f"n = {min(int(small['n']), int(big['n']))})"), "held" if held else "refuted"
 
 
 PREDICTIONS: dict[str, tuple[str, Callable]] = {

@@ -44,7 +44,7 @@ class Found:
         if len(self.numbers):
             headers, rows = display.display_rows(self.numbers)
             lines += [display.markdown_table(headers, rows), ""]
-        lines.append("Verdict (" + "; ".join(f"{v.line()}, read from `{v.evidence}`" for v in found)
+        lines.append("Verdict (" + "; ".join(f"{v.line()}, read from `{v.source}`" for v in found)
                      + f") and what it cannot show: {link}." if found else f"What it cannot show: {link}.")
         return "\n".join(lines)
 

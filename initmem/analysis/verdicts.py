@@ -2,7 +2,8 @@
 table and headings), README, the notebooks' "What we found" and the figure indexes show (tests/test_verdicts.py keeps
 each page equal to it; `python -m initmem.analysis.verdicts` prints the blocks to paste). The words are
 docs/study.md's (`WORDS`); a verdict's numbers are computed from the committed runs of its `evidence` tree, never
-typed, and `limits` says what it does not show."""
+typed, and `limits` says what it does not show. Findings 3, 4 (L2), 5 and 7 take their word from the clock
+experiment's registered criteria (T10, `clocks.criteria`) once those are read: `decided_by`, `OUTCOME_WORDS`."""
 
 import math
 import sys
@@ -14,10 +15,13 @@ from pathlib import Path
 import pandas as pd
 
 from initmem import metrics
-from initmem.analysis import cells, display, instrument_tables, tables
+from initmem.analysis import cells, clocks, display, instrument_tables, tables
 
 ROOT = Path(__file__).resolve().parents[2]
 WORDS = ("consistent", "partly", "not shown", "contradicted")  # docs/study.md#verdicts defines each
+OUTCOME_WORDS = {"held": "consistent", "consistent": "consistent", "partly": "partly", "not on f (below)": "partly",
+                 "no power": "not shown", "refuted": "contradicted", "contradicted": "contradicted"}  # T10's outcomes
+CLOCK_TIME, TIME_ALONE, BATCH, T_ADAPT, L2 = clocks.PREDICTIONS  # T10's five registered predictions
 HEADLINE = "results/cpu_w025"  # the 5-seed width-0.25 grid: section 01's headline set
 SECTION_SETS = {"01_optimizers": HEADLINE}  # each section's headline set; the others' is results/cpu
 
@@ -32,6 +36,22 @@ def _runs(tree: str, section: str | None = None) -> pd.DataFrame:
     from initmem.store.results import load_runs
     path = ROOT / tree / section if section else ROOT / tree
     return load_runs(path)
+
+
+@cache
+def _clock_readings() -> tuple[pd.DataFrame, pd.DataFrame]:
+    """The clock experiment's criteria (T10, indexed by prediction) and its complete readings (T11's rows)."""
+    from initmem.store.results import load_histories
+    runs = clocks.clock_runs(pd.concat([_runs(t) for t in clocks.TREES], ignore_index=True))
+    hist = pd.concat([load_histories(ROOT / t) for t in clocks.TREES], ignore_index=True)
+    hist = hist[hist["run_id"].isin(runs["run_id"])]
+    return clocks.criteria(runs, hist).set_index("prediction"), clocks.complete(clocks.readings(runs, hist))
+
+
+def _t10(prediction: str) -> tuple[str, str]:
+    """T10's reading and outcome of one registered prediction."""
+    row = _clock_readings()[0].loc[prediction]
+    return row["reading"], row["outcome"]
 
 
 @cache
@@ -63,6 +83,8 @@ def _quote_2() -> str:
 
 
 def _quote_3() -> str:
+    if VERDICTS[3].decided():
+        return _t10(TIME_ALONE)[0] + ": G(600) − G(60) at lr 0.01, seeds paired"
     t2 = tables.long_training_table(_runs("results/cpu", "02_long_training"), marks=[25, 400])
     sgd = t2[t2["optimizer"] == "sgd"].set_index("epoch")["spread_pp"]
     pct = lambda e: display.number(sgd[e], "percent")  # noqa: E731
@@ -71,11 +93,13 @@ def _quote_3() -> str:
 
 def _quote_4() -> str:
     lr = tables.optimizer_table(_runs("results/cpu_w025_lr").query("optimizer == 'sgd'")).iloc[0]
-    return (f"SGD at lr 0.1: {_pp(lr)} pp (n = 3), at lr 0.01: {_pp(_t1(HEADLINE).loc['sgd'])} (n = 5); no L2 run "
-            "with seeds yet")
+    said = f"SGD at lr 0.1: {_pp(lr)} pp (n = 3), at lr 0.01: {_pp(_t1(HEADLINE).loc['sgd'])} (n = 5)"
+    return said + ("; L2 (G, pp): " + _t10(L2)[0] if VERDICTS[4].decided() else "; no L2 run with seeds yet")
 
 
 def _quote_5() -> str:
+    if VERDICTS[5].decided():
+        return "G (pp) at lr 0.01, " + _t10(BATCH)[0]
     t4 = tables.batch_size_table(_runs("results/cpu", "04_batch_size")).set_index("batch_size")["sgd"]
     return "SGD's spread " + ", ".join(f"b = {b}: {display.number(v, 'percent')}" for b, v in t4.items()) + \
         " pp (1 seed each)"
@@ -89,6 +113,14 @@ def _quote_6() -> str:
 
 
 def _quote_7() -> str:
+    if VERDICTS[7].decided():
+        r = _clock_readings()[1]
+        ends = [t for t in clocks.time_readings(r) if t["epoch"] == t["epochs"]]
+        said = "; ".join(f"lr {t['lr']:g} × {t['epochs']}: {clocks.g_text(t)} vs f {t['f']:.1f} ± {t['band']:.1f}"
+                         for t in ends)
+        adam = {e: r[(r["optimizer"] == "adam") & (r["epoch"] == e)].set_index("lr") for e in (60, 180)}
+        return (f"G (pp) by time at T_SGD: {said}; at T_adapt 11.2 by time {clocks.g_text(adam[180].loc[1e-3])}, "
+                f"by lr {clocks.g_text(adam[60].loc[3e-3])} (n = 3)")
     t7 = instrument_tables.clock_correlations(_runs(HEADLINE)).set_index("x")
     r = t7.loc["T_SGD"]
     return (f"ρ(spread, T_SGD) = {display.number(r['spearman'], 'signed')} over {int(r['n_configs'])} "
@@ -103,10 +135,40 @@ class Verdict:
     finding: int
     title: str
     anchor: str  # docs/study.md's heading anchor
-    word: str
+    until: str  # the word while its criteria (`decided_by`) are pending; the word itself where it has none
     evidence: str
     quote: Callable[[], str]
     limits: str
+    decided_by: tuple[str, ...] = ()  # T10's predictions that decide it
+    known: tuple[str, ...] = ()  # words of its other halves, already read
+    decided_limits: str = ""  # what it does not show, once decided
+
+    def decided(self) -> str | None:
+        """The word T10's outcomes give it (one word if all agree, else 'partly'); None while one is pending."""
+        if not self.decided_by:
+            return None
+        outcomes = [_t10(p)[1] for p in self.decided_by]
+        if "pending" in outcomes:
+            return None
+        words = {OUTCOME_WORDS[o] for o in outcomes} | set(self.known)
+        return words.pop() if len(words) == 1 else "partly"
+
+    @property
+    def word(self) -> str:
+        return self.decided() or self.until
+
+    @property
+    def what_not(self) -> str:
+        """What it does not show: `decided_limits` once decided, else `limits`."""
+        return self.decided_limits if self.decided() else self.limits
+
+    @property
+    def source(self) -> str:
+        """The trees its numbers are read from: once decided the clock experiment's (after `evidence` where another
+        half is `known`), else `evidence`."""
+        if not self.decided():
+            return self.evidence
+        return f"{self.evidence}, {clocks.TREES[0]}" if self.known else clocks.TREES[0]
 
     def line(self) -> str:
         """'finding 1 (SGD remembers): *consistent*', as the notebooks and indexes show it."""
@@ -125,17 +187,24 @@ VERDICTS = {v.finding: v for v in (
             "selected networks have not yet fitted"),
     Verdict(3, "Time alone is not enough", "finding-3-time-alone-is-not-enough", "not shown", "results/cpu",
             _quote_3, "selection freezes early, so a flat selected spread says little; the 600-epoch clock route "
-            "will decide"),
+            "will decide", (TIME_ALONE,), decided_limits="lr 0.01 only, one protocol (ResNet-9 width 0.25, "
+            "2,000 images), 3 seeds a σ_w; memory as the median over 10 epochs, not at a selected epoch"),
     Verdict(4, "Regularisation and learning rate make SGD forget",
             "finding-4-regularisation-and-learning-rate-make-sgd-forget", "partly", "results/cpu_w025_lr", _quote_4,
-            "lr: consistent, two lrs in one protocol; L2: not shown (the clock experiment's L2 route will read it)"),
+            "lr: consistent, two lrs in one protocol; L2: not shown (the clock experiment's L2 route will read it)",
+            (L2,), ("consistent",), "one protocol; lr: two lrs; L2: two λ at lr 0.01, 3 seeds a σ_w, T_L2 ≈ 1 and 11 "
+            "(weight decay coupled to SGD's step)"),
     Verdict(5, "Batch size", "finding-5-batch-size", "not shown", "results/cpu", _quote_5,
-            "one seed and unequal fitting across b; the clock experiment's batch route will decide"),
+            "one seed and unequal fitting across b; the clock experiment's batch route will decide", (BATCH,),
+            decided_limits="lr 0.01, b 16–128 in one protocol, 3 seeds a σ_w; b 64 and 128 lie below f's range, "
+            "where the clock predicts only a floor"),
     Verdict(6, "Depth", "finding-6-depth", "not shown", "results/cpu", _quote_6,
             "no designed test: 800 steps and one seed cannot tell 'never fits' from 'fits slowly'; the deeper net "
             "does not fail more; no ResNet-110"),
     Verdict(7, "Clocks, not epochs", "finding-7-clocks-not-epochs", "not shown", HEADLINE, _quote_7,
-            "5 configurations cannot settle a sign; lr and T_SGD vary together in the committed runs"),
+            "5 configurations cannot settle a sign; lr and T_SGD vary together in the committed runs",
+            (CLOCK_TIME, T_ADAPT), decided_limits="one protocol, plain SGD and Adam, 3 seeds a σ_w; f interpolated "
+            "between 5 lrs; T_L2 is finding 4's route; the batch route is finding 5's"),
 )}
 
 
@@ -144,7 +213,7 @@ def findings_table() -> str:
     rows = ["| finding | verdict | numbers | read from | what it does not show |", "|---|---|---|---|---|"]
     for v in VERDICTS.values():
         rows.append(f"| {v.finding}. {v.title} | **{v.word}** | {v.quote()} | "
-                    f"`{v.evidence}` | {v.limits} |")
+                    f"`{v.source}` | {v.what_not} |")
     return "\n".join(rows)
 
 
