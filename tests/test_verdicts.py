@@ -116,9 +116,10 @@ def test_decided_verdicts_quote_their_readings_within_a_cell(monkeypatch):
         _reading("adaptive", 1e-3, 120, 0.0, 10.0, 180, optimizer="adam"),
         _reading("adaptive", 1e-3, 180, 0.0, 8.0, 180, optimizer="adam"),
         _reading("L2", 0.01, 60, 0.0116, 12.0, wd=0.03), _reading("L2", 0.01, 60, 0.0116, 2.0, wd=0.3)])
-    crit = pd.DataFrame([{"prediction": name, **dict(zip(("reading", "outcome"), ((
-        "ΔG = −2.1 pp [−3.5, −0.8] (n = 3)", "consistent") if fn is None else fn(r))))}
-        for name, (_, fn) in clocks.PREDICTIONS.items()]).set_index("prediction")
+    said = {name: ("ΔG = −2.1 pp [−3.5, −0.8] (n = 3)", "consistent") if fn is None else fn(r)
+            for name, (_, fn) in clocks.PREDICTIONS.items()}
+    crit = pd.DataFrame([{"prediction": n, "reading": g, "outcome": o} for n, (g, o) in said.items()])
+    crit = crit.set_index("prediction")
     assert "pending" not in crit["outcome"].tolist()
     monkeypatch.setattr(verdicts, "_clock_readings", lambda: (crit, r))
     table = verdicts.findings_table()
