@@ -118,3 +118,12 @@ def test_a_configuration_without_all_its_seeds_decides_nothing():
 
 def test_the_verdicts_read_the_trees_the_committed_set_reads():
     assert TREES == clocks.TREES
+
+
+def test_findings_md_says_what_t10_says_of_the_time_route():
+    """findings.md's finding 7 reports prediction 1's outcome in words: it says 'refutes' exactly when T10 does."""
+    t10 = pd.read_csv(ROOT / "figures" / "cpu_w025_clocks" / "tables" / "T10_clock_criteria.csv")
+    outcome = t10.set_index("prediction").at["1. the clock, time route", "outcome"]
+    text = " ".join((ROOT / "docs" / "findings.md").read_text(encoding="utf-8").split())
+    section = text.split("## 7. Clocks, not epochs")[1].split("## ")[0]
+    assert ("its time route refutes T_SGD as registered" in section) == (outcome == "refuted"), outcome
