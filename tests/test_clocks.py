@@ -127,3 +127,14 @@ def test_findings_md_says_what_t10_says_of_the_time_route():
     text = " ".join((ROOT / "docs" / "findings.md").read_text(encoding="utf-8").split())
     section = text.split("## 7. Clocks, not epochs")[1].split("## ")[0]
     assert ("its time route refutes T_SGD as registered" in section) == (outcome == "refuted"), outcome
+
+
+def test_findings_md_says_how_many_l2_networks_fit():
+    """findings.md's finding 4 counts the L2 route's fitted networks in words; T11 counts them from the runs."""
+    t11 = pd.read_csv(ROOT / "figures" / "cpu_w025_clocks" / "tables" / "T11_clock_readings.csv")
+    fitted = dict(zip(t11.loc[t11["route"] == "L2", "T_L2"].round(1), t11.loc[t11["route"] == "L2", "fitted"],
+                      strict=True))
+    assert fitted == {1.1: "5/6", 11.2: "0/6"}
+    text = " ".join((ROOT / "docs" / "findings.md").read_text(encoding="utf-8").split())
+    assert "at λ 0.03 (T_L2 ≈ 1.1) five of six networks fit" in text
+    assert "(T_L2 ≈ 11) the memory is small but none fits" in text

@@ -192,8 +192,8 @@ VERDICTS = {v.finding: v for v in (
     Verdict(4, "Regularisation and learning rate make SGD forget",
             "finding-4-regularisation-and-learning-rate-make-sgd-forget", "partly", "results/cpu_w025_lr", _quote_4,
             "lr: consistent, two lrs in one protocol; L2: not shown (the clock experiment's L2 route will read it)",
-            (L2,), ("consistent",), "one protocol; lr: two lrs; L2: two λ at lr 0.01, 3 seeds a σ_w, T_L2 ≈ 1 and 11 "
-            "(weight decay coupled to SGD's step)"),
+            (L2,), ("consistent",), "one protocol, two lrs and two λ (at lr 0.01, coupled), 3 seeds a σ_w; at λ 0.3 "
+            "no network fits, so its small G is not forgetting alone"),
     Verdict(5, "Batch size", "finding-5-batch-size", "not shown", "results/cpu", _quote_5,
             "one seed and unequal fitting across b; the clock experiment's batch route will decide", (BATCH,),
             decided_limits="lr 0.01, b 16–128 in one protocol, 3 seeds a σ_w; b 64 and 128 lie below f's range, "
