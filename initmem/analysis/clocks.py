@@ -247,10 +247,10 @@ PANELS = (("T_SGD", ("lr", "time", "batch")), ("T_adapt", ("adaptive",)), ("T_L2
 def figure(r: pd.DataFrame):
     """Memory G against each clock on a log axis: a panel per clock, a colour and marker per route, every reading
     with its 95 % interval, f (the lr route's curve) drawn with its ±3 pp band in the T_SGD panel."""
-    from initmem.analysis.style import legend, log_axis, message_figure, new_figure
+    from initmem.analysis.style import log_axis, message_figure, new_figure
     if r.empty:
         return message_figure("no clock-experiment readings yet")
-    fig, axes = new_figure(3, 1, width=7.2, height=2.8, sharey=True)
+    fig, axes = new_figure(3, 1, width=8.6, height=2.8, sharey=True)
     for ax, (clock, routes) in zip(axes, PANELS, strict=True):
         for name in routes:
             g = r[(r["route"] == name) & (r[clock] > 0)]
@@ -266,6 +266,7 @@ def figure(r: pd.DataFrame):
         log_axis(ax, "x")
         ax.set_xlabel(clock)
         ax.axhline(0, color="0.6", lw=0.5)
-        legend(ax, loc="upper right")
     axes[0].set_ylabel("G = acc(σ_w 0.1) − acc(σ_w 2.5) (pp)")
+    labelled = {lab: h for ax in axes for h, lab in zip(*ax.get_legend_handles_labels(), strict=True)}
+    fig.legend(labelled.values(), labelled.keys(), loc="outside right center", frameon=False)  # off the data
     return fig
