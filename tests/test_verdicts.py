@@ -97,8 +97,8 @@ def test_finding_4s_l2_half_joins_its_lr_half():
 
 def _reading(route, lr, epoch, t_sgd, g, epochs=60, optimizer="sgd", b=32, wd=0.0):
     return {"route": route, "optimizer": optimizer, "lr": lr, "batch_size": b, "weight_decay": wd, "epochs": epochs,
-            "epoch": epoch, "T_SGD": t_sgd, "T_L2": 0.0, "T_adapt": 1.0, "G_pp": g, "se_pp": 0.8, "G_lo": g - 1.6,
-            "G_hi": g + 1.5, "n": 3, "fitted": "6/6"}
+            "epoch": epoch, "T_SGD": t_sgd, "T_L2": 0.0, "T_adapt": 11.16 if optimizer == "adam" else 1.0, "G_pp": g,
+            "se_pp": 0.8, "G_lo": g - 1.6, "G_hi": g + 1.5, "n": 3, "fitted": "6/6"}
 
 
 def test_decided_verdicts_quote_their_readings_within_a_cell(monkeypatch):
@@ -127,4 +127,5 @@ def test_decided_verdicts_quote_their_readings_within_a_cell(monkeypatch):
         assert verdicts.VERDICTS[f].decided() and "`results/cpu_w025_clocks`" in table
     for row in table.splitlines()[2:]:
         assert all(len(cell.strip()) <= 200 for cell in row.strip("|").split(" | ")), row
-    assert "lr 0.01 × 600: 17.4 [15.8, 18.9] vs f" in table and "by lr 9.0 [7.4, 10.5] (n = 3)" in table
+    assert "lr 0.01 × 600: 17.4 [15.8, 18.9] vs f" in table
+    assert "at T_adapt 11.2 by time 8.0 [6.4, 9.5], by lr 9.0 [7.4, 10.5] (n = 3)" in table

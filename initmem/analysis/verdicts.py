@@ -118,9 +118,11 @@ def _quote_7() -> str:
         ends = [t for t in clocks.time_readings(r) if t["epoch"] == t["epochs"]]
         said = "; ".join(f"lr {t['lr']:g} × {t['epochs']}: {clocks.g_text(t)} vs f {t['f']:.1f} ± {t['band']:.1f}"
                          for t in ends)
-        adam = {e: r[(r["optimizer"] == "adam") & (r["epoch"] == e)].set_index("lr") for e in (60, 180)}
-        return (f"G (pp) by time at T_SGD: {said}; at T_adapt 11.2 by time {clocks.g_text(adam[180].loc[1e-3])}, "
-                f"by lr {clocks.g_text(adam[60].loc[3e-3])} (n = 3)")
+        adam = r[r["optimizer"] == "adam"].set_index(["lr", "epoch"])
+        by_time, by_lr = adam.loc[(1e-3, 180)], adam.loc[(3e-3, 60)]  # prediction 4's pair (`clocks.t_adapt`)
+        n = min(int(by_time["n"]), int(by_lr["n"]), *(int(t["n"]) for t in ends))
+        return (f"G (pp) by time at T_SGD: {said}; at T_adapt {by_time['T_adapt']:.1f} by time "
+                f"{clocks.g_text(by_time)}, by lr {clocks.g_text(by_lr)} (n = {n})")
     t7 = instrument_tables.clock_correlations(_runs(HEADLINE)).set_index("x")
     r = t7.loc["T_SGD"]
     return (f"ρ(spread, T_SGD) = {display.number(r['spearman'], 'signed')} over {int(r['n_configs'])} "
