@@ -138,3 +138,21 @@ def test_findings_md_says_how_many_l2_networks_fit():
     text = " ".join((ROOT / "docs" / "findings.md").read_text(encoding="utf-8").split())
     assert "at λ 0.03 (T_L2 ≈ 1.1) five of six networks fit" in text
     assert "(T_L2 ≈ 11) the memory is small but none fits" in text
+
+
+def test_findings_md_says_what_t11_says_of_the_batch_route():
+    """findings.md's finding 5: G rises with b (each b at its last epoch), every batch network fitted, and b 16
+    falls on f at its T_SGD — read from T11 with f built as `clocks.curve` builds it."""
+    t11 = pd.read_csv(ROOT / "figures" / "cpu_w025_clocks" / "tables" / "T11_clock_readings.csv")
+    r = t11.rename(columns={"G (pp)": "G_pp", "SE (pp)": "se_pp"}).assign(weight_decay=0.0)
+    last = r[(r["epoch"] == r["epochs"]) & (r["optimizer"] == "sgd") & np.isclose(r["lr"], 0.01)]
+    by_b = last[(last["route"] == "batch") | (last["route"] == "lr")].set_index("batch_size")
+    assert list(by_b.index.sort_values()) == [16, 32, 64, 128]
+    assert by_b.sort_index()["G_pp"].is_monotonic_increasing
+    assert (by_b.loc[[16, 64, 128], "fitted"] == "6/6").all()
+    b16 = by_b.loc[16]
+    f, se_f = clocks.f_at(clocks.curve(r[r["route"].isin(["lr", "time"])]), b16["T_SGD"])
+    assert abs(b16["G_pp"] - f) <= clocks.band(b16["se_pp"], se_f)
+    text = " ".join((ROOT / "docs" / "findings.md").read_text(encoding="utf-8").split())
+    section = text.split("## 5. Batch size")[1].split("## ")[0]
+    assert "every network fits and G rises with b" in section and "b = 16 also falls on" in section

@@ -199,7 +199,7 @@ VERDICTS = {v.finding: v for v in (
     Verdict(5, "Batch size", "finding-5-batch-size", "not shown", "results/cpu", _quote_5,
             "one seed and unequal fitting across b; the clock experiment's batch route will decide", (BATCH,),
             decided_limits="lr 0.01, b 16–128 in one protocol, 3 seeds a σ_w; b 64 and 128 lie below f's range, "
-            "where the clock predicts only a floor"),
+            "where the clock predicts only a floor; at epoch 120 b 128 has taken half b 32's steps"),
     Verdict(6, "Depth", "finding-6-depth", "not shown", "results/cpu", _quote_6,
             "no designed test: 800 steps and one seed cannot tell 'never fits' from 'fits slowly'; the deeper net "
             "does not fail more; no ResNet-110"),
