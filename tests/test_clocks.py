@@ -121,12 +121,15 @@ def test_the_verdicts_read_the_trees_the_committed_set_reads():
 
 
 def test_findings_md_says_what_t10_says_of_the_time_route():
-    """findings.md's finding 7 reports prediction 1's outcome in words: it says 'refutes' exactly when T10 does."""
+    """findings.md's finding 7 reports predictions 1's and 4's outcomes in words, exactly as T10 gives them."""
     t10 = pd.read_csv(ROOT / "figures" / "cpu_w025_clocks" / "tables" / "T10_clock_criteria.csv")
     outcome = t10.set_index("prediction").at["1. the clock, time route", "outcome"]
     text = " ".join((ROOT / "docs" / "findings.md").read_text(encoding="utf-8").split())
     section = text.split("## 7. Clocks, not epochs")[1].split("## ")[0]
     assert ("its time route refutes T_SGD as registered" in section) == (outcome == "refuted"), outcome
+    adapt = t10.set_index("prediction").at["4. T_adapt", "outcome"]
+    assert ("T_adapt holds as registered" in section) == (adapt == "held"), adapt
+    assert ("T_adapt is refuted as registered" in section) == (adapt == "refuted"), adapt
 
 
 def test_findings_md_says_how_many_l2_networks_fit():
