@@ -246,7 +246,8 @@ PANELS = (("T_SGD", ("lr", "time", "batch")), ("T_adapt", ("adaptive",)), ("T_L2
 
 def figure(r: pd.DataFrame):
     """Memory G against each clock on a log axis: a panel per clock, a colour and marker per route, every reading
-    with its 95 % interval, f (the lr route's curve) drawn with its ±3 pp band in the T_SGD panel."""
+    with its 95 % interval (the adaptive route's long run open), f (the lr route's curve) drawn with its ±3 pp band in
+    the T_SGD panel."""
     from matplotlib.ticker import LogLocator
 
     from initmem.analysis.style import log_axis, message_figure, new_figure
@@ -257,9 +258,11 @@ def figure(r: pd.DataFrame):
         for name in routes:
             g = r[(r["route"] == name) & (r[clock] > 0)]
             color, marker = ROUTE_STYLE[name]
-            if len(g):
-                ax.errorbar(g[clock], g["G_pp"], yerr=[g["G_pp"] - g["G_lo"], g["G_hi"] - g["G_pp"]], fmt=marker,
-                            color=color, ms=4, capsize=2, lw=0.8, label=f"{name} route")
+            by_time = (g["epochs"] > 60) if name == "adaptive" else g["epochs"] < 0  # prediction 4's long run
+            for part, label, face in ((g[~by_time], f"{name} route", color), (g[by_time], f"{name}, by time", "white")):
+                if len(part):
+                    ax.errorbar(part[clock], part["G_pp"], yerr=[part["G_pp"] - part["G_lo"], part["G_hi"] -
+                                part["G_pp"]], fmt=marker, color=color, mfc=face, ms=4, capsize=2, lw=0.8, label=label)
         if clock == "T_SGD" and len(pts := curve(r)) >= 2:
             ax.plot(pts["T_SGD"], pts["G_pp"], color="0.3", lw=1, zorder=0, label="f (lr route, epoch 60)")
             ax.fill_between(pts["T_SGD"], pts["G_pp"] - BAND_PP, pts["G_pp"] + BAND_PP, color="0.85", zorder=-1)
