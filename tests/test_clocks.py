@@ -159,3 +159,14 @@ def test_findings_md_says_what_t11_says_of_the_batch_route():
     text = " ".join((ROOT / "docs" / "findings.md").read_text(encoding="utf-8").split())
     section = text.split("## 5. Batch size")[1].split("## ")[0]
     assert "every network fits and G rises with b" in section and "b = 16 also falls on" in section
+
+
+def test_findings_md_says_what_t10_says_of_finding_3():
+    """findings.md's finding 3 says prediction 2's outcome in words, exactly as T10 gives it ('will decide' while
+    pending)."""
+    t10 = pd.read_csv(ROOT / "figures" / "cpu_w025_clocks" / "tables" / "T10_clock_criteria.csv")
+    outcome = t10.set_index("prediction").at["2. finding 3", "outcome"]
+    text = " ".join((ROOT / "docs" / "findings.md").read_text(encoding="utf-8").split())
+    section = text.split("## 3. Time alone is not enough")[1].split("## ")[0]
+    said = {"pending": "will decide", **{w: f"{w} as registered" for w in ("consistent", "partly", "contradicted")}}
+    assert {o for o, phrase in said.items() if phrase in section} == {outcome}, outcome
