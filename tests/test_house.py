@@ -225,6 +225,24 @@ def test_docs_field_list_is_generated_from_the_config():
         assert f"`{name}`" in text and config.field_help(name).replace("|", "/") in text
 
 
+PAGE_LINES = {"README.md": 100, "docs/findings.md": 250, "docs/performance.md": 150, "docs/gpu/README.md": 120,
+              "docs/architecture.md": 130}  # a reader's page stays a page (issue 49's budgets)
+
+
+def test_the_pages_a_reader_opens_keep_their_length():
+    """Each page within its line budget (findings.md's lines within 400 characters); README's `make figures` in its
+    first 45 lines; docs outside docs/experiments/ within 22,000 words; params/*.yaml within 180 lines in all."""
+    for page, most in PAGE_LINES.items():
+        lines = (REPO / page).read_text(encoding="utf-8").splitlines()
+        assert len(lines) <= most, (page, len(lines), most)
+        assert page != "docs/findings.md" or max(map(len, lines)) <= 400, "a verdict row over 400 characters"
+    assert any("make figures" in line for line in (REPO / "README.md").read_text(encoding="utf-8").splitlines()[:45])
+    docs = [p for p in (REPO / "docs").rglob("*.md") if "experiments" not in p.relative_to(REPO / "docs").parts]
+    words = sum(len(p.read_text(encoding="utf-8").split()) for p in docs)
+    assert words <= 22_000, f"docs outside docs/experiments/ hold {words:,} words: move records into experiments/"
+    assert sum(len(p.read_text(encoding="utf-8").splitlines()) for p in (REPO / "params").glob("*.yaml")) <= 180
+
+
 def test_the_architecture_tables_list_every_module_in_import_order():
     """docs/architecture.md has one table per package (a heading naming the folder, `initmem/` for the vocabulary);
     together they name every module once, and each imports only modules listed above it. The page stays a page

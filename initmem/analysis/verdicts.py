@@ -93,8 +93,8 @@ def _quote_3() -> str:
 
 def _quote_4() -> str:
     lr = tables.optimizer_table(_runs("results/cpu_w025_lr").query("optimizer == 'sgd'")).iloc[0]
-    said = f"SGD at lr 0.1: {_pp(lr)} pp (n = 3), at lr 0.01: {_pp(_t1(HEADLINE).loc['sgd'])} (n = 5)"
-    return said + ("; L2 (G, pp): " + _t10(L2)[0] if VERDICTS[4].decided() else "; no L2 run with seeds yet")
+    said = f"SGD lr 0.1: {_pp(lr)} pp (n = 3), lr 0.01: {_pp(_t1(HEADLINE).loc['sgd'])} (n = 5)"
+    return said + ("; L2 G (pp): " + _t10(L2)[0] if VERDICTS[4].decided() else "; no L2 run with seeds yet")
 
 
 def _quote_5() -> str:
@@ -194,8 +194,8 @@ VERDICTS = {v.finding: v for v in (
     Verdict(4, "Regularisation and learning rate make SGD forget",
             "finding-4-regularisation-and-learning-rate-make-sgd-forget", "partly", "results/cpu_w025_lr", _quote_4,
             "lr: consistent, two lrs in one protocol; L2: not shown (the clock experiment's L2 route will read it)",
-            (L2,), ("consistent",), "one protocol, two lrs and two λ (at lr 0.01, coupled), 3 seeds a σ_w; at λ 0.3 "
-            "no network fits, so its small G is not forgetting alone"),
+            (L2,), ("consistent",), "one protocol, 2 lrs, 2 coupled λ (lr 0.01), 3 seeds a σ_w; at λ 0.3 none "
+            "fits: G is not forgetting alone"),
     Verdict(5, "Batch size", "finding-5-batch-size", "not shown", "results/cpu", _quote_5,
             "one seed and unequal fitting across b; the clock experiment's batch route will decide", (BATCH,),
             decided_limits="lr 0.01, b 16–128 in one protocol, 3 seeds a σ_w; b 64 and 128 lie below f's range, "
