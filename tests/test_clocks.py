@@ -63,7 +63,7 @@ def test_the_time_route_refutes_the_clock_only_when_its_memory_stays_above_f(g60
     r = pd.DataFrame(LR_ROUTE + LARGE_LR + [reading("time", 0.01, 60, 0.01, 20.0, epochs=600),
                                             reading("time", 0.01, 600, 0.1, g600, epochs=600)])
     said, got = clocks.clock_time(r)
-    assert got == outcome and "e600" in said and "lr 0.0562 e180: 5.0 [4.0, 6.0] vs f 4.5 ± 3.0, on f" in said
+    assert got == outcome and "e600" in said and "lr 0.0562 e180: 5.0 [4.0, 6.0] vs f 4.5, band 3.0, on f" in said
 
 
 def test_the_time_route_is_pending_until_both_its_lrs_are_read_unless_one_refutes():

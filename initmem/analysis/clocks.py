@@ -129,10 +129,10 @@ def time_readings(r: pd.DataFrame) -> list[dict]:
 
 
 def time_text(t: dict) -> str:
-    """'lr 0.01 e600: 17.2 [15.1, 19.0] vs f 12.0 ± 3.0, above f' (and '(no power)' where it has none)."""
+    """'lr 0.01 e600: 17.2 [15.1, 19.0] vs f 12.0, band 3.0, above f' (and '(no power)' where it has none)."""
     if t["side"] == "outside f":
         return f"lr {t['lr']:g} e{t['epoch']}: outside f"
-    return (f"lr {t['lr']:g} e{t['epoch']}: {g_text(t)} vs f {t['f']:.1f} ± {t['band']:.1f}, {t['side']}"
+    return (f"lr {t['lr']:g} e{t['epoch']}: {g_text(t)} vs f {t['f']:.1f}, band {t['band']:.1f}, {t['side']}"
             + ("" if t["power"] else " (no power)"))
 
 
@@ -210,7 +210,7 @@ PREDICTIONS: dict[str, tuple[str, Callable]] = {
     "1. the clock, time route": ("time-route readings with power fall on f(T_SGD) within max(3 pp, 2 SE)",
                                  clock_time),
     "2. finding 3": ("ΔG(600 − 60 epochs) at lr 0.01 within ±3 pp", None),
-    "3. finding 5": ("G rises with b, all fitted; b 16 below b 32 by > 3 pp", finding5),
+    "3. finding 5": ("all fitted; b 16 < b 32 − 3 pp; b 64, 128 ≥ b 32 − 3 pp", finding5),
     "4. T_adapt": ("Adam 1e-3 × 180 epochs within the band of 3e-3 × 60", t_adapt),
     "5. T_L2": ("G at T_L2 ≈ 11 ≤ 3 pp + 2 SE", t_l2),
 }

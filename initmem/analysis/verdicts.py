@@ -92,9 +92,12 @@ def _quote_3() -> str:
 
 
 def _quote_4() -> str:
+    if VERDICTS[4].decided():  # the lr route's end-of-training G, beside the L2 route's
+        r = _clock_readings()[1].query("route == 'lr' and epoch == 60").set_index("lr")
+        said = ", ".join(f"lr {lr:g}: {clocks.g_text(r.loc[lr])} (n = {int(r.loc[lr, 'n'])})" for lr in (0.1, 0.01))
+        return f"G (pp), {said}; " + _t10(L2)[0]
     lr = tables.optimizer_table(_runs("results/cpu_w025_lr").query("optimizer == 'sgd'")).iloc[0]
-    said = f"SGD lr 0.1: {_pp(lr)} pp (n = 3), lr 0.01: {_pp(_t1(HEADLINE).loc['sgd'])} (n = 5)"
-    return said + ("; L2 G (pp): " + _t10(L2)[0] if VERDICTS[4].decided() else "; no L2 run with seeds yet")
+    return f"SGD lr 0.1: {_pp(lr)} pp (n = 3), lr 0.01: {_pp(_t1(HEADLINE).loc['sgd'])} (n = 5); no L2 run yet"
 
 
 def _quote_5() -> str:
@@ -116,7 +119,7 @@ def _quote_7() -> str:
     if VERDICTS[7].decided():
         r = _clock_readings()[1]
         ends = [t for t in clocks.time_readings(r) if t["epoch"] == t["epochs"]]
-        said = "; ".join(f"lr {t['lr']:g} × {t['epochs']}: {clocks.g_text(t)} vs f {t['f']:.1f} ± {t['band']:.1f}"
+        said = "; ".join(f"lr {t['lr']:g} × {t['epochs']}: {clocks.g_text(t)} vs f {t['f']:.1f}, band {t['band']:.1f}"
                          for t in ends)
         adam = r[r["optimizer"] == "adam"].set_index(["lr", "epoch"])
         by_time, by_lr = adam.loc[(1e-3, 180)], adam.loc[(3e-3, 60)]  # prediction 4's pair (`clocks.t_adapt`)
