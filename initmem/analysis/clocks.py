@@ -258,7 +258,7 @@ def figure(r: pd.DataFrame):
         for name in routes:
             g = r[(r["route"] == name) & (r[clock] > 0)]
             color, marker = ROUTE_STYLE[name]
-            by_time = (g["epochs"] > 60) if name == "adaptive" else g["epochs"] < 0  # prediction 4's long run
+            by_time = (g["epochs"] > 60) & (name == "adaptive")  # prediction 4's long run, drawn open
             for part, label, face in ((g[~by_time], f"{name} route", color), (g[by_time], f"{name}, by time", "white")):
                 if len(part):
                     ax.errorbar(part[clock], part["G_pp"], yerr=[part["G_pp"] - part["G_lo"], part["G_hi"] -
