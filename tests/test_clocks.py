@@ -3,6 +3,7 @@ criteria, T11 the readings) equal what the committed runs give, G and its interv
 criterion deciding as registered on readings made to order."""
 
 import math
+import re
 from pathlib import Path
 
 import numpy as np
@@ -130,6 +131,11 @@ def test_findings_md_says_what_t10_says_of_the_time_route():
     adapt = t10.set_index("prediction").at["4. T_adapt", "outcome"]
     assert ("T_adapt holds as registered" in section) == (adapt == "held"), adapt
     assert ("T_adapt is refuted as registered" in section) == (adapt == "refuted"), adapt
+    t11 = pd.read_csv(ROOT / "figures" / "cpu_w025_clocks" / "tables" / "T11_clock_readings.csv")
+    r = t11.rename(columns={"G (pp)": "G_pp", "SE (pp)": "se_pp"}).assign(weight_decay=0.0)
+    ends = [t for t in clocks.time_readings(r) if t["epoch"] == t["epochs"]]
+    both = len(ends) == 2 and all(t["side"] == "above f" and t["power"] for t in ends)
+    assert ("at both lrs" in section and "both last readings above f, with power" in section) == both, ends
 
 
 def test_findings_md_says_how_many_l2_networks_fit():
@@ -170,3 +176,8 @@ def test_findings_md_says_what_t10_says_of_finding_3():
     section = text.split("## 3. Time alone is not enough")[1].split("## ")[0]
     said = {"pending": "will decide", **{w: f"{w} as registered" for w in ("consistent", "partly", "contradicted")}}
     assert {o for o, phrase in said.items() if phrase in section} == {outcome}, outcome
+    if outcome != "pending":  # its size and sign as the reading gives them: 'ΔG = -2.0 pp [-2.6, -1.4] (n = 3)'
+        reading = t10.set_index("prediction").at["2. finding 3", "reading"]
+        dg, lo, hi = map(float, re.match(r"ΔG = (\S+) pp \[(\S+), (\S+)\]", reading).groups())
+        assert (f"about {abs(dg):.0f} pp over 540 epochs" in section) == (abs(dg) >= 0.5), reading
+        assert ("its interval lies below 0" in section) == (hi < 0), reading

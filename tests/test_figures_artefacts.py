@@ -45,6 +45,15 @@ def test_relative_paths_mean_the_repository_root_wherever_the_caller_is(tmp_path
     assert str(ROOT) not in json.dumps(stamp.sidecar("F1", "figure", "t", ["F1.png"]))
 
 
+def test_a_stamp_over_shared_trees_counts_each_trees_runs(runs):
+    """An experiment reading committed runs from other trees says how many came from each, not one total."""
+    tree = pd.Series([0] * 8 + [1] * 3 + [2], index=runs.index)
+    stamp = artefacts.Stamp.of(runs, ROOT / "results" / "mine", [], shared=["results/a", "results/b"], tree=tree)
+    assert stamp.caption().endswith("· results/mine (8) + results/a (3) + results/b (1)")
+    assert stamp.sidecar("F", "figure", "t", [])["runs_per_tree"] == [8, 3, 1]
+    assert artefacts.Stamp.of(runs, ROOT / "results" / "mine", []).caption().endswith("· results/mine")
+
+
 def test_a_tree_named_otherwise_is_stamped_with_the_profile_its_runs_belong_to():
     """Runs do not record their profile: the stamp names the one whose points hold every run, so the five-seed grid
     in results/cpu_w025 (swept with --profile cpu_w025) is not called 'profile cpu_w025'."""

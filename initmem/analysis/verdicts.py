@@ -209,7 +209,7 @@ VERDICTS = {v.finding: v for v in (
     Verdict(7, "Clocks, not epochs", "finding-7-clocks-not-epochs", "not shown", HEADLINE, _quote_7,
             "5 configurations cannot settle a sign; lr and T_SGD vary together in the committed runs",
             (CLOCK_TIME, T_ADAPT), decided_limits="one protocol, plain SGD and Adam, 3 seeds a σ_w; f interpolated "
-            "between 5 lrs; T_L2 is finding 4's route; the batch route is finding 5's"),
+            "between 5 lrs; the T_L2 and batch routes are findings 4's and 5's"),
 )}
 
 

@@ -129,10 +129,12 @@ class FigureBook:
         check_out(self.results_dir, self.out_dir, os.environ.get(OVERWRITE_ENV) == "1", committed_only=True)
         self.sections = (sections,) if isinstance(sections, str) else tuple(sections or ())
         self.trees = [self.results_dir, *(repo_path(t, "also", RESULTS_ROOT) for t in also)]
-        runs = pd.concat([load_runs(t) for t in self.trees], ignore_index=True)
+        runs = pd.concat([load_runs(t).assign(_tree=i) for i, t in enumerate(self.trees)], ignore_index=True)
         runs = runs[runs["section"].isin(self.sections)] if self.sections else runs
-        self.runs = (keep(runs) if keep else runs).reset_index(drop=True)
-        self.stamp = Stamp.of(self.runs, results_dir, self.sections, shared=self.trees[1:])
+        runs = (keep(runs) if keep else runs).reset_index(drop=True)
+        self.runs = runs.drop(columns="_tree")
+        self.stamp = Stamp.of(self.runs, results_dir, self.sections, shared=self.trees[1:],
+                              tree=runs["_tree"] if len(self.trees) > 1 else None)
         where = f"section {', '.join(self.sections)}" if self.sections else "any section"
         self.message = None if len(self.runs) else f"no results for {where} in {self.stamp.results_dir}"
         print(self.stamp.caption())  # where the numbers come from, atop the notebook

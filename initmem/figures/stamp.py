@@ -53,11 +53,13 @@ class Stamp:
     modified: int = 0  # runs trained from a modified working tree
     modified_unknown: int = 0  # ... of which the modification was not recorded (provenance.UNKNOWN_DIFF)
     shared: tuple[str, ...] = ()  # other trees whose runs join results_dir's (an experiment sharing committed runs)
+    per_tree: tuple[int, ...] = ()  # runs read from results_dir and from each `shared` tree, in that order
 
     @classmethod
     def of(cls, runs: pd.DataFrame, results_dir: str | Path, sections: Sequence[str],
-           shared: Sequence[str | Path] = ()) -> Self:
-        """Profile: the runs' `profile` column, else `tree_profile`; a data source with its `data_hash`."""
+           shared: Sequence[str | Path] = (), tree: pd.Series | None = None) -> Self:
+        """Profile: the runs' `profile` column, else `tree_profile`; a data source with its `data_hash`; `tree`:
+        each run's tree (0 results_dir, i the i-th `shared`), counted per tree in the caption."""
         def values(col: str) -> tuple[str, ...]:
             return tuple(sorted({str(v) for v in runs[col].dropna()})) if col in runs.columns else ()
 
@@ -71,7 +73,8 @@ class Stamp:
         unknown = dirty & ~runs["git_diff_known"].astype(bool) if "git_diff_known" in runs.columns else dirty
         profile = ", ".join(values("profile")) or tree_profile(runs, results_dir, sections)
         return cls(profile, len(runs), sources, values("git_commit"), display_path(results_dir), tuple(sections),
-                   int(dirty.sum()), int(unknown.sum()), tuple(map(display_path, shared)))
+                   int(dirty.sum()), int(unknown.sum()), tuple(map(display_path, shared)),
+                   tuple(int((tree == i).sum()) for i in range(len(shared) + 1)) if tree is not None else ())
 
     def caption(self) -> str:
         """One line a reader can use: the data (what it is, its hash), profile, runs, code, where the runs are."""
@@ -81,9 +84,11 @@ class Stamp:
         code = f"code {commits}"
         if self.modified:  # which code made them: the commit, and whether the change on top of it is recorded
             code += f"; {self.modified} of {self.n_runs} runs trained with uncommitted changes" + self._changes()
+        trees = (self.results_dir, *self.shared)
+        where = " + ".join(f"{t} ({n})" for t, n in zip(trees, self.per_tree, strict=True)) if self.per_tree \
+            else " + ".join(trees)
         return (f"data {', '.join(self.data_sources) or 'unknown'} · profile {self.profile}, {self.n_runs} runs "
-                f"({', '.join(self.sections) or 'all sections'}) · {code} · {self.results_dir}"
-                + "".join(f" + {t}" for t in self.shared))
+                f"({', '.join(self.sections) or 'all sections'}) · {code} · {where}")
 
     def _changes(self) -> str:
         """What a reader can know of the modified-tree runs' code: each change in its run.json, or not recorded
@@ -103,4 +108,5 @@ class Stamp:
                 "n_runs": self.n_runs, "sections": list(self.sections), "data_sources": list(self.data_sources),
                 "git_commits": list(self.git_commits), "modified_tree_runs": self.modified,
                 "modified_unknown_runs": self.modified_unknown, "results_dir": self.results_dir,
-                "files": list(files), "missing": missing} | ({"shared_dirs": list(self.shared)} if self.shared else {})
+                "files": list(files), "missing": missing} | (
+                    {"shared_dirs": list(self.shared), "runs_per_tree": list(self.per_tree)} if self.shared else {})
