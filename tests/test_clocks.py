@@ -2,8 +2,10 @@
 criteria, T11 the readings) equal what the committed runs give, G and its interval, the curve f, and each registered
 criterion deciding as registered on readings made to order."""
 
+import json
 import math
 import re
+import subprocess
 from pathlib import Path
 
 import numpy as np
@@ -181,3 +183,22 @@ def test_findings_md_says_what_t10_says_of_finding_3():
         dg, lo, hi = map(float, re.match(r"ΔG = (\S+) pp \[(\S+), (\S+)\]", reading).groups())
         assert (f"about {abs(dg):.0f} pp over 540 epochs" in section) == (abs(dg) >= 0.5), reading
         assert ("its interval lies below 0" in section) == (hi < 0), reading
+
+
+REGISTERED = "48c292ccb8c67155e9c43ca4540a21b75d9d1440"  # the commit that registered the predictions
+
+
+def test_every_clock_run_was_trained_from_the_commit_that_registered_its_predictions():
+    """The predictions precede the runs: each run of the clock tree records that commit, unmodified, and a start
+    after it; the commit holds the registered predictions (where the clone has its history)."""
+    records = [json.loads(p.read_text(encoding="utf-8")) for p in (ROOT / TREES[0]).rglob("run.json")]
+    provenance = pd.DataFrame([r["provenance"] for r in records])
+    assert len(records) == 72 and set(provenance["git_commit"]) == {REGISTERED} and not provenance["git_dirty"].any()
+    shown = subprocess.run(["git", "show", "-s", "--format=%cI", REGISTERED], cwd=ROOT, capture_output=True, text=True)
+    if shown.returncode:
+        pytest.skip(f"this clone lacks commit {REGISTERED[:7]}: {shown.stderr.strip()}")
+    registered_at = pd.Timestamp(shown.stdout.strip())
+    assert all(pd.Timestamp(r["started_at"]) > registered_at for r in records)
+    doc = subprocess.run(["git", "show", f"{REGISTERED}:docs/experiments/clocks/README.md"], cwd=ROOT,
+                         capture_output=True, text=True, check=True).stdout
+    assert "## Registered 2026-12-06, before any run of the profile" in doc and "5. *T_L2*" in doc

@@ -157,7 +157,7 @@ def test_the_findings_cost_of_section_01_on_the_h200_is_the_planners():
     table = throughput.load_throughput(SPEEDS / "throughput.json", "cuda")
     hours = sum(p.seconds for p in plan.plan_section(REPO / "params" / "01_optimizers.yaml", "paper", table).points)
     findings = " ".join((REPO / "docs" / "findings.md").read_text(encoding="utf-8").split())
-    assert f"that section costs {hours / 3600:.1f} H200-hours at tf32" in findings
+    assert f"200 epochs) costs {hours / 3600:.1f} H200-hours at tf32" in findings
 
 
 def test_the_packaged_reference_gpu_table_is_the_records():
