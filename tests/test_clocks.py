@@ -138,6 +138,13 @@ def test_findings_md_says_what_t10_says_of_the_time_route():
     ends = [t for t in clocks.time_readings(r) if t["epoch"] == t["epochs"]]
     both = len(ends) == 2 and all(t["side"] == "above f" and t["power"] for t in ends)
     assert ("at both lrs" in section and "both last readings above f, with power" in section) == both, ends
+    if both:  # how clearly: lr 0.01 leaves f after its last 'on f' mark; lr 0.0562 within 0.5 pp of the band
+        lr01 = [t for t in clocks.time_readings(r) if math.isclose(t["lr"], 0.01)]
+        on = max(t["epoch"] for t in lr01 if t["side"] == "on f")
+        above = min(t["epoch"] for t in lr01 if t["side"] == "above f")
+        assert f"clearly at lr 0.01 (on f to epoch {on}, above from {above})" in section
+        margin = {round(t["lr"], 4): t["G_pp"] - t["f"] - t["band"] for t in ends}
+        assert margin[0.0562] < 0.5 <= margin[0.01] and "at the band's edge at 0.0562" in section, margin
 
 
 def test_findings_md_says_how_many_l2_networks_fit():
@@ -167,6 +174,9 @@ def test_findings_md_says_what_t11_says_of_the_batch_route():
     text = " ".join((ROOT / "docs" / "findings.md").read_text(encoding="utf-8").split())
     section = text.split("## 5. Batch size")[1].split("## ")[0]
     assert "every network fits and G rises with b" in section and "b = 16 also falls on" in section
+    b64 = last[last["batch_size"] == 64].iloc[0]
+    overlap = b64["95 % low"] <= by_b.loc[32, "95 % high"] and by_b.loc[32, "95 % low"] <= b64["95 % high"]
+    assert ("b 32 and 64 lie within each other's intervals" in section) == overlap
 
 
 def test_findings_md_says_what_t10_says_of_finding_3():
@@ -183,6 +193,8 @@ def test_findings_md_says_what_t10_says_of_finding_3():
         dg, lo, hi = map(float, re.match(r"ΔG = (\S+) pp \[(\S+), (\S+)\]", reading).groups())
         assert (f"about {abs(dg):.0f} pp over 540 epochs" in section) == (abs(dg) >= 0.5), reading
         assert ("its interval lies below 0" in section) == (hi < 0), reading
+        readme = " ".join((ROOT / "README.md").read_text(encoding="utf-8").split())
+        assert f"about {abs(dg):.0f} pp from epoch 60 to 600 at lr 0.01" in readme, reading
 
 
 REGISTERED = "48c292ccb8c67155e9c43ca4540a21b75d9d1440"  # the commit that registered the predictions

@@ -124,7 +124,7 @@ def _quote_7() -> str:
         adam = r[r["optimizer"] == "adam"].set_index(["lr", "epoch"])
         by_time, by_lr = adam.loc[(1e-3, 180)], adam.loc[(3e-3, 60)]  # prediction 4's pair (`clocks.t_adapt`)
         n = min(int(by_time["n"]), int(by_lr["n"]), *(int(t["n"]) for t in ends))
-        return (f"G (pp) by time at T_SGD: {said}; at T_adapt {by_time['T_adapt']:.1f} by time "
+        return (f"G (pp) by time: {said}; at T_adapt {by_time['T_adapt']:.1f} by time "
                 f"{clocks.g_text(by_time)}, by lr {clocks.g_text(by_lr)} (n = {n})")
     t7 = instrument_tables.clock_correlations(_runs(HEADLINE)).set_index("x")
     r = t7.loc["T_SGD"]
@@ -192,13 +192,15 @@ VERDICTS = {v.finding: v for v in (
             "selected networks have not yet fitted"),
     Verdict(3, "Time alone is not enough", "finding-3-time-alone-is-not-enough", "not shown", "results/cpu",
             _quote_3, "selection freezes early, so a flat selected spread says little; the 600-epoch clock route "
-            "will decide", (TIME_ALONE,), decided_limits="lr 0.01 only, one protocol (ResNet-9 width 0.25, "
-            "2,000 images), 3 seeds a σ_w; memory as the median over 10 epochs, not at a selected epoch"),
+            "will decide", (TIME_ALONE,), decided_limits="600 epochs, not the paper's 5,000, and the wear "
+            "has not levelled off by then; lr 0.01 only, one protocol, 3 seeds a σ_w; G a 10-epoch median, not at a "
+            "selected epoch"),
     Verdict(4, "Regularisation and learning rate make SGD forget",
-            "finding-4-regularisation-and-learning-rate-make-sgd-forget", "partly", "results/cpu_w025_lr", _quote_4,
+            "finding-4-regularisation-and-learning-rate-make-sgd-forget", "partly",
+            "results/cpu_w025_lr, results/cpu_w025", _quote_4,
             "lr: consistent, two lrs in one protocol; L2: not shown (the clock experiment's L2 route will read it)",
-            (L2,), ("consistent",), "one protocol, 2 lrs, 2 coupled λ (lr 0.01), 3 seeds a σ_w; at λ 0.3 none "
-            "fits: G is not forgetting alone"),
+            (L2,), ("consistent",), "one protocol, 3 seeds a σ_w, 2 lrs, 2 λ at lr 0.01; λ 0.3 holds by its "
+            "2 SE allowance, none fitted"),
     Verdict(5, "Batch size", "finding-5-batch-size", "not shown", "results/cpu", _quote_5,
             "one seed and unequal fitting across b; the clock experiment's batch route will decide", (BATCH,),
             decided_limits="lr 0.01, b 16–128 in one protocol, 3 seeds a σ_w; b 64 and 128 lie below f's range, "
@@ -208,8 +210,8 @@ VERDICTS = {v.finding: v for v in (
             "does not fail more; no ResNet-110"),
     Verdict(7, "Clocks, not epochs", "finding-7-clocks-not-epochs", "not shown", HEADLINE, _quote_7,
             "5 configurations cannot settle a sign; lr and T_SGD vary together in the committed runs",
-            (CLOCK_TIME, T_ADAPT), decided_limits="one protocol, plain SGD and Adam, 3 seeds a σ_w; f interpolated "
-            "between 5 lrs; the T_L2 and batch routes are findings 4's and 5's"),
+            (CLOCK_TIME, T_ADAPT), decided_limits="one protocol, 3 seeds a σ_w; lr 0.0562 at the band's edge; f "
+            "interpolated between 5 lrs trained at 3 commits; Adam at one T_adapt"),
 )}
 
 

@@ -51,8 +51,9 @@ s.show_table("T10_clock_criteria", lambda: clocks.criteria(s.runs, s.histories),
 s.figure("F14_clock_experiment", lambda: clocks.figure(clocks.complete(readings())), "Memory against each forgetting clock",
          "G = acc(σ_w 0.1) − acc(σ_w 2.5) (pp; each run's median test accuracy over the 10 epochs up to the mark, "
          "mean over seeds, 95 % interval) against the [clock](docs/study.md#clocks) each route moves; open: Adam "
-         "1e-3's 180-epoch run (T_adapt by time); grey: the lr route's curve f at epoch 60 ± 3 pp, the band's floor; "
-         "configurations with all their seeds (T11: all).")
+         "1e-3's 180-epoch run (T_adapt by time); grey: the lr route's curve f at epoch 60 ± 3 pp, the band's floor "
+         "(f's lr 0.0562 point is the time route's epoch 60, the same runs); configurations with all their seeds "
+         "(T11: all).")
 
 # %%
 s.show_table("T11_clock_readings", lambda: clocks.reading_table(readings()),
