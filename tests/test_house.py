@@ -365,3 +365,14 @@ def test_functions_stay_short_enough_to_read_on_one_screen():
             for fn in ast.walk(ast.parse(p.read_text(encoding="utf-8")))
             if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)) and fn.end_lineno - fn.lineno + 1 > 80}
     assert not long, long
+
+
+def test_every_relative_link_of_the_pages_a_reader_opens_resolves():
+    """README, docs/ (records included) and the figure indexes: each relative link's file exists and its #anchor is
+    one of that page's headings (as GitHub makes them)."""
+    from test_notebook_headers import _link_problems
+    pages = [REPO / "README.md", *sorted((REPO / "docs").rglob("*.md")), *sorted((REPO / "figures").rglob("README.md"))]
+    broken = {str(p.relative_to(REPO)): bad for p in pages
+              if (bad := [x for x in _link_problems(p.read_text(encoding="utf-8"), p.parent)
+                          if not x.split("](", 1)[1].startswith(("http://", "https://", "mailto:"))])}
+    assert not broken, broken
