@@ -188,6 +188,13 @@ def test_a_results_folder_that_is_not_there_fails_in_one_line_and_writes_nothing
         artefacts.FigureBook(tmp_path, tmp_path / "afile")
 
 
+def test_a_shared_tree_that_is_not_there_is_named_as_the_parameter_it_came_from(tmp_path):
+    root = write_fake_results(tmp_path / "cpu", sections=("03_lr_l2",))
+    with pytest.raises(ResultsError, match=r"^also \(.*shared_dirs\): no folder '.*nope'; name existing"):
+        artefacts.FigureBook(root, tmp_path / "out", also=[root, tmp_path / "nope"])
+    assert not (tmp_path / "out").exists()
+
+
 def test_a_damaged_results_tree_is_an_error_not_a_placeholder(tmp_path):
     root = write_fake_results(tmp_path / "cpu", sections=("03_lr_l2",))
     victim = next(root.rglob("run.json"))

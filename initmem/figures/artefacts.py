@@ -129,6 +129,10 @@ class FigureBook:
         check_out(self.results_dir, self.out_dir, os.environ.get(OVERWRITE_ENV) == "1", committed_only=True)
         self.sections = (sections,) if isinstance(sections, str) else tuple(sections or ())
         self.trees = [self.results_dir, *(repo_path(t, "also", RESULTS_ROOT) for t in also)]
+        if missing := [display_path(t) for t in self.trees[1:] if not t.is_dir()]:
+            raise ResultsError(f"also (the trees whose runs join {display_path(self.results_dir)}'s, a notebook's "
+                               f"shared_dirs): no folder {', '.join(map(repr, missing))}; name existing results "
+                               "trees, or run the sweeps that fill them")
         runs = pd.concat([load_runs(t).assign(_tree=i) for i, t in enumerate(self.trees)], ignore_index=True)
         runs = runs[runs["section"].isin(self.sections)] if self.sections else runs
         runs = (keep(runs) if keep else runs).reset_index(drop=True)
