@@ -123,6 +123,14 @@ def test_the_verdicts_read_the_trees_the_committed_set_reads():
     assert TREES == clocks.TREES
 
 
+def _t11_readings() -> pd.DataFrame:
+    """The committed T11's readings at λ = 0 (T11 shows T_L2, not λ), named as `clocks.readings` names them, so
+    that `clocks.curve` and `clocks.time_readings` read them as they read the runs."""
+    t11 = pd.read_csv(ROOT / "figures" / "cpu_w025_clocks" / "tables" / "T11_clock_readings.csv")
+    t11 = t11[t11["T_L2"] == 0]
+    return t11.rename(columns={"G (pp)": "G_pp", "SE (pp)": "se_pp"}).assign(weight_decay=0.0)
+
+
 def test_findings_md_says_what_t10_says_of_the_time_route():
     """findings.md's finding 7 reports predictions 1's and 4's outcomes in words, exactly as T10 gives them."""
     t10 = pd.read_csv(ROOT / "figures" / "cpu_w025_clocks" / "tables" / "T10_clock_criteria.csv")
@@ -133,13 +141,13 @@ def test_findings_md_says_what_t10_says_of_the_time_route():
     adapt = t10.set_index("prediction").at["4. T_adapt", "outcome"]
     assert ("T_adapt holds as registered" in section) == (adapt == "held"), adapt
     assert ("T_adapt is refuted as registered" in section) == (adapt == "refuted"), adapt
-    t11 = pd.read_csv(ROOT / "figures" / "cpu_w025_clocks" / "tables" / "T11_clock_readings.csv")
-    r = t11.rename(columns={"G (pp)": "G_pp", "SE (pp)": "se_pp"}).assign(weight_decay=0.0)
-    ends = [t for t in clocks.time_readings(r) if t["epoch"] == t["epochs"]]
+    r = _t11_readings()
+    times = clocks.time_readings(r)
+    ends = [t for t in times if t["epoch"] == t["epochs"]]
     both = len(ends) == 2 and all(t["side"] == "above f" and t["power"] for t in ends)
     assert ("at both lrs" in section and "both last readings above f, with power" in section) == both, ends
     if both:  # how clearly: lr 0.01 leaves f after its last 'on f' mark; lr 0.0562 within 0.5 pp of the band
-        lr01 = [t for t in clocks.time_readings(r) if math.isclose(t["lr"], 0.01)]
+        lr01 = [t for t in times if math.isclose(t["lr"], 0.01)]
         on = max(t["epoch"] for t in lr01 if t["side"] == "on f")
         above = min(t["epoch"] for t in lr01 if t["side"] == "above f")
         assert f"clearly at lr 0.01 (on f to epoch {on}, above from {above})" in section
@@ -161,8 +169,7 @@ def test_findings_md_says_how_many_l2_networks_fit():
 def test_findings_md_says_what_t11_says_of_the_batch_route():
     """findings.md's finding 5: G rises with b (each b at its last epoch), every batch network fitted, and b 16
     falls on f at its T_SGD — read from T11 with f built as `clocks.curve` builds it."""
-    t11 = pd.read_csv(ROOT / "figures" / "cpu_w025_clocks" / "tables" / "T11_clock_readings.csv")
-    r = t11.rename(columns={"G (pp)": "G_pp", "SE (pp)": "se_pp"}).assign(weight_decay=0.0)
+    r = _t11_readings()
     last = r[(r["epoch"] == r["epochs"]) & (r["optimizer"] == "sgd") & np.isclose(r["lr"], 0.01)]
     by_b = last[(last["route"] == "batch") | (last["route"] == "lr")].set_index("batch_size")
     assert list(by_b.index.sort_values()) == [16, 32, 64, 128]
